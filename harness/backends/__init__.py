@@ -1,0 +1,78 @@
+"""Backends share one small interface: list the combinations of a case, then run them, yielding records.
+
+A backend never raises out of ``run``: a combination it cannot run becomes a record with a status and a
+reason, so that one unsupported or broken combination costs that combination and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..cases import Case
+from ..measure import TimingPolicy
+from ..records import Record, Ranking
+
+
+@dataclass(frozen=True)
+class Combo:
+    """One combination of a case, identified the same way as the record it turns into."""
+
+    direction: str
+    algo: str
+    math: str
+    dtype: str
+    layout: str
+    settings: tuple[tuple[str, object], ...] = ()
+
+    def record(self, case: Case, backend: str, **kw) -> Record:
+        return Record(case=case.id, backend=backend, direction=self.direction, algo=self.algo, math=self.math,
+                      dtype=self.dtype, layout=self.layout, settings=dict(self.settings), **kw)
+
+    def key(self, case: Case, backend: str) -> str:
+        return self.record(case, backend).key()
+
+
+@dataclass
+class SweepOptions:
+    directions: tuple[str, ...] = ("fwd",)
+    dtypes: tuple[str, ...] = ("fp32", "fp16", "bf16")
+    layouts: tuple[str, ...] = ("NCHW", "NHWC")
+    timing: TimingPolicy = field(default_factory=TimingPolicy)
+    repeats: int = 2  # in-place repeats compared bitwise with the first output
+    workspace_limit: int = 8 << 30  # bytes; an algorithm asking for more is recorded, not run
+    rankings: bool = True  # also record cuDNN's own Find / Get_v7 rankings
+    device: str = "cuda"
+
+
+class Backend(Protocol):
+    name: str
+
+    def available(self) -> str | None:
+        """None when this backend can run here; otherwise the reason it cannot, in one line."""
+
+    def combos(self, case: Case, options: SweepOptions) -> list[Combo]:
+        """Every combination this backend measures for the case (also those it will report as skipped)."""
+
+    def run(self, case: Case, combos: Iterable[Combo], options: SweepOptions) -> Iterator[Record | Ranking]:
+        """Measure ``combos`` of ``case``; one record per combo, in any order, plus any rankings."""
+
+
+def get_backend(name: str) -> Backend:
+    if name == "cudnn":
+        from .cudnn import CudnnBackend
+
+        return CudnnBackend()
+    if name == "torch":
+        from .pytorch import TorchBackend
+
+        return TorchBackend()
+    if name == "ort":
+        from .ort import OrtBackend
+
+        return OrtBackend()
+    raise ValueError(f"unknown backend {name!r}; known: cudnn, torch, ort")
+
+
+BACKENDS = ("cudnn", "torch", "ort")

@@ -1,0 +1,59 @@
+"""The ``convbench`` command: one subcommand per task, each registered by the module that owns it.
+
+Errors a user can cause (a bad flag, an unknown case, a missing GPU or engine, a malformed file) end in one
+line on stderr and a non-zero exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Each module exposes register(subparsers); a subcommand's handler returns the exit code.
+COMMAND_MODULES = ("harness.cmd_measure", "harness.cmd_fleet", "harness.cmd_images")
+
+EXIT_USAGE = 2
+EXIT_ENVIRONMENT = 3  # the host lacks what the command needs (GPU, library, engine)
+
+
+class UserError(Exception):
+    """An error with a one-line message for the user and an exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE):
+        super().__init__(message)
+        self.code = code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="convbench", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue  # a command family not present in this build
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.handler(args) or 0)
+    except UserError as exc:
+        print(f"convbench {args.command}: error: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print(f"convbench {args.command}: interrupted; what was measured is in the journal", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""The environment fingerprint a run carries: what GPU, driver, clocks, libraries and numerics settings.
+
+Taken through NVML (nvidia-ml-py) where there is a GPU; every probe that fails says why in the fingerprint
+instead of failing the run, since a fingerprint with a hole is still worth more than no run.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+from typing import Any
+
+# Environment variables that change numerics or algorithm choice without any code change.
+NUMERICS_ENV = (
+    "NVIDIA_TF32_OVERRIDE", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "CUBLAS_WORKSPACE_CONFIG", "CUDNN_CONV_WSCAP_DBG",
+    "CUDNN_LOGLEVEL_DBG", "CUDNN_LOGDEST_DBG", "CUDNN_LOGINFO_DBG", "CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING",
+    "CUDA_MODULE_LOADING", "TORCH_CUDNN_V8_API_DISABLED", "TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT",
+    "ORT_CUDA_FLAGS", "CONVBENCH_IMAGE", "CONVBENCH_IMAGE_ID", "NVIDIA_VISIBLE_DEVICES", "OMP_NUM_THREADS",
+)
+
+
+def _nvml_gpu(index: int) -> dict[str, Any]:
+    import pynvml as nv
+
+    h = nv.nvmlDeviceGetHandleByIndex(index)
+    info: dict[str, Any] = {"index": index}
+
+    def probe(name, fn):
+        try:
+            value = fn()
+            info[name] = value.decode() if isinstance(value, bytes) else value
+        except nv.NVMLError as exc:
+            info[name] = None
+            info.setdefault("unavailable", {})[name] = str(exc)
+
+    probe("name", lambda: nv.nvmlDeviceGetName(h))
+    probe("uuid", lambda: nv.nvmlDeviceGetUUID(h))
+    probe("sm", lambda: "%d.%d" % nv.nvmlDeviceGetCudaComputeCapability(h))
+    probe("memory_total_bytes", lambda: nv.nvmlDeviceGetMemoryInfo(h).total)
+    probe("clock_sm_mhz", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))
+    probe("clock_mem_mhz", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM))
+    probe("clock_sm_max_mhz", lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM))
+    probe("power_w", lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0)
+    probe("power_limit_w", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0)
+    probe("temperature_c", lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))
+    probe("throttle_reasons", lambda: nv.nvmlDeviceGetCurrentClocksEventReasons(h))
+    probe("ecc_enabled", lambda: bool(nv.nvmlDeviceGetEccMode(h)[0]))
+    probe("mig_enabled", lambda: bool(nv.nvmlDeviceGetMigMode(h)[0]))
+    probe("persistence_mode", lambda: bool(nv.nvmlDeviceGetPersistenceMode(h)))
+    probe("pci_bus_id", lambda: nv.nvmlDeviceGetPciInfo(h).busId)
+    return info
+
+
+def gpus() -> tuple[list[dict[str, Any]], str | None]:
+    """(GPUs seen by NVML with their facts, None) or ([], why NVML could not be used)."""
+    try:
+        import pynvml as nv
+    except ImportError:
+        return [], "nvidia-ml-py is not installed"
+    try:
+        nv.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return [], f"NVML unavailable: {exc}"
+    try:
+        driver = nv.nvmlSystemGetDriverVersion()
+        driver = driver.decode() if isinstance(driver, bytes) else driver
+        out = []
+        for i in range(nv.nvmlDeviceGetCount()):
+            g = _nvml_gpu(i)
+            g["driver"] = driver
+            out.append(g)
+        return out, None
+    finally:
+        nv.nvmlShutdown()
+
+
+def clocks(index: int) -> dict[str, Any]:
+    """The fast-changing part (clocks, power, temperature, throttling), taken before and after a run."""
+    found, why = gpus()
+    if why or index >= len(found):
+        return {"unavailable": why or f"no GPU {index}"}
+    g = found[index]
+    keys = ("clock_sm_mhz", "clock_mem_mhz", "power_w", "temperature_c", "throttle_reasons")
+    return {k: g.get(k) for k in keys}
+
+
+def software() -> dict[str, Any]:
+    info: dict[str, Any] = {"python": sys.version.split()[0], "platform": platform.platform()}
+    try:
+        import numpy
+
+        info["numpy"] = numpy.__version__
+    except ImportError:
+        pass
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["torch_cuda"] = torch.version.cuda
+        info["torch_cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    except ImportError:
+        info["torch"] = None
+    try:
+        import onnxruntime
+
+        info["onnxruntime"] = onnxruntime.__version__
+        info["onnxruntime_providers"] = onnxruntime.get_available_providers()
+    except ImportError:
+        info["onnxruntime"] = None
+    return info
+
+
+def take(gpu_index: int | None = None) -> dict[str, Any]:
+    """Full fingerprint for a run on ``gpu_index`` (None: a CPU run)."""
+    found, why = gpus()
+    fp: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "software": software(),
+        "env": {k: os.environ[k] for k in NUMERICS_ENV if k in os.environ},
+        "image": os.environ.get("CONVBENCH_IMAGE"),
+        "image_id": os.environ.get("CONVBENCH_IMAGE_ID"),
+        "nvml": None if why is None else why,
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+    }
+    if gpu_index is not None and gpu_index < len(found):
+        fp["gpu"] = found[gpu_index]
+    else:
+        fp["gpu"] = None
+    return fp
+
+
+def machine_name(fp: dict[str, Any]) -> str:
+    """Stable, file-name-safe name for (host, GPU): the unit results are grouped by."""
+    gpu = fp.get("gpu")
+    host = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in fp.get("hostname", "host"))
+    if not gpu:
+        return f"{host}-cpu"
+    model = "".join(ch if ch.isalnum() else "-" for ch in (gpu.get("name") or "gpu")).strip("-").lower()
+    return f"{host}-gpu{gpu['index']}-{model}"

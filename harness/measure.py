@@ -1,0 +1,124 @@
+"""Timing: device events around the measured call, warm-up, adaptive repetition to a noise target.
+
+Each repetition is bracketed by its own pair of CUDA events on the stream the call runs on, so the figure
+is device time of that call alone (launch gaps between repetitions are excluded). Repetitions are issued
+in batches and synchronised once per batch, so the host never stalls the device between samples of a
+batch. Sampling stops when the median is known to the noise target, or the time budget or sample cap is
+reached; the median, IQR and every sample are kept so later comparisons can be statistical.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .records import Timing
+
+
+@dataclass(frozen=True)
+class TimingPolicy:
+    warmup_ms: float = 1.0  # at least one call always runs untimed first
+    min_samples: int = 7
+    max_samples: int = 200
+    budget_ms: float = 30.0  # device time spent sampling one combination, warm-up excluded
+    noise_target: float = 0.005  # stop once the median's relative standard error is below this
+    batch: int = 8
+    cold: bool = False  # flush L2 before each repetition (outside the timed region)
+    keep_samples: int = 64  # samples stored in the record (evenly thinned); the summary uses all
+
+
+def median_rel_stderr(samples: list[float]) -> float:
+    """Relative standard error of the median, from a robust sigma (IQR / 1.349) and 1.2533 sigma/sqrt(n)."""
+    if len(samples) < 4:
+        return float("inf")
+    q1, _, q3 = statistics.quantiles(samples, n=4)
+    med = statistics.median(samples)
+    if med <= 0:
+        return float("inf")
+    return 1.2533 * (q3 - q1) / 1.349 / len(samples) ** 0.5 / med
+
+
+def summarize(samples: list[float], mode: str, timer: str, keep: int) -> Timing:
+    if len(samples) >= 4:
+        q1, med, q3 = statistics.quantiles(samples, n=4)
+        med = statistics.median(samples)
+    else:
+        med = statistics.median(samples)
+        q1 = q3 = med
+    step = max(1, len(samples) // keep)
+    return Timing(median_ms=med, iqr_ms=q3 - q1, n=len(samples), mode=mode, timer=timer,
+                  min_ms=min(samples), samples_ms=[round(s, 6) for s in samples[::step][:keep]])
+
+
+def _enough(samples: list[float], spent_ms: float, policy: TimingPolicy) -> bool:
+    if len(samples) >= policy.max_samples or (spent_ms >= policy.budget_ms and len(samples) >= 3):
+        return True
+    return len(samples) >= policy.min_samples and median_rel_stderr(samples) <= policy.noise_target
+
+
+class CudaTimer:
+    """Times a callable that enqueues work on torch's current CUDA stream."""
+
+    def __init__(self, policy: TimingPolicy):
+        import torch
+
+        self.torch = torch
+        self.policy = policy
+        self._flush = None
+        if policy.cold:
+            l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+            # Twice the L2, written with zeros before each repetition, evicts whatever the call left there.
+            self._flush = torch.empty(max(2 * l2, 64 << 20), dtype=torch.uint8, device="cuda")
+
+    def __call__(self, fn: Callable[[], object]) -> Timing:
+        torch, policy = self.torch, self.policy
+        stream = torch.cuda.current_stream()
+        fn()
+        stream.synchronize()
+        t0 = time.perf_counter()
+        while (time.perf_counter() - t0) * 1e3 < policy.warmup_ms:
+            fn()
+            stream.synchronize()
+        samples: list[float] = []
+        spent = 0.0
+        while not _enough(samples, spent, policy):
+            pairs = []
+            for _ in range(policy.batch):
+                if self._flush is not None:
+                    self._flush.zero_()
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record(stream)
+                fn()
+                end.record(stream)
+                pairs.append((start, end))
+            end.synchronize()
+            batch = [s.elapsed_time(e) for s, e in pairs]
+            samples.extend(batch)
+            spent += sum(batch)
+        return summarize(samples, "cold" if policy.cold else "hot", "cuda_event", policy.keep_samples)
+
+
+class HostTimer:
+    """Times a synchronous (CPU) callable with the host's monotonic clock."""
+
+    def __init__(self, policy: TimingPolicy):
+        self.policy = policy
+
+    def __call__(self, fn: Callable[[], object]) -> Timing:
+        policy = self.policy
+        fn()
+        t0 = time.perf_counter()
+        while (time.perf_counter() - t0) * 1e3 < policy.warmup_ms:
+            fn()
+        samples: list[float] = []
+        spent = 0.0
+        while not _enough(samples, spent, policy):
+            s = time.perf_counter()
+            fn()
+            ms = (time.perf_counter() - s) * 1e3
+            samples.append(ms)
+            spent += ms
+        return summarize(samples, "hot", "perf_counter", policy.keep_samples)
