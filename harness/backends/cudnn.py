@@ -1,0 +1,220 @@
+"""cuDNN backend: every algorithm x math type x dtype x layout of a case, called directly through ctypes.
+
+Per case and dtype the operands are made once (rounded from the shared float32 draws) with their float64
+reference; per layout the descriptors are made once; then each math type and algorithm is a record. A
+combination cuDNN rejects, or whose workspace does not fit, is a record with that status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from .. import accuracy
+from ..cases import Case
+from ..measure import CudaTimer
+from ..records import (OK, SKIPPED, UNSUPPORTED_ARCH, WORKSPACE_TOO_LARGE, Determinism, Ranking, Record)
+from . import Combo, SweepOptions
+from .cudnn_lib import ALGOS, DOCUMENTED_NONDETERMINISTIC, MATH, Conv, ConvDescriptors, Cudnn, CudnnError, Handle
+
+
+def cuda_unavailable_reason() -> str | None:
+    try:
+        import torch
+    except ImportError:
+        return "PyTorch is not installed (it provides the CUDA context and device memory)"
+    if not torch.cuda.is_available():
+        return "no CUDA device is visible to PyTorch"
+    return None
+
+
+def arch_reason(dtype: str, sm: tuple[int, int]) -> str | None:
+    """Why a dtype cannot run on this architecture, or None."""
+    if dtype == "bf16" and sm < (8, 0):
+        return f"BF16 convolution needs sm_80 or newer (Ampere); this GPU is sm_{sm[0]}{sm[1]}"
+    if dtype == "fp16" and sm < (5, 3):
+        return f"FP16 arithmetic needs sm_53 or newer; this GPU is sm_{sm[0]}{sm[1]}"
+    return None
+
+
+class CudnnBackend:
+    name = "cudnn"
+
+    def __init__(self, library: str | None = None):
+        self.library = library
+        self._cudnn: Cudnn | None = None
+
+    @property
+    def cudnn(self) -> Cudnn:
+        if self._cudnn is None:
+            import torch
+
+            torch.backends.cudnn.version()  # make PyTorch load its libcudnn, so we bind that same one
+            self._cudnn = Cudnn(self.library)
+        return self._cudnn
+
+    def available(self) -> str | None:
+        why = cuda_unavailable_reason()
+        if why:
+            return why
+        try:
+            self.cudnn
+        except Exception as exc:  # CudnnNotFound, or a library without the legacy API
+            return str(exc)
+        return None
+
+    def combos(self, case: Case, options: SweepOptions) -> list[Combo]:
+        return [Combo(direction, algo, math, dtype, layout)
+                for direction in options.directions for dtype in options.dtypes for layout in options.layouts
+                for math in MATH for algo in ALGOS[direction]]
+
+    def run(self, case: Case, combos: Iterable[Combo], options: SweepOptions) -> Iterator[Record | Ranking]:
+        combos = list(combos)
+        why = self.available()
+        if why:
+            for c in combos:
+                yield c.record(case, self.name, status=SKIPPED, reason=why)
+            return
+        import torch
+
+        sm = torch.cuda.get_device_capability()
+        groups: dict[tuple[str, str, str], list[Combo]] = {}
+        for c in combos:
+            groups.setdefault((c.direction, c.dtype, c.layout), []).append(c)
+        for (direction, dtype, layout), todo in groups.items():
+            reason = arch_reason(dtype, sm)
+            if reason:
+                for c in todo:
+                    yield c.record(case, self.name, status=UNSUPPORTED_ARCH, reason=reason, device="cuda")
+                continue
+            yield from _Session(self.cudnn, case, direction, dtype, layout, options).run(todo)
+            torch.cuda.empty_cache()
+
+
+class _Session:
+    """Buffers, descriptors and reference for one (case, direction, dtype, layout)."""
+
+    def __init__(self, cudnn: Cudnn, case: Case, direction: str, dtype: str, layout: str, options: SweepOptions):
+        import torch
+
+        self.torch = torch
+        self.cudnn, self.case, self.direction, self.dtype, self.layout = cudnn, case, direction, dtype, layout
+        self.options = options
+        fmt = torch.channels_last if layout == "NHWC" else torch.contiguous_format
+        tdt = accuracy.torch_dtype(dtype)
+        host = accuracy.host_inputs(case, direction)
+        ops = {k: torch.from_numpy(v).to("cuda", tdt).contiguous(memory_format=fmt) for k, v in host.items()}
+        out_name = {"fwd": "y", "bwd_data": "dx", "bwd_filter": "dw"}[direction]
+        out_shape = {"fwd": case.y_shape(), "bwd_data": case.x_shape(), "bwd_filter": case.w_shape()}[direction]
+        self.out = torch.empty(out_shape, dtype=tdt, device="cuda").contiguous(memory_format=fmt)
+        self.first = torch.empty_like(self.out)
+        self.ref, self.scale = accuracy.reference(case, direction, ops, "cuda")
+        ptrs = {k: v.data_ptr() for k, v in ops.items()}
+        ptrs[out_name] = self.out.data_ptr()
+        self.ops = ops  # keep the buffers alive while cuDNN holds their pointers
+        self.stream = torch.cuda.current_stream()
+        self.handle = Handle(cudnn, self.stream.cuda_stream)
+        self.desc = ConvDescriptors(cudnn, case, dtype, layout)
+        self.conv = Conv(cudnn, self.handle, self.desc, direction, ptrs)
+        self.ptrs = ptrs
+        self.workspace = None
+        free, _ = torch.cuda.mem_get_info()
+        self.ws_limit = min(options.workspace_limit, int(free * 0.8))
+        self.timer = CudaTimer(options.timing)
+
+    def _workspace(self, nbytes: int) -> int:
+        if nbytes == 0:
+            return 0
+        if self.workspace is None or self.workspace.numel() < nbytes:
+            self.workspace = None
+            self.workspace = self.torch.empty(nbytes, dtype=self.torch.uint8, device="cuda")
+        return self.workspace.data_ptr()
+
+    def _bitwise_equal(self, a, b) -> bool:
+        return bool(self.torch.equal(accuracy._int_view(a), accuracy._int_view(b)))
+
+    def _run_checked(self, algo_id: int, ws: int, ws_bytes: int) -> None:
+        accuracy.poison(self.out, self.dtype)
+        self.conv.run(algo_id, ws, ws_bytes)
+
+    def measure(self, combo: Combo) -> Record:
+        rec = combo.record(self.case, "cudnn", device="cuda")
+        names = ALGOS[self.direction]
+        algo_id = names.index(combo.algo)
+        if (self.direction, combo.algo) in DOCUMENTED_NONDETERMINISTIC:
+            rec.extra["documented_nondeterministic"] = True
+        try:
+            self.desc.set_math(combo.math)
+            ws_bytes = self.conv.workspace_size(algo_id)
+        except CudnnError as exc:
+            rec.status, rec.reason = exc.status, str(exc)
+            return rec
+        rec.workspace_bytes = ws_bytes
+        if ws_bytes > self.ws_limit:
+            rec.status = WORKSPACE_TOO_LARGE
+            rec.reason = f"needs {ws_bytes / 2**30:.2f} GiB of workspace; limit {self.ws_limit / 2**30:.2f} GiB"
+            return rec
+        ws = self._workspace(ws_bytes)
+        try:
+            self._run_checked(algo_id, ws, ws_bytes)
+        except CudnnError as exc:
+            rec.status, rec.reason = exc.status, str(exc)
+            return rec
+        self.stream.synchronize()
+        rec.accuracy = accuracy.measure(self.out, self.ref, self.scale, self.dtype)
+        self.first.copy_(self.out)
+        first_hash = accuracy.output_hash(self.first)
+        hashes = {first_hash}
+        repeat_equal = True
+        for _ in range(self.options.repeats):
+            self._run_checked(algo_id, ws, ws_bytes)
+            if not self._bitwise_equal(self.out, self.first):
+                repeat_equal = False
+                hashes.add(accuracy.output_hash(self.out))
+        fresh = Handle(self.cudnn, self.stream.cuda_stream)
+        try:
+            fresh_conv = Conv(self.cudnn, fresh, self.desc, self.direction, self.ptrs)
+            accuracy.poison(self.out, self.dtype)
+            fresh_conv.run(algo_id, ws, ws_bytes)
+            fresh_equal = self._bitwise_equal(self.out, self.first)
+            if not fresh_equal:
+                hashes.add(accuracy.output_hash(self.out))
+        finally:
+            self.stream.synchronize()
+            fresh.close()
+        rec.determinism = Determinism(hash=first_hash, hash_algo=accuracy.HASH_ALGO, repeats=self.options.repeats,
+                                      repeat_equal=repeat_equal, fresh_handle_equal=fresh_equal,
+                                      distinct_outputs=len(hashes))
+        rec.time = self.timer(lambda: self.conv.run(algo_id, ws, ws_bytes))
+        rec.status = OK
+        return rec
+
+    def rankings(self, math: str, max_ws: int) -> Iterator[Ranking]:
+        self.desc.set_math(math)
+        ws_bytes = min(max_ws, self.ws_limit)
+        ws = self._workspace(ws_bytes)
+        for source, call in (("get_v7", self.conv.get_v7), ("find", lambda: self.conv.find(ws, ws_bytes))):
+            try:
+                rows = call()
+            except CudnnError as exc:
+                rows = [{"rank": 0, "algo": "-", "status": exc.status, "time_ms": None, "memory_bytes": None,
+                         "determinism": "-", "math_reported": "-"}]
+            for row in rows:
+                yield Ranking(case=self.case.id, direction=self.direction, dtype=self.dtype, layout=self.layout,
+                              math=math, source=source, **row)
+        self.stream.synchronize()
+
+    def run(self, combos: list[Combo]) -> Iterator[Record | Ranking]:
+        try:
+            max_ws: dict[str, int] = {}
+            for c in combos:
+                rec = self.measure(c)
+                if rec.workspace_bytes is not None and rec.status == OK:
+                    max_ws[c.math] = max(max_ws.get(c.math, 0), rec.workspace_bytes)
+                yield rec
+            if self.options.rankings:
+                for math in dict.fromkeys(c.math for c in combos):
+                    yield from self.rankings(math, max_ws.get(math, 0))
+        finally:
+            self.conv = None
+            self.desc.close()
+            self.handle.close()

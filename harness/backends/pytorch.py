@@ -1,0 +1,170 @@
+"""PyTorch backend: ``F.conv2d`` (and its autograd backward) under PyTorch's conv settings grid.
+
+On CUDA the grid is TF32 (allow_tf32 / conv.fp32_precision) x cudnn.benchmark x cudnn.deterministic; on a
+CPU these settings do not apply, so the CPU runs one setting per dtype and layout through the same
+accuracy and determinism machinery, timed with the host clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Iterable, Iterator
+
+from .. import accuracy
+from ..cases import Case
+from ..measure import CudaTimer, HostTimer
+from ..records import ERROR, OK, UNSUPPORTED_ARCH, Determinism, Record
+from . import Combo, SweepOptions
+from .cudnn import arch_reason
+
+
+@contextlib.contextmanager
+def conv_settings(tf32: bool | None, benchmark: bool | None, deterministic: bool | None):
+    """Apply PyTorch's cuDNN conv flags for the duration, restoring them after."""
+    import torch
+
+    cudnn = torch.backends.cudnn
+    conv_ns = getattr(cudnn, "conv", None)
+    new_api = conv_ns is not None and hasattr(conv_ns, "fp32_precision")
+    saved = (cudnn.benchmark, cudnn.deterministic,
+             conv_ns.fp32_precision if new_api else cudnn.allow_tf32)
+    try:
+        if benchmark is not None:
+            cudnn.benchmark = benchmark
+        if deterministic is not None:
+            cudnn.deterministic = deterministic
+        if tf32 is not None:
+            if new_api:
+                conv_ns.fp32_precision = "tf32" if tf32 else "ieee"
+            else:
+                cudnn.allow_tf32 = tf32
+        yield
+    finally:
+        cudnn.benchmark, cudnn.deterministic = saved[0], saved[1]
+        if new_api:
+            conv_ns.fp32_precision = saved[2]
+        else:
+            cudnn.allow_tf32 = saved[2]
+
+
+def _math_name(dtype: str, tf32: bool | None) -> str:
+    if dtype != "fp32" or tf32 is None:
+        return "DEFAULT"
+    return "TF32" if tf32 else "IEEE"
+
+
+class TorchBackend:
+    name = "torch"
+
+    def available(self) -> str | None:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            return "PyTorch is not installed"
+        return None
+
+    def _on_cuda(self, options: SweepOptions) -> bool:
+        import torch
+
+        return options.device == "cuda" and torch.cuda.is_available()
+
+    def combos(self, case: Case, options: SweepOptions) -> list[Combo]:
+        out = []
+        cuda = self._on_cuda(options)
+        for direction, dtype, layout in itertools.product(options.directions, options.dtypes, options.layouts):
+            if not cuda:
+                out.append(Combo(direction, "auto", "DEFAULT", dtype, layout, (("device", "cpu"),)))
+                continue
+            tf32s = (True, False) if dtype == "fp32" else (None,)
+            for tf32, bench, det in itertools.product(tf32s, (False, True), (False, True)):
+                settings = (("benchmark", bench), ("deterministic", det), ("tf32", tf32))
+                out.append(Combo(direction, "auto", _math_name(dtype, tf32), dtype, layout, settings))
+        return out
+
+    def run(self, case: Case, combos: Iterable[Combo], options: SweepOptions) -> Iterator[Record]:
+        import torch
+
+        cuda = self._on_cuda(options)
+        device = "cuda" if cuda else "cpu"
+        sm = torch.cuda.get_device_capability() if cuda else None
+        timer = CudaTimer(options.timing) if cuda else HostTimer(options.timing)
+        cache: dict[tuple[str, str, str], tuple] = {}
+        for combo in combos:
+            rec = combo.record(case, self.name, device=device)
+            settings = dict(combo.settings)
+            if cuda:
+                reason = arch_reason(combo.dtype, sm)
+                if reason is None and settings.get("tf32") and sm < (8, 0):
+                    reason = (f"TF32 needs sm_80 or newer (Ampere); this GPU is sm_{sm[0]}{sm[1]}, so TF32 on "
+                              "is the same computation as TF32 off")
+                if reason:
+                    rec.status, rec.reason = UNSUPPORTED_ARCH, reason
+                    yield rec
+                    continue
+            key = (combo.direction, combo.dtype, combo.layout)
+            if key not in cache:
+                cache.clear()
+                cache[key] = self._prepare(case, *key, device)
+            try:
+                with conv_settings(settings.get("tf32"), settings.get("benchmark"), settings.get("deterministic")):
+                    self._measure(rec, cache[key], timer, options, device)
+            except (RuntimeError, NotImplementedError) as exc:
+                rec.status, rec.reason = ERROR, f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+            yield rec
+        cache.clear()
+        if cuda:
+            torch.cuda.empty_cache()
+
+    def _prepare(self, case: Case, direction: str, dtype: str, layout: str, device: str):
+        import torch
+        import torch.nn.functional as F
+
+        fmt = torch.channels_last if layout == "NHWC" else torch.contiguous_format
+        tdt = accuracy.torch_dtype(dtype)
+        host = accuracy.host_inputs(case, direction)
+        ops = {k: torch.from_numpy(v).to(device, tdt).contiguous(memory_format=fmt) for k, v in host.items()}
+        ref, scale = accuracy.reference(case, direction, ops, device)
+        kw = dict(stride=case.stride, padding=case.pad, dilation=case.dilation, groups=case.groups)
+        if direction == "fwd":
+            def call():
+                return F.conv2d(ops["x"], ops["w"], **kw)
+        else:
+            x = ops["x"].detach().requires_grad_(direction == "bwd_data")
+            w = ops["w"].detach().requires_grad_(direction == "bwd_filter")
+            wrt = x if direction == "bwd_data" else w
+
+            def call():
+                with torch.enable_grad():
+                    y = F.conv2d(x, w, **kw)
+                    return torch.autograd.grad(y, wrt, ops["dy"])[0]
+        return call, ref, scale
+
+    def _measure(self, rec: Record, prepared, timer, options: SweepOptions, device: str) -> None:
+        import torch
+
+        call, ref, scale = prepared
+        sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+        with torch.no_grad():
+            if device == "cuda":
+                # Poison the block the caching allocator will hand the output: an unwritten element shows.
+                bait = torch.empty_like(ref, dtype=accuracy.torch_dtype(rec.dtype))
+                accuracy.poison(bait, rec.dtype)
+                del bait
+            out = call()
+            sync()
+            rec.accuracy = accuracy.measure(out, ref, scale, rec.dtype)
+            first = out.clone()
+            first_hash = accuracy.output_hash(first)
+            hashes = {first_hash}
+            repeat_equal = True
+            for _ in range(options.repeats):
+                again = call()
+                if not torch.equal(accuracy._int_view(again), accuracy._int_view(first)):
+                    repeat_equal = False
+                    hashes.add(accuracy.output_hash(again))
+            rec.determinism = Determinism(hash=first_hash, hash_algo=accuracy.HASH_ALGO, repeats=options.repeats,
+                                          repeat_equal=repeat_equal, fresh_handle_equal=None,
+                                          distinct_outputs=len(hashes))
+            rec.time = timer(call)
+        rec.status = OK

@@ -1,0 +1,129 @@
+"""Subcommands that measure on this host: ``doctor``, ``cases`` and ``sweep``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from . import cases as catalogue
+from .backends import BACKENDS, SweepOptions
+from .cli import EXIT_ENVIRONMENT, UserError
+from .measure import TimingPolicy
+from .records import DIRECTIONS, DTYPES, LAYOUTS
+
+DEFAULT_RESULTS = Path(os.environ.get("CONVBENCH_RESULTS", "results"))
+
+
+def _list(allowed: tuple[str, ...], what: str):
+    def parse(text: str) -> tuple[str, ...]:
+        items = tuple(x for x in text.split(",") if x)
+        bad = [x for x in items if x not in allowed]
+        if bad or not items:
+            raise argparse.ArgumentTypeError(f"unknown {what} {', '.join(bad) or '(none)'}; "
+                                             f"choose from {', '.join(allowed)}")
+        return items
+    return parse
+
+
+def register(sub) -> None:
+    p = sub.add_parser("doctor", help="what this host can run, and why not")
+    p.set_defaults(handler=doctor)
+
+    p = sub.add_parser("cases", help="list the case catalogue and the named sets")
+    p.add_argument("names", nargs="*", help="case ids or set names to show (default: all)")
+    p.set_defaults(handler=list_cases)
+
+    p = sub.add_parser("sweep", help="measure cases x backends here, journaling every record")
+    p.add_argument("--cases", default=None,
+                   help="case ids and/or sets, comma-separated (default: 'default' with a GPU, 'quick' without)")
+    p.add_argument("--backends", type=_list(BACKENDS, "backend"), default=("cudnn", "torch"))
+    p.add_argument("--directions", type=_list(DIRECTIONS, "direction"), default=("fwd",))
+    p.add_argument("--dtypes", type=_list(DTYPES, "dtype"), default=DTYPES)
+    p.add_argument("--layouts", type=_list(LAYOUTS, "layout"), default=LAYOUTS)
+    p.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="results root (default: %(default)s)")
+    p.add_argument("--resume", type=Path, help="a run directory to complete instead of starting a new run")
+    p.add_argument("--cold", action="store_true", help="flush L2 before each timed repetition")
+    p.add_argument("--budget-ms", type=float, default=TimingPolicy.budget_ms,
+                   help="device time spent sampling one combination (default: %(default)s)")
+    p.add_argument("--repeats", type=int, default=2, help="in-place repeats checked bitwise (default: 2)")
+    p.add_argument("--no-rankings", action="store_true", help="skip cuDNN's own Find/Get_v7 rankings")
+    p.add_argument("--cudnn", help="path of the libcudnn to load (default: the one PyTorch loaded)")
+    p.set_defaults(handler=sweep)
+
+
+def doctor(args) -> int:
+    from . import fingerprint
+
+    print("convbench doctor: what this host can run")
+    gpus, why = fingerprint.gpus()
+    if why:
+        print(f"  GPU (NVML):    none usable: {why}")
+    for g in gpus:
+        print(f"  GPU {g['index']} (NVML):  {g.get('name')}, sm_{(g.get('sm') or '?').replace('.', '')}, "
+              f"driver {g.get('driver')}, {((g.get('memory_total_bytes') or 0) / 2**30):.0f} GiB")
+    sw = fingerprint.software()
+    print(f"  torch:         {sw.get('torch') or 'not installed'}"
+          + (f" (CUDA {sw.get('torch_cuda')}, cuDNN {sw.get('torch_cudnn')})" if sw.get("torch") else ""))
+    ort = sw.get("onnxruntime")
+    print(f"  onnxruntime:   {ort or 'not installed'}"
+          + (f" (providers: {', '.join(sw.get('onnxruntime_providers') or [])})" if ort else ""))
+    from .backends import get_backend
+
+    usable = 0
+    for name in BACKENDS:
+        try:
+            backend = get_backend(name)
+            why = backend.available()
+        except ImportError as exc:
+            why = f"not built into this install ({exc.name})"
+        detail = ""
+        if name == "cudnn" and not why:
+            lib = backend.cudnn
+            detail = f" (cuDNN {lib.version} at {lib.path})"
+        elif name == "torch" and not why:
+            import torch
+
+            detail = " on CUDA" if torch.cuda.is_available() else " on the CPU only"
+        print(f"  backend {name:6s} {'can run' + detail if not why else 'cannot run: ' + why}")
+        usable += why is None
+    if args.command == "doctor" and not usable:
+        return EXIT_ENVIRONMENT
+    return 0
+
+
+def list_cases(args) -> int:
+    ids = [c.id for c in catalogue.select(args.names)] if args.names else list(catalogue.CATALOGUE)
+    for cid in ids:
+        c = catalogue.CATALOGUE[cid]
+        print(f"{cid:40s} {c.describe()}  [{c.note}]")
+    if not args.names:
+        print()
+        for name, members in catalogue.SETS.items():
+            print(f"set {name:10s} {len(members)} cases")
+    return 0
+
+
+def sweep(args) -> int:
+    from . import sweep as sweep_mod
+    from .backends.cudnn import cuda_unavailable_reason
+
+    if args.cudnn:
+        os.environ["CONVBENCH_CUDNN"] = args.cudnn
+    if args.resume is not None and not (args.resume / "run.json").is_file():
+        raise UserError(f"--resume {args.resume}: not a run directory (no run.json)")
+    if args.repeats < 0 or args.budget_ms <= 0:
+        raise UserError("--repeats must be >= 0 and --budget-ms > 0")
+    gpu = cuda_unavailable_reason() is None
+    try:
+        cases = catalogue.select(args.cases or ("default" if gpu else "quick"))
+    except catalogue.UnknownCase as exc:
+        raise UserError(str(exc)) from None
+    options = SweepOptions(directions=args.directions, dtypes=args.dtypes, layouts=args.layouts,
+                           timing=TimingPolicy(cold=args.cold, budget_ms=args.budget_ms), repeats=args.repeats,
+                           rankings=not args.no_rankings, device="cuda" if gpu else "cpu")
+    journal = sweep_mod.run(cases, list(args.backends), options, args.results, resume=args.resume)
+    end = (journal.path / "end.json").read_text()
+    print(f"run written to {journal.path}")
+    print(end.strip())
+    return 0
