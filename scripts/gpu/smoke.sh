@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# First contact with a GPU host: doctor, a small sweep in all three directions, and one asv class.
+# Usage (repo root): OUT=/some/dir bash scripts/gpu/smoke.sh
+set -uo pipefail
+export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD}
+OUT=${OUT:-/tmp/convbench-out}; mkdir -p "$OUT"
+python3 -m harness.cli doctor
+python3 - <<'PY'
+import torch; print("torch", torch.__version__, torch.cuda.get_device_name(), torch.backends.cudnn.version())
+PY
+t0=$(date +%s)
+python3 -m harness.cli sweep --cases seed.c64,resnet50.layer4.1.conv2.n32,quick.seed,quick.depthwise \
+  --directions fwd,bwd_data,bwd_filter --results /tmp/res 2>&1 | tail -25
+echo "sweep seconds: $(( $(date +%s) - t0 ))"
+t0=$(date +%s)
+asv machine --yes --machine h200 >/dev/null 2>&1
+CONVBENCH_CASES=seed.c8 CONVBENCH_RESULTS=/tmp/res-asv timeout 240 asv run -E existing:$(which python3) \
+  --machine h200 -b CudnnForward --show-stderr 2>&1 | tail -15
+echo "asv seconds: $(( $(date +%s) - t0 ))"
+tar czf "$OUT/smoke-results.tgz" -C /tmp res res-asv .asv 2>/dev/null || tar czf "$OUT/smoke-results.tgz" -C /tmp res
+cp -r .asv/results "$OUT/asv-results" 2>/dev/null
+python3 - <<'PY'
+import json, glob, collections
+for f in glob.glob('/tmp/res/*/*/records.jsonl'):
+    st = collections.Counter(); cls = collections.Counter()
+    for l in open(f):
+        d = json.loads(l)
+        if d.get('kind') != 'measurement': continue
+        st[(d['backend'], d['direction'], d['status'])] += 1
+        if d['accuracy']: cls[(d['backend'], d['direction'], d['dtype'], d['math'], d['accuracy']['precision_class'])] += 1
+    for k, v in sorted(st.items()): print('status', k, v)
+    for k, v in sorted(cls.items()): print('class', k, v)
+PY
