@@ -13,8 +13,9 @@ python3 -m harness.cli sweep --cases seed.c64,resnet50.layer4.1.conv2.n32,quick.
   --directions fwd,bwd_data,bwd_filter --results /tmp/res 2>&1 | tail -25
 echo "sweep seconds: $(( $(date +%s) - t0 ))"
 t0=$(date +%s)
-asv machine --yes --machine h200 >/dev/null 2>&1
-CONVBENCH_CASES=seed.c8 CONVBENCH_RESULTS=/tmp/res-asv timeout 240 asv run -E existing:$(which python3) \
+[ -d .git ] || { git init -q && git add -A && git -c user.email=ci@convbench -c user.name=ci commit -qm snapshot; }
+python3 -m asv machine --yes --machine h200 >/dev/null 2>&1
+CONVBENCH_CASES=seed.c8 CONVBENCH_RESULTS=/tmp/res-asv timeout 240 python3 -m asv run -E existing:$(which python3) \
   --machine h200 -b CudnnForward --show-stderr 2>&1 | tail -15
 echo "asv seconds: $(( $(date +%s) - t0 ))"
 tar czf "$OUT/smoke-results.tgz" -C /tmp res res-asv .asv 2>/dev/null || tar czf "$OUT/smoke-results.tgz" -C /tmp res
