@@ -1,0 +1,312 @@
+"""The store: one SQLite file that indexes every collected run for cross-machine, cross-image and cross-night questions.
+
+Why this shape:
+- ``runs`` holds one row per (run_id, machine) with the facts a comparison groups by (machine, GPU model, image,
+  night) and the run's fingerprint; indexes serve "latest run per machine and image" and "runs of a night".
+- ``combos`` gives each record key (case|backend|direction|algo|math|dtype|layout|settings) a small integer id, so
+  ten million records do not repeat the same seven strings.
+- ``records`` keeps every measured value of a record, and its timing samples as a float32 blob, so regressions
+  can be decided with a statistical test instead of a bare percentage. Keyed by (run, combo); a second index
+  (combo, run) serves the history of one combination.
+- ``run_vectors`` is a columnar copy of the few values that nightly series need (combo ids, status ok, median,
+  normalised error, output hash, chosen algorithm), one row of arrays per run: reading a year of a fleet's
+  series is then a few thousand blob reads instead of ten million row fetches.
+The store file is the only thing ``collect`` writes.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+STORE_SCHEMA = 1
+DEFAULT_STORE = "convbench.sqlite"
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    machine TEXT NOT NULL,
+    image TEXT NOT NULL,
+    image_id TEXT,
+    started TEXT NOT NULL,          -- ISO 8601 UTC
+    night TEXT NOT NULL,            -- YYYY-MM-DD of started, the unit of nightly series
+    suite_revision TEXT,
+    hardware TEXT NOT NULL,         -- 'gpu' or 'cpu': said next to every comparison in the report
+    gpu_model TEXT,                 -- NVML name, NULL on a CPU run
+    sm TEXT,
+    source TEXT NOT NULL,           -- 'journal' or 'asv'
+    origin TEXT NOT NULL,           -- where it was collected from
+    digest TEXT NOT NULL,           -- identifies the collected content; re-collecting equal content is a no-op
+    complete INTEGER NOT NULL,      -- end.json present
+    n_records INTEGER NOT NULL,
+    n_ok INTEGER NOT NULL,
+    n_rankings INTEGER NOT NULL,
+    counts TEXT NOT NULL,           -- JSON {status: n}
+    fingerprint TEXT NOT NULL,      -- JSON
+    options TEXT NOT NULL,          -- JSON
+    end_info TEXT,                  -- JSON of end.json
+    UNIQUE (run_id, machine)
+);
+CREATE INDEX IF NOT EXISTS runs_machine_image ON runs (machine, image, started);
+CREATE INDEX IF NOT EXISTS runs_model_image ON runs (gpu_model, image, started);
+CREATE INDEX IF NOT EXISTS runs_image ON runs (image, started);
+CREATE INDEX IF NOT EXISTS runs_night ON runs (night);
+CREATE TABLE IF NOT EXISTS combos (
+    id INTEGER PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE,
+    case_id TEXT NOT NULL, backend TEXT NOT NULL, direction TEXT NOT NULL, algo TEXT NOT NULL,
+    math TEXT NOT NULL, dtype TEXT NOT NULL, layout TEXT NOT NULL, settings TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS combos_backend ON combos (backend, case_id);
+CREATE TABLE IF NOT EXISTS records (
+    run INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    combo INTEGER NOT NULL REFERENCES combos (id),
+    status TEXT NOT NULL, reason TEXT, device TEXT,
+    median_ms REAL, iqr_ms REAL, min_ms REAL, n INTEGER, timer TEXT, mode TEXT,
+    samples BLOB,                   -- float32 little-endian timing samples in ms
+    workspace_bytes INTEGER,
+    max_abs REAL, rel_l2 REAL, max_norm_err REAL, nan INTEGER, inf INTEGER, unwritten INTEGER,
+    precision_class TEXT,
+    hash TEXT, hash_algo TEXT, repeats INTEGER, repeat_equal INTEGER, fresh_handle_equal INTEGER,
+    distinct_outputs INTEGER,
+    chosen_algo TEXT, explanation TEXT, extra TEXT,
+    PRIMARY KEY (run, combo)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS records_combo ON records (combo, run);
+CREATE TABLE IF NOT EXISTS rankings (
+    run INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    case_id TEXT, direction TEXT, dtype TEXT, layout TEXT, math TEXT, source TEXT, rank INTEGER,
+    algo TEXT, status TEXT, time_ms REAL, memory_bytes INTEGER, determinism TEXT, math_reported TEXT
+);
+CREATE INDEX IF NOT EXISTS rankings_run ON rankings (run);
+CREATE TABLE IF NOT EXISTS names (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS run_vectors (
+    run INTEGER PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
+    combo BLOB NOT NULL,      -- int32 combo ids
+    ok BLOB NOT NULL,         -- uint8 status == ok
+    median BLOB NOT NULL,     -- float32 median ms (NaN when not timed)
+    norm_err BLOB NOT NULL,   -- float32 max_norm_err (NaN when not measured)
+    hash BLOB NOT NULL,       -- int64 first 64 bits of the output hash (0 when none)
+    chosen BLOB NOT NULL      -- int32 names.id of chosen_algo (-1 when none)
+);
+"""
+
+RECORD_COLUMNS = ("run", "combo", "status", "reason", "device", "median_ms", "iqr_ms", "min_ms", "n", "timer",
+                  "mode", "samples", "workspace_bytes", "max_abs", "rel_l2", "max_norm_err", "nan", "inf",
+                  "unwritten", "precision_class", "hash", "hash_algo", "repeats", "repeat_equal",
+                  "fresh_handle_equal", "distinct_outputs", "chosen_algo", "explanation", "extra")
+RANKING_COLUMNS = ("run", "case_id", "direction", "dtype", "layout", "math", "source", "rank", "algo", "status",
+                   "time_ms", "memory_bytes", "determinism", "math_reported")
+RUN_COLUMNS = ("run_id", "machine", "image", "image_id", "started", "night", "suite_revision", "hardware",
+               "gpu_model", "sm", "source", "origin", "digest", "complete", "n_records", "n_ok", "n_rankings",
+               "counts", "fingerprint", "options", "end_info")
+
+
+class StoreError(Exception):
+    """The store file cannot be used (not a convbench store, or a newer store schema)."""
+
+
+@dataclass
+class ParsedRun:
+    """A run as ``collect`` hands it to the store: run facts, combo definitions and row tuples ready to insert."""
+
+    run: dict[str, Any]  # RUN_COLUMNS
+    combos: list[tuple]  # (key, case, backend, direction, algo, math, dtype, layout, settings_json), one per record
+    records: list[tuple]  # RECORD_COLUMNS without run and combo (filled in by the store)
+    rankings: list[tuple]  # RANKING_COLUMNS without run
+    vectors: dict[str, np.ndarray]  # ok, median, norm_err, hash (per record, in record order), chosen names
+
+
+def samples_blob(samples: Sequence[float] | None) -> bytes | None:
+    if not samples:
+        return None
+    return np.asarray(samples, dtype="<f4").tobytes()
+
+
+def samples_array(blob: bytes | None) -> np.ndarray:
+    if not blob:
+        return np.empty(0, dtype=np.float64)
+    return np.frombuffer(blob, dtype="<f4").astype(np.float64)
+
+
+class Store:
+    def __init__(self, path: str | Path = DEFAULT_STORE, *, create: bool = True):
+        self.path = str(path)
+        if self.path != ":memory:" and not create and not Path(self.path).exists():
+            raise StoreError(f"no store at {self.path} (run `convbench collect` first)")
+        try:
+            self.db = sqlite3.connect(self.path, isolation_level=None, timeout=60)
+            self.db.execute("PRAGMA foreign_keys = ON")
+            if self.path != ":memory:":
+                self.db.execute("PRAGMA journal_mode = WAL")
+            self.db.execute("PRAGMA synchronous = NORMAL")
+            self.db.execute("PRAGMA cache_size = -65536")
+            self._init_schema()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path} is not a usable SQLite store: {exc}") from None
+        self._combo_ids: dict[str, int] = {}
+        self._name_ids: dict[str, int] = {}
+
+    def _init_schema(self) -> None:
+        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if tables and "meta" not in tables:
+            raise StoreError(f"{self.path} is an SQLite file but not a convbench store")
+        if "meta" in tables:
+            row = self.db.execute("SELECT value FROM meta WHERE key='store_schema'").fetchone()
+            version = int(row[0]) if row else None
+            if version != STORE_SCHEMA:
+                raise StoreError(f"{self.path} has store schema {version}; this convbench reads {STORE_SCHEMA}")
+            return
+        self.db.executescript(_DDL)
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES ('store_schema', ?)", (str(STORE_SCHEMA),))
+
+    def close(self) -> None:
+        if self.path != ":memory:":
+            try:
+                self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.OperationalError:
+                pass
+        self.db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- writing -------------------------------------------------------------------------------------------
+
+    def digest_of(self, run_id: str, machine: str) -> str | None:
+        row = self.db.execute("SELECT digest FROM runs WHERE run_id=? AND machine=?", (run_id, machine)).fetchone()
+        return row[0] if row else None
+
+    def _ids(self, table: str, cache: dict[str, int], keys: Iterable[str], rows: dict[str, tuple]) -> None:
+        missing = [k for k in dict.fromkeys(keys) if k not in cache]
+        if not missing:
+            return
+        if table == "combos":
+            self.db.executemany("INSERT OR IGNORE INTO combos (key, case_id, backend, direction, algo, math, dtype,"
+                                " layout, settings) VALUES (?,?,?,?,?,?,?,?,?)", [rows[k] for k in missing])
+            col = "key"
+        else:
+            self.db.executemany("INSERT OR IGNORE INTO names (name) VALUES (?)", [(k,) for k in missing])
+            col = "name"
+        for i in range(0, len(missing), 500):
+            chunk = missing[i:i + 500]
+            marks = ",".join("?" * len(chunk))
+            for ident, key in self.db.execute(f"SELECT id, {col} FROM {table} WHERE {col} IN ({marks})", chunk):
+                cache[key] = ident
+
+    def ingest(self, parsed: ParsedRun) -> str:
+        """Insert or replace one run in one transaction; returns 'added', 'updated' or 'unchanged'."""
+        run = parsed.run
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            row = self.db.execute("SELECT id, digest FROM runs WHERE run_id=? AND machine=?",
+                                  (run["run_id"], run["machine"])).fetchone()
+            if row and row[1] == run["digest"]:
+                self.db.execute("COMMIT")
+                return "unchanged"
+            if row:  # the journal grew (a resumed run): replace the run as a whole
+                self.db.execute("DELETE FROM runs WHERE id=?", (row[0],))
+            cur = self.db.execute(f"INSERT INTO runs ({','.join(RUN_COLUMNS)}) VALUES "
+                                  f"({','.join('?' * len(RUN_COLUMNS))})", [run[c] for c in RUN_COLUMNS])
+            run_pk = cur.lastrowid
+            by_key = {c[0]: c for c in parsed.combos}
+            self._ids("combos", self._combo_ids, by_key, by_key)
+            combo_ids = [self._combo_ids[c[0]] for c in parsed.combos]
+            # A journal may hold a combination twice (a resumed run re-measured it); the last record wins.
+            rows = {cid: (run_pk, cid, *rec) for cid, rec in zip(combo_ids, parsed.records, strict=True)}
+            self.db.executemany(f"INSERT INTO records VALUES ({','.join('?' * len(RECORD_COLUMNS))})",
+                                rows.values())
+            if parsed.rankings:
+                self.db.executemany(f"INSERT INTO rankings VALUES ({','.join('?' * len(RANKING_COLUMNS))})",
+                                    [(run_pk, *r) for r in parsed.rankings])
+            chosen_names = parsed.vectors["chosen"]
+            self._ids("names", self._name_ids, [n for n in chosen_names if n], {})
+            chosen = np.array([self._name_ids[n] if n else -1 for n in chosen_names], dtype="<i4")
+            v = parsed.vectors
+            self.db.execute("INSERT INTO run_vectors VALUES (?,?,?,?,?,?,?)", (
+                run_pk, np.asarray(combo_ids, dtype="<i4").tobytes(), v["ok"].astype("u1").tobytes(),
+                v["median"].astype("<f4").tobytes(), v["norm_err"].astype("<f4").tobytes(),
+                v["hash"].astype("<i8").tobytes(), chosen.tobytes()))
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return "updated" if row else "added"
+
+    # ---- reading -------------------------------------------------------------------------------------------
+
+    def runs(self, where: str = "", params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        """Run rows (without the bulky JSON columns) as dicts, oldest first."""
+        cols = ("id", "run_id", "machine", "image", "image_id", "started", "night", "suite_revision", "hardware",
+                "gpu_model", "sm", "source", "origin", "complete", "n_records", "n_ok", "n_rankings", "counts")
+        sql = f"SELECT {','.join(cols)} FROM runs {('WHERE ' + where) if where else ''} ORDER BY started, id"
+        out = []
+        for row in self.db.execute(sql, params):
+            d = dict(zip(cols, row, strict=True))
+            d["counts"] = json.loads(d["counts"])
+            out.append(d)
+        return out
+
+    def run_json(self, run_pk: int) -> dict[str, Any]:
+        fp, opts, end = self.db.execute("SELECT fingerprint, options, end_info FROM runs WHERE id=?",
+                                        (run_pk,)).fetchone()
+        return {"fingerprint": json.loads(fp), "options": json.loads(opts), "end": json.loads(end) if end else None}
+
+    def latest_runs(self) -> list[dict[str, Any]]:
+        """The newest run of every (machine, image), the unit most comparisons start from."""
+        return self.runs("id IN (SELECT id FROM runs r WHERE started = (SELECT max(started) FROM runs s "
+                         "WHERE s.machine = r.machine AND s.image = r.image))")
+
+    def records(self, run_pk: int, *, with_samples: bool = True) -> list[dict[str, Any]]:
+        """Records of one run joined with their combination, as dicts (samples as float64 arrays)."""
+        ccols = ("key", "case_id", "backend", "direction", "algo", "math", "dtype", "layout", "settings")
+        rcols = RECORD_COLUMNS[2:]
+        sql = (f"SELECT {','.join('c.' + c for c in ccols)}, r.combo, {','.join('r.' + c for c in rcols)} "
+               "FROM records r JOIN combos c ON c.id = r.combo WHERE r.run = ?")
+        out = []
+        names = (*ccols, "combo", *rcols)
+        for row in self.db.execute(sql, (run_pk,)):
+            d = dict(zip(names, row, strict=True))
+            d["settings"] = json.loads(d["settings"])
+            d["extra"] = json.loads(d["extra"]) if d["extra"] else {}
+            d["samples"] = samples_array(d["samples"]) if with_samples else None
+            out.append(d)
+        return out
+
+    def rankings(self, run_pk: int) -> list[dict[str, Any]]:
+        cols = RANKING_COLUMNS[1:]
+        return [dict(zip(cols, r, strict=True)) for r in
+                self.db.execute(f"SELECT {','.join(cols)} FROM rankings WHERE run=? ORDER BY case_id, direction,"
+                                " dtype, layout, math, source, rank", (run_pk,))]
+
+    def combos(self) -> dict[int, dict[str, Any]]:
+        cols = ("id", "key", "case_id", "backend", "direction", "algo", "math", "dtype", "layout", "settings")
+        return {r[0]: dict(zip(cols, r, strict=True)) for r in self.db.execute(f"SELECT {','.join(cols)} FROM combos")}
+
+    def names(self) -> dict[int, str]:
+        return dict(self.db.execute("SELECT id, name FROM names"))
+
+    def vectors(self, run_pks: Sequence[int]) -> dict[int, dict[str, np.ndarray]]:
+        """Columnar per-run values (see ``run_vectors``) for the given runs."""
+        out: dict[int, dict[str, np.ndarray]] = {}
+        for i in range(0, len(run_pks), 500):
+            chunk = list(run_pks[i:i + 500])
+            marks = ",".join("?" * len(chunk))
+            for run, combo, ok, med, err, h, chosen in self.db.execute(
+                    f"SELECT run, combo, ok, median, norm_err, hash, chosen FROM run_vectors WHERE run IN ({marks})",
+                    chunk):
+                out[run] = {"combo": np.frombuffer(combo, "<i4"), "ok": np.frombuffer(ok, "u1").astype(bool),
+                            "median": np.frombuffer(med, "<f4"), "norm_err": np.frombuffer(err, "<f4"),
+                            "hash": np.frombuffer(h, "<i8"), "chosen": np.frombuffer(chosen, "<i4")}
+        return out
