@@ -37,7 +37,7 @@ def _nvml_gpu(index: int) -> dict[str, Any]:
 
     probe("name", lambda: nv.nvmlDeviceGetName(h))
     probe("uuid", lambda: nv.nvmlDeviceGetUUID(h))
-    probe("sm", lambda: "%d.%d" % nv.nvmlDeviceGetCudaComputeCapability(h))
+    probe("sm", lambda: ".".join(map(str, nv.nvmlDeviceGetCudaComputeCapability(h))))
     probe("memory_total_bytes", lambda: nv.nvmlDeviceGetMemoryInfo(h).total)
     probe("clock_sm_mhz", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))
     probe("clock_mem_mhz", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM))

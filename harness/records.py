@@ -55,6 +55,7 @@ class Accuracy:
     inf: int
     unwritten: int  # elements still holding the NaN poison written before the run
     precision_class: str  # fp32 / tf32 / fp16 / bf16 / broken
+    reduction: int | None = None  # terms summed per output element; the fp32 class edge depends on it
 
 
 @dataclass

@@ -12,9 +12,18 @@ from collections.abc import Iterable, Iterator
 from .. import accuracy
 from ..cases import Case
 from ..measure import CudaTimer
-from ..records import (OK, SKIPPED, UNSUPPORTED_ARCH, WORKSPACE_TOO_LARGE, Determinism, Ranking, Record)
+from ..records import OK, SKIPPED, UNSUPPORTED_ARCH, WORKSPACE_TOO_LARGE, Determinism, Ranking, Record
 from . import Combo, SweepOptions
-from .cudnn_lib import ALGOS, DOCUMENTED_NONDETERMINISTIC, MATH, Conv, ConvDescriptors, Cudnn, CudnnError, Handle
+from .cudnn_lib import (
+    ALGOS,
+    DOCUMENTED_NONDETERMINISTIC,
+    MATH,
+    Conv,
+    ConvDescriptors,
+    Cudnn,
+    CudnnError,
+    Handle,
+)
 
 
 def cuda_unavailable_reason() -> str | None:
@@ -57,7 +66,7 @@ class CudnnBackend:
         if why:
             return why
         try:
-            self.cudnn
+            _ = self.cudnn
         except Exception as exc:  # CudnnNotFound, or a library without the legacy API
             return str(exc)
         return None
@@ -160,7 +169,8 @@ class _Session:
             rec.status, rec.reason = exc.status, str(exc)
             return rec
         self.stream.synchronize()
-        rec.accuracy = accuracy.measure(self.out, self.ref, self.scale, self.dtype)
+        rec.accuracy = accuracy.measure(self.out, self.ref, self.scale, self.dtype,
+                                        accuracy.reduction_length(self.case, self.direction))
         self.first.copy_(self.out)
         first_hash = accuracy.output_hash(self.first)
         hashes = {first_hash}

@@ -138,12 +138,12 @@ class TorchBackend:
                 with torch.enable_grad():
                     y = F.conv2d(x, w, **kw)
                     return torch.autograd.grad(y, wrt, ops["dy"])[0]
-        return call, ref, scale
+        return call, ref, scale, accuracy.reduction_length(case, direction)
 
     def _measure(self, rec: Record, prepared, timer, options: SweepOptions, device: str) -> None:
         import torch
 
-        call, ref, scale = prepared
+        call, ref, scale, reduction = prepared
         sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
         with torch.no_grad():
             if device == "cuda":
@@ -153,7 +153,7 @@ class TorchBackend:
                 del bait
             out = call()
             sync()
-            rec.accuracy = accuracy.measure(out, ref, scale, rec.dtype)
+            rec.accuracy = accuracy.measure(out, ref, scale, rec.dtype, reduction)
             first = out.clone()
             first_hash = accuracy.output_hash(first)
             hashes = {first_hash}
