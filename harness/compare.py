@@ -119,8 +119,9 @@ def time_verdict(base: dict[str, Any], head: dict[str, Any], th: Thresholds) -> 
     ratio = hm / bm
     nums: dict[str, Any] = {"ratio": ratio}
     if sa is not None and sb is not None and len(sa) >= 3 and len(sb) >= 3:
-        _, p_slower = mann_whitney_greater(sa, sb)
-        _, p_faster = mann_whitney_greater(sb, sa)
+        # The tests run only where the ratio alone could matter: a fleet has ~10^5 pairs per report.
+        p_slower = mann_whitney_greater(sa, sb)[1] if ratio >= th.time_ratio else 1.0
+        p_faster = mann_whitney_greater(sb, sa)[1] if ratio <= 1.0 / th.time_ratio else 1.0
         if ratio >= th.time_ratio and p_slower < th.alpha:
             r, lo, hi = bootstrap_median_ratio(sa, sb)
             nums.update(ci=(lo, hi), p=p_slower)
@@ -245,11 +246,20 @@ def gate(findings: Iterable[Finding], th: Thresholds) -> list[Finding]:
 
 # ---- many machines ---------------------------------------------------------------------------------------------
 
+def machine_neutral_key(rec: dict[str, Any]) -> str:
+    """The record key without the settings that only name where it ran (``device``), so that the same
+    combination on a CPU host and a GPU host lines up."""
+    settings = {k: v for k, v in (rec.get("settings") or {}).items() if k != "device"}
+    s = ",".join(f"{k}={v}" for k, v in sorted(settings.items()))
+    return "|".join((rec["case_id"], rec["backend"], rec["direction"], rec["algo"], rec["math"], rec["dtype"],
+                     rec["layout"], s))
+
+
 def cross_machine(runs: list[dict[str, Any]], records: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
     """Side by side, one run per machine (the first is the base): per combination the time ratio, error
     ratio, precision class and whether all outputs are bitwise identical."""
     machines = [r["machine"] for r in runs]
-    per = [{x["key"]: x for x in records[r["id"]]} for r in runs]
+    per = [{machine_neutral_key(x): x for x in records[r["id"]]} for r in runs]
     keys = sorted(set().union(*[p.keys() for p in per])) if per else []
     rows = []
     for key in keys:
