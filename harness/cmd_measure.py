@@ -51,6 +51,14 @@ def register(sub) -> None:
     p.add_argument("--cudnn", help="path of the libcudnn to load (default: the one PyTorch loaded)")
     p.set_defaults(handler=sweep)
 
+    p = sub.add_parser("bench", help="the nightly job: the asv suite here, all classes journaled into one run")
+    p.add_argument("--cases", default=None,
+                   help="case ids and/or sets (default: 'default' with a GPU, 'quick' without)")
+    p.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="results root (default: %(default)s)")
+    p.add_argument("-b", "--bench", action="append", default=[],
+                   help="asv benchmark regex (repeatable; default: every class)")
+    p.set_defaults(handler=bench)
+
 
 def doctor(args) -> int:
     from . import fingerprint
@@ -127,3 +135,59 @@ def sweep(args) -> int:
     print(f"run written to {journal.path}")
     print(end.strip())
     return 0
+
+
+def bench(args) -> int:
+    """Run the asv suite with one shared run journal; asv keeps its results, the journal keeps everything."""
+    import subprocess
+    import sys
+    import time
+
+    from . import sweep as sweep_mod
+    from .backends.cudnn import cuda_unavailable_reason
+
+    try:
+        import asv  # noqa: F401
+    except ImportError:
+        raise UserError("asv is not installed here (pip install asv)", EXIT_ENVIRONMENT) from None
+    root = Path(__file__).resolve().parents[1]
+    if not (root / "asv.conf.json").is_file():
+        raise UserError(f"no asv.conf.json in {root}: run from a convbench checkout", EXIT_ENVIRONMENT)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
+    if head.returncode != 0:
+        raise UserError(f"{root} is not a git checkout with a commit; asv records results per commit",
+                        EXIT_ENVIRONMENT)
+    gpu = cuda_unavailable_reason() is None
+    names = args.cases or ("default" if gpu else "quick")
+    try:
+        cases = catalogue.select(names)
+    except catalogue.UnknownCase as exc:
+        raise UserError(str(exc)) from None
+    if not gpu:
+        print("no GPU here: running the CPU backends (PyTorch on the CPU) on the quick catalogue; "
+              "the cuDNN combinations are recorded as skipped with the reason", flush=True)
+    backends = ["cudnn", "torch"]
+    _, _, libraries = sweep_mod.load_backends(backends)
+    options = SweepOptions(device="cuda" if gpu else "cpu")
+    results = args.results.resolve()
+    journal = sweep_mod.new_journal(results, options, cases, backends, libraries)
+    env = dict(os.environ, CONVBENCH_RUN_DIR=str(journal.path), CONVBENCH_CASES=",".join(c.id for c in cases),
+               CONVBENCH_RESULTS=str(results))
+    machine = journal.meta["machine"]
+    log_path = journal.path / "asv.log"
+    t0 = time.perf_counter()
+    with open(log_path, "w") as log:
+        subprocess.run([sys.executable, "-m", "asv", "machine", "--yes", "--machine", machine], cwd=root, env=env,
+                       stdout=log, stderr=subprocess.STDOUT)
+        cmd = [sys.executable, "-m", "asv", "run", "-E", f"existing:{sys.executable}", "--machine", machine,
+               "--set-commit-hash", head.stdout.strip(), "--show-stderr"]
+        for regex in args.bench:
+            cmd += ["-b", regex]
+        print(f"asv run for {len(cases)} cases on {machine}; asv's output goes to {log_path}", flush=True)
+        rc = subprocess.run(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+    summary = sweep_mod.summarize(journal, gpu, time.perf_counter() - t0)
+    summary.update(asv_returncode=rc, asv_results=str(root / ".asv" / "results" / machine))
+    journal.finish(summary)
+    print(f"run written to {journal.path} ({summary['seconds']} s, {summary['ok']} records ok, "
+          f"counts {summary['counts']}); asv exit code {rc}")
+    return 0 if rc == 0 else 1

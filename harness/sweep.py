@@ -18,7 +18,8 @@ from typing import Any
 from . import fingerprint
 from .backends import SweepOptions, get_backend
 from .cases import Case
-from .journal import Journal
+from .explain import explain
+from .journal import JOURNAL_FILE, Journal, iter_journal
 from .records import OK
 
 
@@ -46,16 +47,29 @@ def take_fingerprint(cuda: bool, uuid: str | None) -> dict[str, Any]:
     return fingerprint.take(index)
 
 
-def open_journal(results: Path, resume: Path | None, options: SweepOptions, cases: list[Case],
-                 backends: list[str], cuda: bool, uuid: str | None, libraries: dict[str, Any]) -> Journal:
-    if resume is not None:
-        return Journal(resume)
-    shared = os.environ.get("CONVBENCH_RUN_DIR")  # one run shared by the asv classes of one `convbench bench`
-    if shared and (Path(shared) / "run.json").exists():
-        return Journal(Path(shared))
-    fp = take_fingerprint(cuda, uuid)
+def shared_run() -> Path | None:
+    """The run directory that `convbench bench` opened for all asv classes of one asv run, if any."""
+    shared = os.environ.get("CONVBENCH_RUN_DIR")
+    return Path(shared) if shared and (Path(shared) / "run.json").exists() else None
+
+
+def load_backends(names: list[str]) -> tuple[dict[str, Any], dict[str, str | None], dict[str, Any]]:
+    """(backends, why each cannot run or None, the libraries they actually loaded)."""
+    backends = {name: get_backend(name) for name in names}
+    unavailable = {name: b.available() for name, b in backends.items()}
+    libraries: dict[str, Any] = {}
+    if "cudnn" in backends and not unavailable["cudnn"]:
+        lib = backends["cudnn"].cudnn  # the library actually loaded, which may differ from what torch reports
+        libraries["cudnn"] = {"version": lib.version, "version_int": lib.version_int, "path": lib.path}
+    return backends, unavailable, libraries
+
+
+def new_journal(results: Path, options: SweepOptions, cases: list[Case], backend_names: list[str],
+                libraries: dict[str, Any]) -> Journal:
+    cuda, uuid = _cuda_device()
+    fp = take_fingerprint(cuda and options.device == "cuda", uuid)
     fp["libraries"] = libraries
-    meta = {"cases": [c.id for c in cases], "backends": backends, "sweep": _options_dict(options)}
+    meta = {"cases": [c.id for c in cases], "backends": backend_names, "sweep": _options_dict(options)}
     return Journal.create(results, fp, meta)
 
 
@@ -74,17 +88,12 @@ def run(cases: list[Case], backend_names: list[str], options: SweepOptions, resu
         options.device = "cpu"
         log("no CUDA device: running the CPU backends (PyTorch on the CPU); cuDNN combinations are recorded "
             "as skipped with the reason")
-    backends = {name: get_backend(name) for name in backend_names}
-    libraries: dict[str, Any] = {}
-    unavailable = {name: b.available() for name, b in backends.items()}
-    if "cudnn" in backends and not unavailable["cudnn"]:
-        lib = backends["cudnn"].cudnn  # the library actually loaded, which may differ from what torch reports
-        libraries["cudnn"] = {"version": lib.version, "version_int": lib.version_int, "path": lib.path}
-    journal = open_journal(results, resume, options, cases, backend_names, cuda, uuid, libraries)
+    backends, unavailable, libraries = load_backends(backend_names)
+    shared = shared_run() if resume is None else None
+    journal = Journal(resume or shared) if (resume or shared) else new_journal(results, options, cases,
+                                                                                backend_names, libraries)
     done = journal.done_keys()
     counts: Counter[str] = Counter()
-    from .explain import explain
-
     t0 = time.perf_counter()
     for name, backend in backends.items():
         if unavailable[name]:
@@ -103,9 +112,19 @@ def run(cases: list[Case], backend_names: list[str], options: SweepOptions, resu
                     on_record(rec)
             log(f"{name} {case.id}: {sum(counts.values()) - n_before} records "
                 f"({time.perf_counter() - t0:.0f} s so far)")
-    summary = {"counts": dict(counts), "ok": counts.get(OK, 0), "seconds": round(time.perf_counter() - t0, 1)}
-    if cuda:
-        summary["clocks_after"] = fingerprint.clocks(journal.meta["fingerprint"].get("gpu", {}).get("index", 0)
-                                                     if journal.meta["fingerprint"].get("gpu") else 0)
-    journal.finish(summary)
+    if shared is None:
+        journal.finish(summarize(journal, cuda, time.perf_counter() - t0))
     return journal
+
+
+def summarize(journal: Journal, cuda: bool, seconds: float) -> dict[str, Any]:
+    """Counts by status over the whole journal, the time taken, and the GPU clocks after the run."""
+    counts: Counter[str] = Counter()
+    for rec in iter_journal(journal.path / JOURNAL_FILE):
+        if rec.get("kind") == "measurement":
+            counts[rec["status"]] += 1
+    summary: dict[str, Any] = {"counts": dict(counts), "ok": counts.get(OK, 0), "seconds": round(seconds, 1)}
+    gpu = journal.meta["fingerprint"].get("gpu")
+    if cuda and gpu:
+        summary["clocks_after"] = fingerprint.clocks(gpu["index"])
+    return summary
