@@ -1,0 +1,103 @@
+"""Inputs for the fleet tests: real runs where they exist, small hand-built records for logic tests.
+
+Real runs come from the committed fixtures (tests/fixtures/runs/*.tar.gz, H200 and CPU run directories) or,
+when none are committed, from a real `convbench sweep` of the quick cases on this CPU. Hand-built records are
+only used to test comparison and parsing logic; they never feed a sample report.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness import cli
+from harness.records import SCHEMA_VERSION, Accuracy, Determinism, Record, Timing, dumps
+
+FIXTURES = Path(__file__).parent / "fixtures" / "runs"
+
+
+def fixture_tarballs() -> list[Path]:
+    return sorted(FIXTURES.glob("*.tar.gz")) if FIXTURES.is_dir() else []
+
+
+def sweep_cpu_runs(results: Path, n: int = 2, dtypes: str = "fp32,bf16") -> list[Path]:
+    """Real CPU runs of the quick cases (torch backend) into ``results``; about a second each."""
+    for _ in range(n):
+        code = cli.main(["sweep", "--cases", "quick", "--backends", "torch", "--dtypes", dtypes,
+                         "--budget-ms", "5", "--results", str(results)])
+        assert code == 0, f"convbench sweep failed with {code}"
+    return sorted(p.parent for p in results.glob("*/*/run.json"))
+
+
+def real_sources(tmp: Path) -> tuple[list[Path], str]:
+    """(paths to collect, description of the hardware they came from)."""
+    tars = fixture_tarballs()
+    if tars:
+        return tars, "committed fixtures: " + ", ".join(t.name for t in tars)
+    runs = sweep_cpu_runs(tmp / "results")
+    return [tmp / "results"], f"{len(runs)} CPU runs swept by this test (torch backend, quick cases)"
+
+
+# ---- hand-built records for logic tests ------------------------------------------------------------------------
+
+def record(case: str = "c1", *, backend: str = "cudnn", algo: str = "IMPLICIT_GEMM", math: str = "DEFAULT",
+           dtype: str = "fp32", direction: str = "fwd", layout: str = "NCHW", status: str = "ok",
+           median: float = 1.0, samples: list[float] | None = None, err: float = 1e-7, cls: str = "fp32",
+           hash_: str = "00112233445566778899aabbccddeeff", repeat_equal: bool | None = True,
+           fresh_equal: bool | None = True, chosen: str | None = None, settings: dict[str, Any] | None = None,
+           explanation: str | None = None, reason: str | None = None) -> Record:
+    ok = status == "ok"
+    samples = samples if samples is not None else [median] * 9
+    return Record(case=case, backend=backend, direction=direction, algo=algo, math=math, dtype=dtype, layout=layout,
+                  status=status, reason=reason, device="cuda:0", settings=settings or {},
+                  time=Timing(median, 0.01 * median, len(samples), "hot", "cuda_event", min(samples), samples)
+                  if ok else None,
+                  accuracy=Accuracy(err, err, err, 0, 0, 0, cls) if ok else None,
+                  determinism=Determinism(hash_, "polyhash2x64-v1", 2, repeat_equal, fresh_equal) if ok else None,
+                  chosen_algo=chosen, explanation=explanation)
+
+
+def noisy(median: float, n: int = 15, rel: float = 0.01, seed: int = 0) -> list[float]:
+    rng = np.random.default_rng(seed)
+    return [float(v) for v in median * (1 + rel * rng.standard_normal(n))]
+
+
+def write_run(results: Path, machine: str, image: str, started: dt.datetime, records: list[Record], *,
+              gpu: str | None = "NVIDIA H200", schema: int = SCHEMA_VERSION, finished: bool = True,
+              run_id: str | None = None) -> Path:
+    run_id = run_id or f"{started:%Y%m%dT%H%M%SZ}-{image}-test"
+    d = results / machine / run_id
+    d.mkdir(parents=True)
+    fp = {"hostname": machine, "gpu": {"name": gpu, "sm": "9.0", "index": 0} if gpu else None, "image": image,
+          "cpu": "x86_64", "cpu_count": 2, "software": {"python": "3.12"}}
+    meta = {"schema": schema, "run_id": run_id, "machine": machine, "image": image, "started": started.isoformat(),
+            "suite_revision": "test", "fingerprint": fp, "options": {}}
+    (d / "run.json").write_text(json.dumps(meta))
+    (d / "records.jsonl").write_text("".join(dumps(r) + "\n" for r in records))
+    if finished:
+        (d / "end.json").write_text(json.dumps({"counts": {"ok": len(records)}}))
+    return d
+
+
+def tar_runs(run_dirs: list[Path], dest: Path) -> Path:
+    with tarfile.open(dest, "w:gz") as tar:
+        for d in run_dirs:
+            tar.add(d, arcname=f"{d.parent.name}/{d.name}")
+    return dest
+
+
+def copy_run(src: Path, results: Path, **meta_changes: Any) -> Path:
+    """A copy of a run directory with run.json fields replaced (machine names for the escaping test)."""
+    meta = json.loads((src / "run.json").read_text())
+    meta.update(meta_changes)
+    safe = "".join(ch if ch.isalnum() else "_" for ch in meta["machine"])
+    dest = results / safe / meta["run_id"]
+    shutil.copytree(src, dest)
+    (dest / "run.json").write_text(json.dumps(meta))
+    return dest

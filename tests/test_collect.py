@@ -1,0 +1,170 @@
+"""collect: run directories, results trees, tarballs and asv results; idempotent; refuses what it cannot read."""
+
+import datetime as dt
+import hashlib
+import json
+import os
+
+import pytest
+from _fleet_data import record, sweep_cpu_runs, tar_runs, write_run
+
+from harness import cli
+from harness.collect import collect
+from harness.store import Store
+
+T0 = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
+
+
+def _tree_digest(root):
+    h = hashlib.sha1()
+    for dirpath, _, files in sorted(os.walk(root)):
+        for f in sorted(files):
+            p = os.path.join(dirpath, f)
+            h.update(p.encode())
+            h.update(open(p, "rb").read())
+            h.update(str(os.stat(p).st_mtime_ns).encode())
+    return h.hexdigest()
+
+
+def _dump(db):
+    with Store(db) as s:
+        return [list(s.db.execute(f"SELECT * FROM {t} ORDER BY 1, 2")) for t in ("runs", "combos", "records",
+                                                                                  "rankings", "run_vectors")]
+
+
+def test_real_cpu_sweep_collects_and_recollect_changes_nothing(tmp_path):
+    runs = sweep_cpu_runs(tmp_path / "results", n=2)
+    before = _tree_digest(tmp_path / "results")
+    db = tmp_path / "store" / "s.sqlite"
+    db.parent.mkdir()
+    s1 = collect(db, [tmp_path / "results"])
+    n_lines = sum(len((r / "records.jsonl").read_text().splitlines()) for r in runs)
+    assert s1.added == 2 and s1.records == n_lines and not s1.refused
+    dump1 = _dump(db)
+    s2 = collect(db, [tmp_path / "results", runs[0]], jobs=2)
+    assert s2.added == 0 and s2.unchanged == 3
+    assert _dump(db) == dump1
+    assert _tree_digest(tmp_path / "results") == before  # sources are never written
+    assert sorted(os.listdir(db.parent)) == ["s.sqlite"]  # nothing but the store (WAL checkpointed away)
+
+
+def test_tarball_equals_directory(tmp_path):
+    d1 = write_run(tmp_path / "r", "m1", "img", T0, [record("a"), record("b", algo="FFT")])
+    d2 = write_run(tmp_path / "r", "m2", "img", T0, [record("a")], finished=False)
+    tar = tar_runs([d1, d2], tmp_path / "runs.tar.gz")
+    s_dir = collect(tmp_path / "a.sqlite", [tmp_path / "r"])
+    s_tar = collect(tmp_path / "b.sqlite", [tar])
+    assert (s_dir.added, s_dir.records) == (s_tar.added, s_tar.records) == (2, 3)
+    with Store(tmp_path / "b.sqlite") as s:
+        complete = {r["machine"]: r["complete"] for r in s.runs()}
+    assert complete == {"m1": 1, "m2": 0}
+    # the same runs from a directory after the tarball: same identity, same content, nothing changes
+    again = collect(tmp_path / "b.sqlite", [tmp_path / "r"])
+    assert again.unchanged == 2 and again.added == 0
+
+
+def test_grown_journal_replaces_the_run(tmp_path):
+    d = write_run(tmp_path / "r", "m1", "img", T0, [record("a")], finished=False)
+    collect(tmp_path / "s.sqlite", [d])
+    with open(d / "records.jsonl", "a") as f:
+        from harness.records import dumps
+
+        f.write(dumps(record("b")) + "\n")
+    (d / "end.json").write_text("{}")
+    s = collect(tmp_path / "s.sqlite", [d])
+    assert s.updated == 1
+    with Store(tmp_path / "s.sqlite") as st:
+        (run,) = st.runs()
+        assert run["n_records"] == 2 and run["complete"] == 1
+        assert st.db.execute("SELECT count(*) FROM records").fetchone()[0] == 2
+
+
+def test_torn_last_line_is_ignored(tmp_path):
+    d = write_run(tmp_path / "r", "m1", "img", T0, [record("a"), record("b")], finished=False)
+    with open(d / "records.jsonl", "a") as f:
+        f.write('{"case": "torn')
+    s = collect(tmp_path / "s.sqlite", [d])
+    assert s.added == 1 and s.records == 2 and not s.refused
+
+
+def test_other_schema_refused_with_message_and_exit_code(tmp_path, capsys):
+    write_run(tmp_path / "r", "old", "img", T0, [record("a")], schema=0)
+    write_run(tmp_path / "r", "good", "img", T0, [record("a")])
+    db = tmp_path / "s.sqlite"
+    code = cli.main(["collect", str(tmp_path / "r"), "--store", str(db)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "run schema 0 is not supported" in err and "schema 1" in err
+    with Store(db) as s:
+        assert [r["machine"] for r in s.runs()] == ["good"]  # the readable run is kept
+
+
+def test_malformed_record_refuses_the_whole_run(tmp_path):
+    d = write_run(tmp_path / "r", "m1", "img", T0, [record("a")])
+    with open(d / "records.jsonl", "a") as f:
+        f.write('{"schema": 1, "kind": "measurement"}\n')
+    s = collect(tmp_path / "s.sqlite", [d])
+    assert s.added == 0 and len(s.refused) == 1 and "line 2" in s.refused[0]
+    with Store(tmp_path / "s.sqlite") as st:
+        assert st.runs() == []
+
+
+def test_missing_and_unknown_sources_refused(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    s = collect(tmp_path / "s.sqlite", [tmp_path / "nope", tmp_path / "notes.txt"])
+    assert len(s.refused) == 2 and "does not exist" in s.refused[0]
+
+
+def _asv_tree(root, machine="gpu-box", commit="0123456789abcdef0123", env="virtualenv-py3.12-torch"):
+    """An asv results tree in asv 0.6's format (results/benchmarks.json, <machine>/machine.json, results)."""
+    res = root / "results"
+    (res / machine).mkdir(parents=True)
+    (res / "benchmarks.json").write_text(json.dumps({
+        "bench_torch.TimeConv.time_conv": {"param_names": ["case", "dtype"], "unit": "seconds", "type": "time"},
+        "bench_torch.Track.track_err": {"param_names": ["case"], "unit": "unit", "type": "track"},
+        "version": 2}))
+    (res / machine / "machine.json").write_text(json.dumps({"machine": machine, "arch": "x86_64", "cpu": "x",
+                                                            "num_cpu": "2", "os": "Linux", "ram": "1",
+                                                            "version": 1}))
+    data = {"commit_hash": commit, "env_name": env, "date": 1767232800000, "params": {"machine": machine},
+            "python": "3.12", "requirements": {}, "env_vars": {},
+            "result_columns": ["result", "params", "version", "started_at", "duration", "stats_ci_99_a",
+                               "stats_ci_99_b", "stats_q_25", "stats_q_75", "stats_number", "stats_repeat",
+                               "samples", "profile"],
+            "results": {
+                "bench_torch.TimeConv.time_conv": [
+                    [0.001, None, float("nan"), 0.004], [["'quick.seed'", "'quick.pointwise'"], ["'fp32'", "'fp16'"]],
+                    "v1", 1, 1.0, None, None, [0.0009, None, None, 0.0039], [0.0011, None, None, 0.0041], None, None,
+                    [[0.001, 0.0011, 0.0009], None, None, [0.004, 0.0041, 0.0039]]],
+                "bench_torch.Track.track_err": [[1e-7], [["'quick.seed'"]], "v1"]},
+            "durations": {}, "version": 2}
+    (res / machine / f"{commit[:8]}-{env}.json").write_text(json.dumps(data))
+    return res
+
+
+def test_asv_results_tree_is_collected(tmp_path):
+    res = _asv_tree(tmp_path)
+    s = collect(tmp_path / "s.sqlite", [res])
+    assert s.added == 1 and s.records == 5, s
+    with Store(tmp_path / "s.sqlite") as st:
+        (run,) = st.runs()
+        assert run["source"] == "asv" and run["machine"] == "gpu-box" and run["image"] == "virtualenv-py3.12-torch"
+        assert run["counts"] == {"ok": 3, "failed": 1, "skipped": 1}
+        recs = {(r["case_id"], r["dtype"], r["backend"]): r for r in st.records(run["id"])}
+        seed = recs[("quick.seed", "fp32", "torch")]
+        assert seed["median_ms"] == pytest.approx(1.0) and list(seed["samples"]) == pytest.approx([1.0, 1.1, 0.9])
+        assert recs[("quick.pointwise", "fp16", "torch")]["median_ms"] == pytest.approx(4.0)
+        assert recs[("quick.seed", "fp16", "torch")]["status"] == "failed"
+        track = [r for r in recs.values() if r["extra"].get("unit") == "unit"]
+        assert track and track[0]["extra"]["value"] == pytest.approx(1e-7) and track[0]["median_ms"] is None
+    assert collect(tmp_path / "s.sqlite", [res]).unchanged == 1
+
+
+def test_asv_old_format_refused(tmp_path):
+    res = _asv_tree(tmp_path)
+    f = next((res / "gpu-box").glob("0123*.json"))
+    data = json.loads(f.read_text())
+    data["version"] = 1
+    f.write_text(json.dumps(data))
+    s = collect(tmp_path / "s.sqlite", [res])
+    assert s.added == 0 and "asv update" in s.refused[0]

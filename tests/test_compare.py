@@ -1,0 +1,157 @@
+"""compare: the noise-aware time test, accuracy/determinism/availability/search findings, and the CI gate."""
+
+import datetime as dt
+import json
+import math
+
+import numpy as np
+import pytest
+from _fleet_data import noisy, record, write_run
+
+from harness import cli
+from harness.collect import collect
+from harness.compare import (
+    Thresholds,
+    bootstrap_median_ratio,
+    compare_records,
+    cross_machine,
+    mann_whitney_greater,
+    time_verdict,
+)
+from harness.store import Store
+
+T0 = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
+
+
+def test_mann_whitney_matches_the_textbook_normal_approximation():
+    u, p = mann_whitney_greater(np.array([1.0, 2, 3]), np.array([4.0, 5, 6]))
+    assert u == 9.0
+    z = (9 - 4.5 - 0.5) / math.sqrt(3 * 3 * 7 / 12)
+    assert p == pytest.approx(0.5 * math.erfc(z / math.sqrt(2)))
+    u, p = mann_whitney_greater(np.array([4.0, 5, 6]), np.array([1.0, 2, 3]))
+    assert u == 0.0 and p > 0.95
+    # ties: all equal -> no evidence either way
+    assert mann_whitney_greater(np.ones(5), np.ones(5))[1] == 1.0
+
+
+def test_mann_whitney_false_positive_rate_is_near_alpha():
+    rng = np.random.default_rng(7)
+    ps = [mann_whitney_greater(rng.lognormal(0, 0.05, 20), rng.lognormal(0, 0.05, 20))[1] for _ in range(2000)]
+    rate = np.mean(np.array(ps) < 0.05)
+    assert 0.03 < rate < 0.07, rate
+
+
+def test_bootstrap_interval_covers_the_true_ratio():
+    rng = np.random.default_rng(3)
+    covered = 0
+    for _ in range(200):
+        a, b = rng.normal(1.0, 0.02, 25), rng.normal(1.2, 0.02, 25)
+        r, lo, hi = bootstrap_median_ratio(a, b, n_boot=500, seed=int(rng.integers(1 << 30)))
+        covered += lo <= 1.2 <= hi
+        assert lo <= r <= hi
+    assert covered >= 170  # ~95% nominal; percentile intervals of a median run a little narrow
+
+
+def _pair(base_samples, head_samples):
+    b = {"median_ms": float(np.median(base_samples)), "samples": np.array(base_samples), "iqr_ms": 0.0}
+    h = {"median_ms": float(np.median(head_samples)), "samples": np.array(head_samples), "iqr_ms": 0.0}
+    return b, h
+
+
+def test_time_verdict_needs_significance_and_size():
+    th = Thresholds()
+    slow = time_verdict(*_pair(noisy(1.0, seed=1), noisy(1.2, seed=2)), th)
+    assert slow and slow[0] == "regression" and "Mann-Whitney" in slow[1] and slow[2]["ci"][0] > 1
+    assert time_verdict(*_pair(noisy(1.0, seed=1), noisy(1.0, seed=2)), th) is None
+    # 20% slower but noise of 40%: not decided
+    assert time_verdict(*_pair(noisy(1.0, rel=0.4, n=7, seed=1), noisy(1.2, rel=0.4, n=7, seed=5)), th) is None
+    # 3% slower and significant: below the user's threshold
+    assert time_verdict(*_pair(noisy(1.0, rel=0.001, seed=1), noisy(1.03, rel=0.001, seed=2)), th) is None
+    fast = time_verdict(*_pair(noisy(1.0, seed=1), noisy(0.7, seed=2)), th)
+    assert fast and fast[0] == "improvement"
+    # no samples: the interquartile-range fallback says so
+    b, h = {"median_ms": 1.0, "iqr_ms": 0.05, "samples": None}, {"median_ms": 1.5, "iqr_ms": 0.05, "samples": None}
+    v = time_verdict(b, h, th)
+    assert v and v[0] == "regression" and "no samples" in v[1]
+
+
+def _recs(store, run_id):
+    (run,) = store.runs("run_id = ?", (run_id,))
+    return store.records(run["id"])
+
+
+def _store_with(tmp_path, base, head, base_machine="m1", head_machine="m1"):
+    write_run(tmp_path / "r", base_machine, "imgA", T0, base, run_id="base")
+    write_run(tmp_path / "r", head_machine, "imgB", T0 + dt.timedelta(days=1), head, run_id="head")
+    collect(tmp_path / "s.sqlite", [tmp_path / "r"])
+    return Store(tmp_path / "s.sqlite")
+
+
+def test_findings_for_each_kind(tmp_path):
+    base = [record("t", samples=noisy(1.0, seed=1), median=1.0),
+            record("acc", cls="fp32", err=1e-7),
+            record("grow", err=1e-7),
+            record("det", repeat_equal=True, fresh_equal=True),
+            record("avail"),
+            record("bits", hash_="aa" * 16),
+            record("ort", backend="ort", settings={"cudnn_conv_algo_search": "EXHAUSTIVE"}, chosen="IMPLICIT_GEMM")]
+    head = [record("t", samples=noisy(1.3, seed=2), median=1.3),
+            record("acc", cls="tf32", err=3e-4, explanation="TF32 tensor-core math"),
+            record("grow", err=1e-5),
+            record("det", repeat_equal=True, fresh_equal=False),
+            record("avail", status="CUDNN_STATUS_NOT_SUPPORTED", reason="not in this cuDNN"),
+            record("bits", hash_="bb" * 16),
+            record("ort", backend="ort", settings={"cudnn_conv_algo_search": "EXHAUSTIVE"}, chosen="FFT")]
+    with _store_with(tmp_path, base, head) as s:
+        found = {(f.case, f.kind): f for f in compare_records(_recs(s, "base"), _recs(s, "head"))}
+    assert found[("t", "time")].verdict == "regression" and found[("t", "time")].ratio == pytest.approx(1.3, 0.05)
+    assert found[("acc", "accuracy")].verdict == "regression" and "fp32 -> tf32" in found[("acc", "accuracy")].evidence
+    assert found[("acc", "accuracy")].explanation == "TF32 tensor-core math"
+    assert found[("grow", "accuracy")].verdict == "regression" and "100.0x" in found[("grow", "accuracy")].evidence
+    assert found[("det", "determinism")].verdict == "regression"
+    assert found[("avail", "availability")].verdict == "regression"
+    assert "not in this cuDNN" in found[("avail", "availability")].evidence
+    assert found[("bits", "determinism")].verdict == "change"  # a regression only with bitwise=True
+    assert found[("ort", "search")].head == "FFT"
+    assert not any(f.case == "t" and f.kind != "time" for f in found.values())
+
+
+def test_cross_machine_ratios_and_bitwise(tmp_path):
+    base = [record("a", median=2.0, hash_="aa" * 16), record("b", median=1.0, err=1e-7, cls="fp32")]
+    head = [record("a", median=1.0, hash_="aa" * 16), record("b", median=1.0, err=2e-4, cls="tf32",
+                                                               hash_="cc" * 16, explanation="TF32")]
+    with _store_with(tmp_path, base, head, "p40", "a100") as s:
+        runs = s.runs()
+        cm = cross_machine(runs, {r["id"]: s.records(r["id"]) for r in runs})
+    rows = {r["case"]: r for r in cm["rows"]}
+    assert cm["machines"] == ["p40", "a100"]
+    assert rows["a"]["cells"][1]["time_ratio"] == pytest.approx(0.5) and rows["a"]["bitwise_identical"]
+    assert rows["b"]["class_differs"] and not rows["b"]["bitwise_identical"]
+    assert rows["b"]["cells"][1]["error_ratio"] == pytest.approx(2e-4 / 1e-7)
+    assert rows["b"]["explanations"] == [("a100", "TF32")]
+
+
+def test_cli_gate_exit_codes_and_json(tmp_path, capsys):
+    base = [record("t", samples=noisy(1.0, seed=1), median=1.0)]
+    head = [record("t", samples=noisy(1.25, seed=2), median=1.25)]
+    write_run(tmp_path / "r", "m1", "imgA", T0, base, run_id="base")
+    write_run(tmp_path / "r", "m1", "imgB", T0 + dt.timedelta(days=1), head, run_id="head")
+    b, h = str(tmp_path / "r" / "m1" / "base"), str(tmp_path / "r" / "m1" / "head")
+    assert cli.main(["compare", b, h]) == 1
+    out = capsys.readouterr().out
+    assert "regression" in out and "1 regression(s) fail the gate" in out
+    assert cli.main(["compare", b, h, "--time-threshold", "1.5"]) == 0
+    assert cli.main(["compare", b, h, "--ignore", "time"]) == 0
+    capsys.readouterr()
+    assert cli.main(["compare", b, h, "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["regressions"] == 1 and data["findings"][0]["kind"] == "time"
+    # through the store, by image
+    db = str(tmp_path / "s.sqlite")
+    collect(db, [tmp_path / "r"])
+    assert cli.main(["compare", "image:imgA", "image:imgB", "--store", db]) == 1
+    assert cli.main(["compare", "base", "base", "--store", db]) == 0
+    capsys.readouterr()
+    assert cli.main(["compare", "image:nope", "head", "--store", db]) == 2
+    assert "neither a path" in capsys.readouterr().err
+    assert cli.main(["compare", b, h, "--time-threshold", "0.9"]) == 2
