@@ -10,20 +10,10 @@ import argparse
 import importlib
 import sys
 
+from harness.errors import EXIT_ENVIRONMENT, EXIT_USAGE, UserError  # noqa: F401  (re-exported)
+
 # Each module exposes register(subparsers); a subcommand's handler returns the exit code.
 COMMAND_MODULES = ("harness.cmd_measure", "harness.cmd_fleet", "harness.cmd_images")
-
-EXIT_USAGE = 2
-EXIT_ENVIRONMENT = 3  # the host lacks what the command needs (GPU, library, engine)
-
-
-class UserError(Exception):
-    """An error with a one-line message for the user and an exit code."""
-
-    def __init__(self, message: str, code: int = EXIT_USAGE):
-        super().__init__(message)
-        self.code = code
-
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="convbench", description=__doc__.splitlines()[0])

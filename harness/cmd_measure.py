@@ -51,6 +51,14 @@ def register(sub) -> None:
     p.add_argument("--cudnn", help="path of the libcudnn to load (default: the one PyTorch loaded)")
     p.set_defaults(handler=sweep)
 
+    p = sub.add_parser("autotune", help="autotuner stability (K fresh searches and processes) and the seed "
+                                        "cross-check of F.conv2d against direct cuDNN with FMA math")
+    p.add_argument("--cases", default="default", help="case ids and/or sets (default: %(default)s)")
+    p.add_argument("-k", type=int, default=5, help="fresh searches / processes per case (default: 5)")
+    p.add_argument("--layouts", type=_list(LAYOUTS, "layout"), default=("NCHW",))
+    p.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="results root (default: %(default)s)")
+    p.set_defaults(handler=autotune)
+
     p = sub.add_parser("bench", help="the nightly job: the asv suite here, all classes journaled into one run")
     p.add_argument("--cases", default=None,
                    help="case ids and/or sets (default: 'default' with a GPU, 'quick' without)")
@@ -191,3 +199,39 @@ def bench(args) -> int:
     print(f"run written to {journal.path} ({summary['seconds']} s, {summary['ok']} records ok, "
           f"counts {summary['counts']}); asv exit code {rc}")
     return 0 if rc == 0 else 1
+
+
+def autotune(args) -> int:
+    import time
+
+    from . import autotune as autotune_mod
+    from . import sweep as sweep_mod
+    from .backends.cudnn import cuda_unavailable_reason
+
+    why = cuda_unavailable_reason()
+    if why:
+        raise UserError(f"autotuner stability needs a CUDA GPU: {why}", EXIT_ENVIRONMENT)
+    if args.k < 2:
+        raise UserError("-k must be at least 2: stability needs more than one search")
+    try:
+        cases = catalogue.select(args.cases)
+    except catalogue.UnknownCase as exc:
+        raise UserError(str(exc)) from None
+    _, unavailable, libraries = sweep_mod.load_backends(["cudnn"])
+    if unavailable["cudnn"]:
+        raise UserError(f"cuDNN cannot be loaded: {unavailable['cudnn']}", EXIT_ENVIRONMENT)
+    journal = sweep_mod.new_journal(args.results, SweepOptions(), cases, ["autotune"], libraries)
+    t0 = time.perf_counter()
+    for case in cases:
+        if case.id.startswith("seed."):
+            journal.append(autotune_mod.crosscheck(case))
+    flagged = 0
+    for rec in autotune_mod.run(cases, args.k, layouts=args.layouts):
+        journal.append(rec)
+        if rec.explanation:
+            flagged += 1
+            print(f"{rec.case} {rec.backend} {rec.math} {rec.layout}: {rec.explanation}", flush=True)
+    seconds = time.perf_counter() - t0
+    journal.finish({"seconds": round(seconds, 1), "flagged": flagged, "k": args.k})
+    print(f"run written to {journal.path} ({seconds:.0f} s, {flagged} findings)")
+    return 0

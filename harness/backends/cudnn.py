@@ -45,6 +45,15 @@ def arch_reason(dtype: str, sm: tuple[int, int]) -> str | None:
     return None
 
 
+NONDETERMINISTIC_REPEATS = 20
+
+
+class WorkspaceTooLarge(Exception):
+    def __init__(self, message: str, nbytes: int):
+        super().__init__(message)
+        self.nbytes = nbytes
+
+
 class CudnnBackend:
     name = "cudnn"
 
@@ -95,14 +104,19 @@ class CudnnBackend:
                 for c in todo:
                     yield c.record(case, self.name, status=UNSUPPORTED_ARCH, reason=reason, device="cuda")
                 continue
-            yield from _Session(self.cudnn, case, direction, dtype, layout, options).run(todo)
+            yield from ConvSession(self.cudnn, case, direction, dtype, layout, options).run(todo)
             torch.cuda.empty_cache()
 
 
-class _Session:
-    """Buffers, descriptors and reference for one (case, direction, dtype, layout)."""
+class ConvSession:
+    """Buffers, descriptors and reference for one (case, direction, dtype, layout).
 
-    def __init__(self, cudnn: Cudnn, case: Case, direction: str, dtype: str, layout: str, options: SweepOptions):
+    Also used outside the sweep (autotuner stability, timing fidelity), where ``reference=False`` skips the
+    float64 reference that only accuracy needs.
+    """
+
+    def __init__(self, cudnn: Cudnn, case: Case, direction: str, dtype: str, layout: str, options: SweepOptions,
+                 reference: bool = True):
         import torch
 
         self.torch = torch
@@ -116,7 +130,7 @@ class _Session:
         out_shape = {"fwd": case.y_shape(), "bwd_data": case.x_shape(), "bwd_filter": case.w_shape()}[direction]
         self.out = torch.empty(out_shape, dtype=tdt, device="cuda").contiguous(memory_format=fmt)
         self.first = torch.empty_like(self.out)
-        self.ref, self.scale = accuracy.reference(case, direction, ops, "cuda")
+        self.ref, self.scale = accuracy.reference(case, direction, ops, "cuda") if reference else (None, None)
         ptrs = {k: v.data_ptr() for k, v in ops.items()}
         ptrs[out_name] = self.out.data_ptr()
         self.ops = ops  # keep the buffers alive while cuDNN holds their pointers
@@ -145,24 +159,40 @@ class _Session:
         accuracy.poison(self.out, self.dtype)
         self.conv.run(algo_id, ws, ws_bytes)
 
+    def bind(self, algo: str, math: str) -> tuple[int, int, int]:
+        """Set the math type and size the workspace for ``algo``: (algo id, workspace pointer, bytes).
+
+        Raises CudnnError when cuDNN rejects the combination and WorkspaceTooLarge past the limit.
+        """
+        algo_id = ALGOS[self.direction].index(algo)
+        self.desc.set_math(math)
+        ws_bytes = self.conv.workspace_size(algo_id)
+        if ws_bytes > self.ws_limit:
+            raise WorkspaceTooLarge(f"needs {ws_bytes / 2**30:.2f} GiB of workspace; "
+                                    f"limit {self.ws_limit / 2**30:.2f} GiB", ws_bytes)
+        return algo_id, self._workspace(ws_bytes), ws_bytes
+
+    def output_hash(self, algo: str, math: str) -> str:
+        """Hash of one run of ``algo`` under ``math`` (no timing, no reference)."""
+        algo_id, ws, ws_bytes = self.bind(algo, math)
+        self._run_checked(algo_id, ws, ws_bytes)
+        self.stream.synchronize()
+        return accuracy.output_hash(self.out)
+
     def measure(self, combo: Combo) -> Record:
         rec = combo.record(self.case, "cudnn", device="cuda")
-        names = ALGOS[self.direction]
-        algo_id = names.index(combo.algo)
-        if (self.direction, combo.algo) in DOCUMENTED_NONDETERMINISTIC:
+        documented = (self.direction, combo.algo) in DOCUMENTED_NONDETERMINISTIC
+        if documented:
             rec.extra["documented_nondeterministic"] = True
         try:
-            self.desc.set_math(combo.math)
-            ws_bytes = self.conv.workspace_size(algo_id)
+            algo_id, ws, ws_bytes = self.bind(combo.algo, combo.math)
         except CudnnError as exc:
             rec.status, rec.reason = exc.status, str(exc)
             return rec
-        rec.workspace_bytes = ws_bytes
-        if ws_bytes > self.ws_limit:
-            rec.status = WORKSPACE_TOO_LARGE
-            rec.reason = f"needs {ws_bytes / 2**30:.2f} GiB of workspace; limit {self.ws_limit / 2**30:.2f} GiB"
+        except WorkspaceTooLarge as exc:
+            rec.status, rec.reason, rec.workspace_bytes = WORKSPACE_TOO_LARGE, str(exc), exc.nbytes
             return rec
-        ws = self._workspace(ws_bytes)
+        rec.workspace_bytes = ws_bytes
         try:
             self._run_checked(algo_id, ws, ws_bytes)
         except CudnnError as exc:
@@ -175,7 +205,9 @@ class _Session:
         first_hash = accuracy.output_hash(self.first)
         hashes = {first_hash}
         repeat_equal = True
-        for _ in range(self.options.repeats):
+        # Algorithms documented as non-deterministic are repeated enough to show it where it happens.
+        repeats = max(self.options.repeats, NONDETERMINISTIC_REPEATS) if documented else self.options.repeats
+        for _ in range(repeats):
             self._run_checked(algo_id, ws, ws_bytes)
             if not self._bitwise_equal(self.out, self.first):
                 repeat_equal = False
@@ -191,7 +223,7 @@ class _Session:
         finally:
             self.stream.synchronize()
             fresh.close()
-        rec.determinism = Determinism(hash=first_hash, hash_algo=accuracy.HASH_ALGO, repeats=self.options.repeats,
+        rec.determinism = Determinism(hash=first_hash, hash_algo=accuracy.HASH_ALGO, repeats=repeats,
                                       repeat_equal=repeat_equal, fresh_handle_equal=fresh_equal,
                                       distinct_outputs=len(hashes))
         rec.time = self.timer(lambda: self.conv.run(algo_id, ws, ws_bytes))
