@@ -59,6 +59,10 @@ def register(sub) -> None:
     p.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="results root (default: %(default)s)")
     p.set_defaults(handler=autotune)
 
+    p = sub.add_parser("repro", help="recompute every output of a run in this fresh process and compare hashes")
+    p.add_argument("run_dir", type=Path, help="a run directory written by sweep or bench")
+    p.set_defaults(handler=repro)
+
     p = sub.add_parser("bench", help="the nightly job: the asv suite here, all classes journaled into one run")
     p.add_argument("--cases", default=None,
                    help="case ids and/or sets (default: 'default' with a GPU, 'quick' without)")
@@ -234,4 +238,25 @@ def autotune(args) -> int:
     seconds = time.perf_counter() - t0
     journal.finish({"seconds": round(seconds, 1), "flagged": flagged, "k": args.k})
     print(f"run written to {journal.path} ({seconds:.0f} s, {flagged} findings)")
+    return 0
+
+
+def repro(args) -> int:
+    from .journal import Journal
+    from .repro import recompute
+
+    if not (args.run_dir / "run.json").is_file():
+        raise UserError(f"{args.run_dir}: not a run directory (no run.json)")
+    journal = Journal(args.run_dir)
+    same = differ = failed = 0
+    for rec in recompute(args.run_dir):
+        journal.append(rec)
+        equal = rec.extra.get("fresh_process_equal")
+        same += equal is True
+        differ += equal is False
+        failed += equal is None
+        if equal is False:
+            print(f"{rec.case} {rec.backend} {rec.direction} {rec.algo} {rec.math} {rec.dtype} {rec.layout}: "
+                  f"{rec.explanation}", flush=True)
+    print(f"fresh process: {same} outputs reproduced bit for bit, {differ} differ, {failed} could not be rerun")
     return 0
