@@ -3,7 +3,8 @@
 Method: penalised binary segmentation for a change in mean (Scott & Knott 1974; the ``BinSeg`` of R's
 changepoint package) on log-times, with three guards that separate steps from wiggles:
 - the noise scale is estimated robustly from first differences (MAD / 0.6745 / sqrt 2), which a step barely
-  moves, and the series is winsorised at +-5 of it for the search so one wild night cannot make a segment;
+  moves, and for the search each night is clipped to +-5 of it around a running median of 5 nights (which
+  keeps steps and removes spikes), so one wild night cannot make a segment; sizes come from the raw values;
 - a split must reduce the standardised squared error by more than ``penalty`` (default 3 ln n, stricter than
   the SIC's 2 ln n) and leave at least ``min_size`` nights (default 3) on both sides;
 - the shift must be at least ``min_shift`` (default ln 1.05, a 5% step) to be worth a person's morning.
@@ -52,6 +53,17 @@ def noise_scale(x: np.ndarray) -> float:
     return max(sigma, SIGMA_FLOOR)
 
 
+def _despike(x: np.ndarray, sig) -> np.ndarray:
+    """Clip each value to +-5 sigma around the running median of 5 (along axis 0): spikes go, steps stay."""
+    n = x.shape[0]
+    if n < 5:
+        return x
+    padded = np.concatenate([x[:1], x[:1], x, x[-1:], x[-1:]], axis=0)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, 5, axis=0)
+    rm = np.median(windows, axis=-1)
+    return np.clip(x, rm - 5 * sig, rm + 5 * sig)
+
+
 def _gains(cs: np.ndarray, lo: int, hi: int, min_size: int) -> tuple[np.ndarray, np.ndarray]:
     """Cost reduction of splitting x[lo:hi] at each k (sum of squares, from the cumulative sum ``cs``)."""
     k = np.arange(lo + min_size, hi - min_size + 1)
@@ -77,9 +89,8 @@ def binseg(x: np.ndarray, *, penalty: float | None = None, min_size: int = MIN_S
         return []
     pen = default_penalty(n) if penalty is None else penalty
     sig = noise_scale(x) if sigma is None else max(sigma, SIGMA_FLOOR)
-    med = float(np.median(x))
-    xs = np.clip(x, med - 5 * sig, med + 5 * sig)
-    cs = np.concatenate(([0.0], np.cumsum(xs)))
+    cs = np.concatenate(([0.0], np.cumsum(_despike(x, sig))))
+    raw = np.concatenate(([0.0], np.cumsum(x)))
     found: list[int] = []
     stack = [(0, n)]
     while stack:
@@ -89,7 +100,7 @@ def binseg(x: np.ndarray, *, penalty: float | None = None, min_size: int = MIN_S
             continue
         i = int(np.argmax(g))
         kk = int(k[i])
-        shift = abs((cs[kk] - cs[lo]) / (kk - lo) - (cs[hi] - cs[kk]) / (hi - kk))
+        shift = abs((raw[kk] - raw[lo]) / (kk - lo) - (raw[hi] - raw[kk]) / (hi - kk))
         if g[i] / sig**2 > pen and shift >= min_shift:
             found.append(kk)
             stack += [(lo, kk), (kk, hi)]
@@ -103,7 +114,8 @@ def binseg(x: np.ndarray, *, penalty: float | None = None, min_size: int = MIN_S
             m1 = (cs[kk] - cs[lo]) / (kk - lo)
             m2 = (cs[hi] - cs[kk]) / (hi - kk)
             gain = (m1 - m2) ** 2 * (kk - lo) * (hi - kk) / (hi - lo) / sig**2
-            scores.append(gain if abs(m1 - m2) >= min_shift else -1.0)
+            shift = (raw[kk] - raw[lo]) / (kk - lo) - (raw[hi] - raw[kk]) / (hi - kk)
+            scores.append(gain if abs(shift) >= min_shift else -1.0)
         worst = int(np.argmin(scores))
         if scores[worst] > pen:
             break
@@ -145,8 +157,7 @@ def first_split_gain(X: np.ndarray, min_size: int = MIN_SIZE) -> np.ndarray:
     d = np.diff(X, axis=0)
     mad = np.median(np.abs(d - np.median(d, axis=0)), axis=0)
     sig = np.maximum(mad / 0.6745 / math.sqrt(2.0), SIGMA_FLOOR)
-    med = np.median(X, axis=0)
-    Xc = np.clip(X, med - 5 * sig, med + 5 * sig)
+    Xc = _despike(X, sig)
     cs = np.vstack([np.zeros((1, X.shape[1])), np.cumsum(Xc, axis=0)])
     k = np.arange(min_size, n - min_size + 1)[:, None]
     s1, s2 = cs[k[:, 0]], cs[n] - cs[k[:, 0]]

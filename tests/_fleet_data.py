@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import shutil
 import tarfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ def fixture_tarballs() -> list[Path]:
 def sweep_cpu_runs(results: Path, n: int = 2, dtypes: str = "fp32,bf16") -> list[Path]:
     """Real CPU runs of the quick cases (torch backend) into ``results``; about a second each."""
     for _ in range(n):
+        time.sleep(1.05 - time.time() % 1)  # run ids carry the second and the pid: one run per second here
         code = cli.main(["sweep", "--cases", "quick", "--backends", "torch", "--dtypes", dtypes,
                          "--budget-ms", "5", "--results", str(results)])
         assert code == 0, f"convbench sweep failed with {code}"
@@ -101,3 +103,6 @@ def copy_run(src: Path, results: Path, **meta_changes: Any) -> Path:
     shutil.copytree(src, dest)
     (dest / "run.json").write_text(json.dumps(meta))
     return dest
+
+
+EVIL_NAME = "<script>alert(1)</script>"
