@@ -1,0 +1,59 @@
+"""Fleet manifests rendered from the image matrix: Slurm job arrays and Kubernetes Jobs per GPU node pool.
+
+A pool runs every row whose ``sm`` list holds the pool's architecture, so the same matrix that decides what
+an image can run decides where the scheduler sends it. The templates live in docker/fleet/.
+"""
+
+from __future__ import annotations
+
+from .images import CONTAINER_UID, DOCKER_DIR, Matrix, MatrixError, Row
+
+FLEET_DIR = DOCKER_DIR / "fleet"
+
+
+def _env():
+    import jinja2
+
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(FLEET_DIR)), undefined=jinja2.StrictUndefined,
+                              keep_trailing_newline=True, autoescape=False)
+
+
+def pool_rows(matrix: Matrix, rows: list[Row]) -> dict[str, list[Row]]:
+    """pool name -> the given rows that can run on its architecture; a pool no row fits is an error."""
+    if not matrix.pools:
+        raise MatrixError(f"{matrix.path}: no [[pool]] tables; fleet manifests need the GPU node pools")
+    out = {}
+    for pool in matrix.pools.values():
+        fits = [r for r in rows if r.runs_on(pool.sm)]
+        if fits:
+            out[pool.name] = fits
+    if not out:
+        raise MatrixError("none of the rows can run on any pool's architecture")
+    return out
+
+
+def render_slurm(matrix: Matrix, rows: list[Row], results: str, outbox: str, registry: str = "",
+                 cases: str = "default", images_dir: str = "/shared/convbench/images") -> dict[str, str]:
+    template = _env().get_template("slurm.sbatch.j2")
+    files = {}
+    for name, fits in pool_rows(matrix, rows).items():
+        pool = matrix.pools[name]
+        files[f"slurm/convbench-{name}.sbatch"] = template.render(
+            pool=pool, rows=fits, sm_tag="sm_" + pool.sm.replace(".", ""), results=results, outbox=outbox,
+            cases=cases, images_dir=images_dir)
+    return files
+
+
+def render_k8s(matrix: Matrix, rows: list[Row], results: str, outbox: str, registry: str = "",
+               cases: str = "default") -> dict[str, str]:
+    env = _env()
+    job = env.get_template("k8s-job.yaml.j2")
+    files = {"k8s/convbench-common.yaml": env.get_template("k8s-common.yaml.j2").render()}
+    if registry and not registry.endswith("/"):
+        registry += "/"
+    for name, fits in pool_rows(matrix, rows).items():
+        pool = matrix.pools[name]
+        docs = [job.render(pool=pool, row=row, sm_tag="sm_" + pool.sm.replace(".", ""), registry=registry,
+                           cases=cases, uid=CONTAINER_UID) for row in fits]
+        files[f"k8s/convbench-{name}.yaml"] = "---\n".join(docs)
+    return files
