@@ -534,7 +534,7 @@ def build_context(matrix: Matrix, row: Row, ctx: Path, wheels: Path, lock: Lock,
     """Lay out what the engine receives: the Dockerfile, the locked wheels, the lock, the convbench wheel and
     the asv suite. Nothing else from the host enters the image."""
     (ctx / "wheelhouse").mkdir(parents=True)
-    for name, src in locked_files(wheels, lock).items():
+    for src in locked_files(wheels, lock).values():
         dst = ctx / "wheelhouse" / src.name
         try:
             os.link(src, dst)
