@@ -266,7 +266,7 @@ def model_accuracy(y: np.ndarray, ref: np.ndarray, yardstick: float, unwritten: 
     u_fp32 is the error a single conv would show, and accuracy.precision_class applies its usual bounds.
     """
     y64 = y.astype(np.float64)
-    nan = int(np.isnan(y64).sum()) - unwritten
+    nan = max(0, int(np.isnan(y64).sum()) - unwritten)  # unwritten elements hold a NaN poison
     inf = int(np.isinf(y64).sum())
     bad = nan + inf + unwritten
     diff = np.abs(y64 - ref)

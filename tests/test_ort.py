@@ -1,0 +1,237 @@
+"""The onnxruntime backend on the CPU EP (the whole worker path), the cuDNN log parser and the grid command."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("torch")
+pytest.importorskip("onnxruntime")
+
+from harness import accuracy, cases, cudnn_log, ort_grid  # noqa: E402
+from harness.backends import SweepOptions  # noqa: E402
+from harness.backends.ort import (  # noqa: E402
+    CPU_EP,
+    CUDA_EP,
+    ModelOptions,
+    OrtBackend,
+    WorkerRun,
+    expected_conv_path,
+    model_accuracy,
+    run_workers,
+)
+from harness.journal import JOURNAL_FILE, iter_journal  # noqa: E402
+from harness.records import ERROR, OK, SKIPPED, TIMEOUT, Record  # noqa: E402
+
+# cuDNN API log lines as cuDNN prints them (format of the public logs in NVIDIA/cudnn-frontend#39 and
+# pytorch/pytorch#167242); the frontend line is the literal of cudnn_frontend plans.h execute().
+LEGACY = """\
+I! CuDNN (v8907) function cudnnConvolutionForward() called:
+i!     handle: type=cudnnHandle_t; streamId=0x0;
+i!     convDesc: type=cudnnConvolutionDescriptor_t:
+i!         mathType: type=cudnnMathType_t; val=CUDNN_TENSOR_OP_MATH (1);
+i!     algo: type=cudnnConvolutionFwdAlgo_t; val=CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM (1);
+i! Time: 2022-11-25T08:47:46.579193 (0d+0h+0m+0s since start)
+
+I! CuDNN (v8907) function cudnnFindConvolutionForwardAlgorithmEx() called:
+i!     handle: type=cudnnHandle_t; streamId=0x0;
+
+I! CuDNN (v8907) function cudnnConvolutionForward() called:
+i!     convDesc: type=cudnnConvolutionDescriptor_t:
+i!         mathType: type=cudnnMathType_t; val=CUDNN_FMA_MATH (3);
+i!     algo: type=cudnnConvolutionFwdAlgo_t; val=CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED (7);
+"""
+
+BACKEND = """\
+I! CuDNN (v91900 17) function cudnnBackendExecute() called:
+i!     handle: type=cudnnHandle_t; streamId=0x0;
+i! Time: 2026-11-25T08:47:46.579193 (0d+0h+0m+0s since start)
+
+I! CuDNN (v91900 17) function cudnnBackendExecute() called:
+i!     handle: type=cudnnHandle_t; streamId=0x0;
+"""
+
+FRONTEND = """\
+[cudnn_frontend] INFO:  Getting plan from heuristics for ConvFwd ...
+[cudnn_frontend] INFO: Executing eng0_k2=1_k3=0...
+[cudnn_frontend] INFO: Executed eng0_k2=1_k3=0.
+[cudnn_frontend] INFO: Executing eng28_k2=3...
+"""
+
+
+def test_legacy_api_log_gives_algorithm_and_math_per_call():
+    api = cudnn_log.parse_api(LEGACY)
+    assert api.version == 8907 and cudnn_log.version_string(api.version) == "8.9.7"
+    assert api.events == [("legacy", "IMPLICIT_PRECOMP_GEMM/TENSOR_OP_MATH"),
+                          ("legacy", "WINOGRAD_NONFUSED/FMA_MATH")]
+    assert api.finds == 1 and api.conv_path() == "legacy_find"
+
+
+def test_frontend_tags_replace_backend_executions_one_for_one():
+    api = cudnn_log.parse_api(BACKEND)
+    fe = cudnn_log.parse_frontend(FRONTEND)
+    assert cudnn_log.version_string(api.version) == "9.19.0"
+    assert api.conv_path() == "cudnn_frontend"
+    assert fe.executions == ["eng0_k2=1_k3=0", "eng28_k2=3"] and fe.heuristic_queries == 1
+    seq, source = cudnn_log.conv_sequence(api, fe)
+    assert seq == ["eng0_k2=1_k3=0", "eng28_k2=3"] and source == "api+frontend"
+    # a count mismatch keeps the API's own labels rather than pairing the wrong lines
+    seq, source = cudnn_log.conv_sequence(api, cudnn_log.parse_frontend(FRONTEND.splitlines()[1]))
+    assert source == "api" and seq == ["?", "?"]
+
+
+def test_assign_names_each_execution_and_refuses_a_wrong_count():
+    seq = ["a", "b", "a", "b", "a", "c", "a", "c"]
+    sessions, why = cudnn_log.assign(seq, [2, 2], ["conv1", "conv2"])
+    assert why is None
+    assert sessions == [{"conv1": "a", "conv2": "b"}, {"conv1": "a", "conv2": "c"}]
+    assert cudnn_log.differences(sessions, ["s0", "s1"]) == {"conv2": {"s0": "b", "s1": "c"}}
+    assert cudnn_log.engine_counts({"x": "eng0_k2=1", "y": "eng0_k2=3", "z": "eng28"}) == "eng0:2,eng28:1"
+    changed, _ = cudnn_log.assign(["a", "b"], [2], ["conv1"])
+    assert changed == [{"conv1": "a->b"}]
+    none, why = cudnn_log.assign(seq[:-1], [2, 2], ["conv1", "conv2"])
+    assert none is None and "7 conv executions" in why
+
+
+def test_log_environment_covers_cudnn8_cudnn9_and_the_frontend():
+    env = cudnn_log.log_env("/tmp/a", "/tmp/b")
+    assert env["CUDNN_LOGLEVEL_DBG"] == "3" and env["CUDNN_LOGINFO_DBG"] == "1"
+    assert env["CUDNN_LOGDEST_DBG"] == "/tmp/a" and env["CUDNN_FRONTEND_LOG_FILE"] == "/tmp/b"
+
+
+@pytest.mark.parametrize("version,path", [("1.19.2", "legacy"), ("1.20.0", "cudnn_frontend"),
+                                          ("1.31.1", "cudnn_frontend"), ("1.9.0", "legacy")])
+def test_conv_path_by_version(version, path):
+    got = expected_conv_path(version)
+    assert got["path"] == path
+    if path == "cudnn_frontend":
+        assert got["EXHAUSTIVE"] == "heuristics mode B" and "conv.cc" in got["source"]
+
+
+def test_model_combos_cover_the_grid():
+    b = OrtBackend()
+    cpu = b.model_combos("resnet50", ModelOptions(device="cpu"))
+    assert len(cpu) == 2 and {dict(c.settings)["io"] for c in cpu} == {"iobinding", "numpy"}
+    assert all(dict(c.settings)["cudnn_conv_algo_search"] == "n/a" for c in cpu)
+    gpu = b.model_combos("resnet50", ModelOptions(device="cuda"))
+    cuda = [c for c in gpu if dict(c.settings)["provider"] == CUDA_EP]
+    assert len(cuda) == 3 * 2 * 2 * 2 and len(gpu) == len(cuda) + 2
+    keys = {Record(case="model.resnet50", backend="ort", direction=c.direction, algo=c.algo, math=c.math,
+                   dtype=c.dtype, layout=c.layout, settings=dict(c.settings)).key() for c in gpu}
+    assert len(keys) == len(gpu)
+
+
+def test_sweep_options_map_onto_model_options():
+    o = ModelOptions.from_options(SweepOptions(device="cpu", dtypes=("fp32",), repeats=4))
+    assert (o.device, o.dtypes, o.repeats, o.sessions) == ("cpu", ("fp32",), 4, 5)
+
+
+@pytest.fixture(scope="module")
+def cpu_records(tmp_path_factory):
+    import os
+
+    os.environ["CONVBENCH_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    b = OrtBackend(log=lambda m: None)
+    opts = ModelOptions(device="cpu", sessions=2, processes=2, repeats=1)
+    return list(b.run_model("mobilenetv2", b.model_combos("mobilenetv2", opts), opts))
+
+
+def test_cpu_ep_model_records_are_complete(cpu_records):
+    assert len(cpu_records) == 2
+    for r in cpu_records:
+        assert r.status == OK, r.reason
+        assert r.case == "model.mobilenetv2" and r.backend == "ort" and r.device == "cpu"
+        assert r.settings["provider"] == CPU_EP and r.settings["cudnn_conv_algo_search"] == "n/a"
+        assert "do not apply to the CPU EP" in r.explanation
+        assert r.time.n >= 3 and r.time.median_ms > 0 and r.time.timer == "perf_counter"
+        assert r.accuracy.precision_class == "fp32" and r.accuracy.unwritten == 0
+        assert r.determinism.repeat_equal is True and r.determinism.repeats == 1
+        d = r.extra["drift"]["image"]
+        assert d["in_process"]["n"] == 2 and d["fresh_process"]["n"] == 2 and d["all"]["n"] == 3
+        assert r.determinism.distinct_outputs == d["all"]["distinct"]
+        assert r.extra["session_create_ms"] > 0 and r.extra["first_inference_ms"] > 0
+        assert r.extra["model_sha256"] and set(r.extra["input_hashes"]) == {"image", "random"}
+    assert cpu_records[0].settings["io"] != cpu_records[1].settings["io"]
+
+
+def test_record_hash_is_accuracy_output_hash_of_the_saved_output(cpu_records, tmp_path):
+    import onnxruntime as ort
+
+    from harness import models
+
+    r = cpu_records[0]
+    built = models.build("mobilenetv2", 1)
+    sess = ort.InferenceSession(str(built.path), providers=["CPUExecutionProvider"])
+    y = sess.run(None, {models.INPUT: models.model_inputs("mobilenetv2", 1)["image"]})[0]
+    import torch
+
+    assert accuracy.output_hash(torch.from_numpy(y)) == r.determinism.hash
+
+
+def test_cuda_combos_without_a_cuda_ep_are_skipped_with_the_reason():
+    b = OrtBackend(log=lambda m: None)
+    if not b.cuda_reason():
+        pytest.skip("this onnxruntime has a CUDA EP")
+    opts = ModelOptions(device="cuda", cpu_ep=False)
+    recs = list(b.run_model("resnet50", b.model_combos("resnet50", opts), opts))
+    assert len(recs) == 24 and all(r.status == SKIPPED and "no CUDA EP" in r.reason for r in recs)
+
+
+def test_conv_case_on_the_cpu_ep_and_the_unsupported_combinations():
+    b = OrtBackend(log=lambda m: None)
+    case = cases.get("quick.depthwise")
+    opts = SweepOptions(device="cpu", directions=("fwd", "bwd_data"), dtypes=("fp32", "bf16"),
+                        layouts=("NCHW", "NHWC"))
+    recs = list(b.run(case, b.combos(case, opts), opts))
+    ok = [r for r in recs if r.status == OK]
+    assert len(recs) == 2 * 2 * 2 * 2 and len(ok) == 2
+    for r in ok:
+        assert r.accuracy.precision_class == "fp32" and r.determinism.distinct_outputs == 1
+        assert r.extra["sessions"] == 3 and r.time.median_ms > 0
+    reasons = {(r.direction, r.dtype, r.layout): r.reason for r in recs if r.status == SKIPPED}
+    assert "forward convolutions only" in reasons[("bwd_data", "fp32", "NCHW")]
+    assert "no bf16 Conv kernel" in reasons[("fwd", "bf16", "NCHW")]
+    assert "prefer_nhwc" in reasons[("fwd", "fp32", "NHWC")]
+
+
+def test_a_failing_worker_costs_its_configuration_only(tmp_path):
+    bad = WorkerRun({"model": str(tmp_path / "missing.onnx"), "provider": CPU_EP, "inputs": {},
+                     "configs": [{"key": "k", "provider_options": {}, "sessions": 1}]})
+    slow = WorkerRun({"model": str(tmp_path / "missing.onnx"), "provider": CPU_EP, "inputs": {},
+                      "configs": [{"key": "k", "provider_options": {}, "sessions": 1}]})
+    run_workers([(bad, "bad", False)], tmp_path, 1, 120)
+    assert bad.result["configs"][0]["status"] == "error" and "missing.onnx" in bad.result["configs"][0]["reason"]
+    run_workers([(slow, "slow", False)], tmp_path, 1, 0.001)
+    assert slow.failure[0] == TIMEOUT
+
+
+def test_model_accuracy_flags_unwritten_and_scales_by_the_yardstick():
+    ref = np.linspace(-1, 1, 1000).reshape(1, 1000)
+    y = (ref * (1 + 1e-6)).astype(np.float32)
+    assert model_accuracy(y, ref, 1e-6, 0).precision_class == "fp32"
+    assert model_accuracy(y, ref, 1e-9, 0).precision_class == "tf32"  # 1e-6 is 1000x this model's fp32 level
+    broken = model_accuracy(y, ref, 1e-6, 3)
+    assert broken.precision_class == "broken" and broken.unwritten == 3
+
+
+def test_grid_command_rejects_bad_input(capsys, tmp_path):
+    assert ort_grid.main(["--out", str(tmp_path), "--models", "resnet18"]) == 2
+    assert "unknown model 'resnet18'" in capsys.readouterr().err
+    assert ort_grid.main(["--out", str(tmp_path), "--sessions", "0", "--device", "cpu"]) == 2
+
+
+def test_grid_command_writes_a_run_journal(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("CONVBENCH_CACHE", str(tmp_path / "cache"))
+    rc = ort_grid.main(["--out", str(tmp_path / "res"), "--device", "cpu", "--models", "mobilenetv2",
+                        "--sessions", "1", "--processes", "1"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "model.mobilenetv2" in out and "CPU EP" in out
+    journal = next((tmp_path / "res").glob(f"*/*/{JOURNAL_FILE}"))
+    recs = [Record.from_dict(d) for d in iter_journal(journal)]
+    assert len(recs) == 2 and all(r.status == OK for r in recs)
+    assert json.loads((journal.parent / "end.json").read_text())["records"] == 2
+    assert ERROR not in {r.status for r in recs}
