@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Render the store as a static site: index.html plus per-topic and "
                                    "per-machine pages, every asset inline, usable from a file:// URL.")
     p.add_argument("--store", default=DEFAULT_STORE)
-    p.add_argument("--out", default="reports", help="output folder (default: reports)")
+    p.add_argument("--out", default="reports/site", help="output folder (default: reports/site, git-ignored)")
     p.add_argument("--title", default="convbench fleet report")
     p.set_defaults(handler=cmd_report)
 

@@ -1,0 +1,362 @@
+#!/usr/bin/env python3
+"""Synthetic-fleet benchmark of `convbench collect` + `convbench report` (targets: 10^7 records in <= 60 s and
+<= 2 GiB peak RSS on 2 cores; index page <= 5 MB rendering in <= 1 s in headless Chromium), with `asv publish`
+on the same data (a subset it can finish) measured side by side in the same run.
+
+The fleet is synthetic by design (a year of 50 machines does not exist on this host): run directories in the
+journal format with realistic shapes (5 GPU models, 4 images a year, CUDA 13 images not on Pascal, 2% night noise,
+a few image regressions and nightly steps, a few non-reproducible outputs). It measures the harness, not GPUs.
+Prints measured figures and ratios; nothing is hard-coded.
+
+    python scripts/bench_fleet.py                       # full: 50 machines x 365 nights x 548 records
+    python scripts/bench_fleet.py --machines 5 --nights 30   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import multiprocessing as mp
+import os
+import platform
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+MODELS = [("Tesla P40", "6.1"), ("NVIDIA GeForce RTX 3090", "8.6"), ("NVIDIA A100-SXM4-80GB", "8.0"),
+          ("NVIDIA H100 80GB HBM3", "9.0"), ("NVIDIA H200", "9.0")]
+IMAGES = ["cu118-cudnn8.9-torch2.1-ort1.17", "cu124-cudnn9.1-torch2.4-ort1.19", "cu126-cudnn9.5-torch2.6-ort1.20",
+          "cu130-cudnn9.19-torch2.11-ort1.23"]
+ALGOS = ["IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING", "WINOGRAD",
+         "WINOGRAD_NONFUSED"]
+
+
+def combos(n: int) -> list[dict]:
+    out = []
+    cases = [f"resnet50.layer{i}" for i in range(40)]
+    for case in cases:
+        for dtype in ("fp32", "fp16", "bf16"):
+            for algo in ALGOS:
+                for math_ in ("DEFAULT", "FMA"):
+                    out.append({"case": case, "backend": "cudnn", "algo": algo, "math": math_, "dtype": dtype,
+                                "settings": {}})
+            for mode in ("EXHAUSTIVE", "HEURISTIC", "DEFAULT"):
+                out.append({"case": case, "backend": "ort", "algo": "auto", "math": "DEFAULT", "dtype": dtype,
+                            "settings": {"cudnn_conv_algo_search": mode}})
+    random.Random(0).shuffle(out)
+    return out[:n]
+
+
+def _line(c: dict, status: str, med: float, samples: list[float], err: float, cls: str, h: int,
+          chosen: str | None, rep_eq: bool) -> str:
+    s = ",".join(f"{v:.6g}" for v in samples)
+    settings = json.dumps(c["settings"], sort_keys=True)
+    ch = f'"{chosen}"' if chosen else "null"
+    if status != "ok":
+        return (f'{{"accuracy": null, "algo": "{c["algo"]}", "backend": "{c["backend"]}", "case": "{c["case"]}", '
+                f'"chosen_algo": null, "determinism": null, "device": "cuda:0", "direction": "fwd", '
+                f'"dtype": "{c["dtype"]}", "explanation": "cuDNN does not implement this", "extra": {{}}, '
+                f'"kind": "measurement", "layout": "NHWC", "math": "{c["math"]}", "reason": "not supported", '
+                f'"schema": 1, "settings": {settings}, "status": "{status}", "time": null, '
+                f'"workspace_bytes": null}}\n')
+    return (f'{{"accuracy": {{"inf": 0, "max_abs": {err * 3:.4g}, "max_norm_err": {err:.4g}, "nan": 0, '
+            f'"precision_class": "{cls}", "rel_l2": {err / 2:.4g}, "unwritten": 0}}, "algo": "{c["algo"]}", '
+            f'"backend": "{c["backend"]}", "case": "{c["case"]}", "chosen_algo": {ch}, "determinism": '
+            f'{{"distinct_outputs": 1, "fresh_handle_equal": true, "hash": "{h & (2**64 - 1):016x}{h & 0xffff:016x}", '
+            f'"hash_algo": "polyhash2x64-v1", "repeat_equal": {"true" if rep_eq else "false"}, "repeats": 2}}, '
+            f'"device": "cuda:0", "direction": "fwd", "dtype": "{c["dtype"]}", "explanation": null, "extra": {{}}, '
+            f'"kind": "measurement", "layout": "NHWC", "math": "{c["math"]}", "reason": null, "schema": 1, '
+            f'"settings": {settings}, "status": "ok", "time": {{"iqr_ms": {med * 0.01:.4g}, "median_ms": {med:.6g}, '
+            f'"min_ms": {min(samples):.6g}, "mode": "hot", "n": {len(samples)}, "samples_ms": [{s}], '
+            f'"timer": "cuda_event"}}, "workspace_bytes": 0}}\n')
+
+
+def gen_machine(args: tuple) -> int:
+    """All nights of one machine (run directories), deterministic from its index."""
+    mi, nights, n_combos, out = args
+    rng = random.Random(mi)
+    model, sm = MODELS[mi % len(MODELS)]
+    machine = f"node{mi:02d}-gpu0-{model.split()[-1].lower()}"
+    cs = combos(n_combos)
+    base = [rng.lognormvariate(0, 1) for _ in cs]
+    unsupported = {i for i in range(len(cs)) if rng.random() < 0.08}
+    step_combos = {i: (rng.randrange(nights // 3, max(nights // 3 + 1, nights - 10)), 1.3)
+                   for i in rng.sample(range(len(cs)), 3)}
+    nondet = set(rng.sample(range(len(cs)), 5))
+    start = dt.datetime(2025, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
+    written = 0
+    for night in range(nights):
+        q = min(3, night * 4 // max(nights, 1))
+        if model == "Tesla P40":
+            q = min(q, 2)  # CUDA 13 images no longer build for Pascal
+        image = IMAGES[q]
+        started = start + dt.timedelta(days=night, seconds=rng.randrange(600))
+        run_id = f"{started:%Y%m%dT%H%M%SZ}-{image}-bench-{mi}"
+        d = Path(out) / machine / run_id
+        d.mkdir(parents=True, exist_ok=True)
+        fp = {"hostname": f"node{mi:02d}", "gpu": {"name": model, "sm": sm, "index": 0, "driver": "580.65"},
+              "image": image, "image_id": f"sha256:{hash(image) & (2**64 - 1):016x}", "cpu": "x86_64",
+              "cpu_count": 64, "software": {"python": "3.12", "torch": "2.x"}, "env": {}}
+        (d / "run.json").write_text(json.dumps({"schema": 1, "run_id": run_id, "machine": machine, "image": image,
+                                                "started": started.isoformat(), "suite_revision": "bench",
+                                                "fingerprint": fp, "options": {"synthetic": True}}))
+        night_noise = rng.gauss(0, 0.02)
+        lines = []
+        for i, c in enumerate(cs):
+            if i in unsupported:
+                lines.append(_line(c, "CUDNN_STATUS_NOT_SUPPORTED", 0, [], 0, "", 0, None, True))
+                continue
+            med = base[i] * (1 + night_noise) * (1 + rng.gauss(0, 0.01))
+            if q >= 2 and i % 97 == 0:
+                med *= 1.2  # an image regression on a few combinations
+            if i in step_combos and night >= step_combos[i][0]:
+                med *= step_combos[i][1]
+            samples = [med * (1 + rng.gauss(0, 0.01)) for _ in range(8)]
+            cls = {"fp32": "tf32" if c["math"] == "DEFAULT" and sm >= "8" else "fp32", "fp16": "fp16",
+                   "bf16": "bf16"}[c["dtype"]]
+            err = {"fp32": 1e-7, "tf32": 2e-4, "fp16": 3e-4, "bf16": 2e-3}[cls] * (1 + 0.1 * rng.random())
+            h = (i * 1_000_003 + q) if i not in nondet else rng.getrandbits(63)
+            chosen = ALGOS[(i + (rng.random() < 0.1)) % len(ALGOS)] if c["backend"] == "ort" else None
+            lines.append(_line(c, "ok", med, samples, err, cls, h, chosen, i not in nondet))
+        (d / "records.jsonl").write_text("".join(lines))
+        (d / "end.json").write_text(json.dumps({"counts": {"ok": len(cs) - len(unsupported)}}))
+        written += len(cs)
+    return written
+
+
+class TreeRSS:
+    """Peak of the summed RSS of a process and all its descendants, sampled every 0.1 s from /proc."""
+
+    def __init__(self, pid: int):
+        self.pid, self.peak, self._stop = pid, 0, False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _tree(self) -> list[int]:
+        kids: dict[int, list[int]] = {}
+        for p in os.listdir("/proc"):
+            if p.isdigit():
+                try:
+                    ppid = int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1])
+                    kids.setdefault(ppid, []).append(int(p))
+                except (OSError, IndexError, ValueError):
+                    pass
+        out, todo = [], [self.pid]
+        while todo:
+            p = todo.pop()
+            out.append(p)
+            todo += kids.get(p, [])
+        return out
+
+    def _run(self) -> None:
+        while not self._stop:
+            total = 0
+            for p in self._tree():
+                try:
+                    for line in open(f"/proc/{p}/status"):
+                        if line.startswith("VmRSS:"):
+                            total += int(line.split()[1]) * 1024
+                except OSError:
+                    pass
+            self.peak = max(self.peak, total)
+            time.sleep(0.1)
+
+    def stop(self) -> int:
+        self._stop = True
+        self.thread.join()
+        return self.peak
+
+
+def timed(cmd: list[str], **kw) -> tuple[float, int, str]:
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    rss = TreeRSS(proc.pid)
+    out, _ = proc.communicate()
+    wall = time.perf_counter() - t0
+    peak = rss.stop()
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{out[-3000:]}")
+    return wall, peak, out
+
+
+def convbench(*args: str) -> list[str]:
+    return [sys.executable, "-c", "import sys; from harness.cli import main; sys.exit(main())", *args]
+
+
+def asv_tree(fleet: Path, dest: Path, machines: int, nights: int) -> int:
+    """The first ``machines`` x ``nights`` of the fleet as an asv project: a git repo with one commit per night,
+    results/<machine>/<commit>-<env>.json with one parameterised benchmark, benchmarks.json, asv.conf.json."""
+    repo = dest / "repo"
+    repo.mkdir(parents=True)
+    git = ["git", "-C", str(repo), "-c", "user.name=bench", "-c", "user.email=bench@localhost"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    commits = []
+    for i in range(nights):
+        (repo / "night.txt").write_text(str(i))
+        subprocess.run([*git, "add", "night.txt"], check=True)
+        env = dict(os.environ, GIT_AUTHOR_DATE=f"2025-01-01T00:00:00+00:00 +{i}day",
+                   GIT_COMMITTER_DATE=(dt.datetime(2025, 1, 1) + dt.timedelta(days=i)).isoformat())
+        subprocess.run([*git, "commit", "-q", "-m", f"night {i}"], check=True, env=env)
+        commits.append(subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
+                                      check=True).stdout.strip())
+    (dest / "asv.conf.json").write_text(json.dumps({"version": 1, "project": "fleet", "project_url": "",
+                                                    "repo": str(repo), "branches": ["main"],
+                                                    "environment_type": "existing", "results_dir": "results",
+                                                    "html_dir": "html", "benchmark_dir": "benchmarks"}))
+    results = dest / "results"
+    results.mkdir()
+    n = 0
+    machine_dirs = sorted(p for p in fleet.iterdir() if p.is_dir())[:machines]
+    bench = "bench_fleet.TimeConv.time_conv"
+    params_written = False
+    for md in machine_dirs:
+        (results / md.name).mkdir()
+        (results / md.name / "machine.json").write_text(json.dumps({"machine": md.name, "arch": "x86_64",
+                                                                     "cpu": "x", "num_cpu": "64", "os": "Linux",
+                                                                     "ram": "1", "version": 1}))
+        for night, rd in enumerate(sorted(md.iterdir())[:nights]):
+            keys, vals, samples = [], [], []
+            for line in (rd / "records.jsonl").read_text().splitlines():
+                r = json.loads(line)
+                keys.append(f"'{r['case']}|{r['backend']}|{r['algo']}|{r['math']}|{r['dtype']}|"
+                            f"{r['settings'].get('cudnn_conv_algo_search', '')}'")
+                t = r["time"]
+                vals.append(t["median_ms"] / 1000 if t else None)
+                samples.append([s / 1000 for s in t["samples_ms"]] if t else None)
+            if not params_written:
+                (results / "benchmarks.json").write_text(json.dumps({bench: {
+                    "name": bench, "param_names": ["combo"], "params": [keys], "type": "time", "unit": "seconds",
+                    "version": "1", "timeout": 60, "code": "", "number": 0, "repeat": 0, "min_run_count": 2,
+                    "rounds": 1, "sample_time": 0.01, "warmup_time": -1}, "version": 2}))
+                params_written = True
+            meta = json.loads((rd / "run.json").read_text())
+            data = {"commit_hash": commits[night], "env_name": "existing-py", "date":
+                    int(dt.datetime.fromisoformat(meta["started"]).timestamp() * 1000),
+                    "params": {"machine": md.name, "python": "3.12"}, "python": "3.12", "requirements": {},
+                    "env_vars": {}, "result_columns": ["result", "params", "version", "started_at", "duration",
+                                                       "stats_ci_99_a", "stats_ci_99_b", "stats_q_25",
+                                                       "stats_q_75", "stats_number", "stats_repeat", "samples"],
+                    "results": {bench: [vals, [keys], "1", 0, 1.0, None, None, None, None, None, None, samples]},
+                    "durations": {}, "version": 2}
+            (results / md.name / f"{commits[night][:8]}-existing-py.json").write_text(json.dumps(data))
+            n += len(vals)
+    return n
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--machines", type=int, default=50)
+    ap.add_argument("--nights", type=int, default=365)
+    ap.add_argument("--combos", type=int, default=548, help="records per run (50 x 365 x 548 = 1.0e7)")
+    ap.add_argument("--workdir", default=None, help="where the fleet is generated (default: a temp dir)")
+    ap.add_argument("--reuse", action="store_true", help="reuse a fleet already generated in --workdir")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--asv-machines", type=int, default=2, help="asv publish subset: machines (0: skip)")
+    ap.add_argument("--asv-nights", type=int, default=30, help="asv publish subset: nights")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = ap.parse_args()
+
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="convbench-fleet-"))
+    fleet = work / "fleet"
+    print(f"bench_fleet: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.node()} "
+          f"({os.cpu_count()} CPUs, {platform.processor() or platform.machine()}), python "
+          f"{platform.python_version()}")
+    try:
+        import orjson  # noqa: F401
+
+        print("bench_fleet: JSON parser: orjson")
+    except ImportError:
+        print("bench_fleet: JSON parser: stdlib json (install orjson for the fast path)")
+    expected = args.machines * args.nights * args.combos
+    if not (args.reuse and fleet.exists()):
+        shutil.rmtree(fleet, ignore_errors=True)
+        fleet.mkdir(parents=True)
+        t0 = time.perf_counter()
+        with mp.get_context("fork").Pool(args.jobs) as pool:
+            n = sum(pool.imap_unordered(gen_machine, [(mi, args.nights, args.combos, str(fleet))
+                                                      for mi in range(args.machines)]))
+        size = sum(f.stat().st_size for f in fleet.rglob("*"))
+        print(f"generated: {n} records in {args.machines * args.nights} runs, {size / 2**30:.2f} GiB of JSON, "
+              f"{time.perf_counter() - t0:.0f} s (not part of the target)")
+    else:
+        print(f"reusing the fleet in {fleet} ({expected} records)")
+    subprocess.run(["sync"], check=False)
+
+    store = work / "fleet.sqlite"
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{store}{suffix}").unlink(missing_ok=True)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    c_wall, c_rss, c_out = timed(convbench("collect", str(fleet), "--store", str(store), "--jobs", str(args.jobs),
+                                           "-q"), env=env)
+    print(f"collect: {c_wall:.1f} s, peak RSS {c_rss / 2**20:.0f} MiB (process tree) -- {c_out.strip()}")
+    r_wall, r_rss, r_out = timed(convbench("report", "--store", str(store), "--out", str(work / "site")), env=env)
+    print(f"report:  {r_wall:.1f} s, peak RSS {r_rss / 2**20:.0f} MiB -- {r_out.strip()}")
+    total = c_wall + r_wall
+    index = work / "site" / "index.html"
+    site_size = sum(f.stat().st_size for f in (work / "site").rglob("*.html"))
+    print(f"store: {store.stat().st_size / 2**30:.2f} GiB; site: {site_size / 2**20:.1f} MiB; "
+          f"index.html: {index.stat().st_size / 2**20:.3f} MiB")
+    print(f"collect + report: {total:.1f} s = {total / 60:.2f} x the 60 s target; peak RSS "
+          f"{max(c_rss, r_rss) / 2**30:.2f} GiB = {max(c_rss, r_rss) / 2**31:.2f} x the 2 GiB target; index "
+          f"{index.stat().st_size / 5e6:.3f} x the 5 MB target")
+    s_wall, _, s_out = timed(convbench("collect", str(fleet), "--store", str(store), "--jobs", str(args.jobs),
+                                       "-q"), env=env)
+    print(f"re-collect (nothing new): {s_wall:.1f} s -- {s_out.strip()}")
+
+    try:
+        from harness.browser import Browser, BrowserUnavailable
+
+        try:
+            with Browser() as b:
+                times = []
+                for _ in range(3):
+                    page = b.open(index.as_uri())
+                    nav = page.evaluate("(() => { const e = performance.getEntriesByType('navigation')[0]; "
+                                        "return e.loadEventEnd - e.startTime; })()")
+                    times.append((page.load_seconds, nav / 1000))
+                    assert not page.errors, page.errors
+                best = min(times)
+                print(f"index in Chromium: load {best[0] * 1000:.0f} ms (navigate -> load event), navigation "
+                      f"timing {best[1] * 1000:.0f} ms; best of 3 = {best[0]:.2f} x the 1 s target")
+        except BrowserUnavailable as exc:
+            print(f"index in Chromium: not measured ({exc})")
+    except ImportError as exc:
+        print(f"index in Chromium: not measured ({exc})")
+
+    if args.asv_machines and shutil.which("asv"):
+        adir = work / "asv"
+        shutil.rmtree(adir, ignore_errors=True)
+        n = asv_tree(fleet, adir, args.asv_machines, args.asv_nights)
+        a_wall, a_rss, a_out = timed(["asv", "publish", "--config", str(adir / "asv.conf.json")], cwd=adir)
+        sub_store = adir / "sub.sqlite"
+        sub_dirs = [str(p) for p in sorted(fleet.iterdir())[:args.asv_machines]]
+        # the same runs as journal directories (first nights of the same machines) for convbench
+        sub_runs = [str(r) for d in sub_dirs for r in sorted(Path(d).iterdir())[:args.asv_nights]]
+        cb_wall, cb_rss, _ = timed(convbench("collect", *sub_runs, "--store", str(sub_store), "-q"), env=env)
+        cr_wall, cr_rss, _ = timed(convbench("report", "--store", str(sub_store), "--out", str(adir / "site")),
+                                   env=env)
+        print(f"asv publish on {n} results ({args.asv_machines} machines x {args.asv_nights} nights): "
+              f"{a_wall:.1f} s, peak RSS {a_rss / 2**20:.0f} MiB")
+        print(f"convbench collect + report on the same runs: {cb_wall + cr_wall:.1f} s "
+              f"(collect {cb_wall:.1f} + report {cr_wall:.1f}), peak RSS {max(cb_rss, cr_rss) / 2**20:.0f} MiB; "
+              f"ratio asv publish / convbench = {a_wall / (cb_wall + cr_wall):.2f}")
+        print(f"asv publish extrapolated linearly to {expected} results: "
+              f"{a_wall * expected / max(n, 1) / 60:.0f} min (not run)")
+    elif args.asv_machines:
+        print("asv publish: not measured (asv not on PATH)")
+    if not args.keep and not args.workdir:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
