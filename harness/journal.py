@@ -66,10 +66,21 @@ class Journal:
         started = dt.datetime.now(dt.timezone.utc)
         image = fingerprint.get("image") or "native"
         safe_image = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in image)
-        run_id = run_id or f"{started:%Y%m%dT%H%M%SZ}-{safe_image}-{revision}-{os.getpid()}"
-        path = Path(results) / machine / run_id
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.mkdir(exist_ok=False)  # never write into another run
+        base = Path(results) / machine
+        base.mkdir(parents=True, exist_ok=True)
+        if run_id:
+            path = base / run_id
+            path.mkdir(exist_ok=False)  # never write into another run
+        else:
+            stem = f"{started:%Y%m%dT%H%M%SZ}-{safe_image}-{revision}-{os.getpid()}"
+            for n in range(1, 1000):  # two runs started in the same second by one process get a suffix
+                run_id = stem if n == 1 else f"{stem}-{n}"
+                path = base / run_id
+                try:
+                    path.mkdir(exist_ok=False)
+                    break
+                except FileExistsError:
+                    continue
         meta = {"schema": SCHEMA_VERSION, "run_id": run_id, "machine": machine, "image": image,
                 "started": started.isoformat(), "suite_revision": revision, "fingerprint": fingerprint,
                 "options": options}

@@ -1,0 +1,113 @@
+"""The accuracy machinery on the CPU: classes, poison, hashes, references."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from harness import accuracy, cases
+
+CASE = cases.get("quick.seed")
+
+
+def _operands():
+    host = accuracy.host_inputs(CASE)
+    return {k: torch.from_numpy(v) for k, v in host.items()}
+
+
+def _round_mantissa(t: torch.Tensor, bits: int) -> torch.Tensor:
+    """Round float32 values to ``bits`` explicit mantissa bits (nearest, ties away): TF32 is 10."""
+    drop = 23 - bits
+    i = t.view(torch.int32)
+    return ((i + (1 << (drop - 1))) & ~((1 << drop) - 1)).view(torch.float32)
+
+
+def _classify(x, w, dtype="fp32"):
+    ops = _operands()
+    ref, scale = accuracy.reference(CASE, "fwd", ops, "cpu")
+    out = F.conv2d(x.double(), w.double(), stride=CASE.stride, padding=CASE.pad).float()
+    return accuracy.measure(out, ref, scale, dtype, accuracy.reduction_length(CASE, "fwd"))
+
+
+def test_inputs_are_the_same_draws_every_time():
+    a, b = accuracy.host_inputs(CASE), accuracy.host_inputs(CASE)
+    assert all((a[k] == b[k]).all() for k in a)
+    assert a["x"].shape == CASE.x_shape() and abs(float(a["x"].mean())) < 0.1
+
+
+def test_fp32_arithmetic_is_fp32_class():
+    ops = _operands()
+    acc = _classify(ops["x"], ops["w"])
+    assert acc.precision_class == "fp32" and acc.rel_l2 < 1e-7
+
+
+def test_ten_bit_operands_are_tf32_class():
+    ops = _operands()
+    acc = _classify(_round_mantissa(ops["x"], 10), _round_mantissa(ops["w"], 10))
+    assert acc.precision_class == "tf32"
+    assert accuracy.fp32_bound(72) < acc.rel_l2 < accuracy.BOUND_10BIT
+
+
+def test_bf16_operands_are_bf16_class_and_fp16_band_is_named_by_dtype():
+    ops = _operands()
+    acc = _classify(ops["x"].bfloat16().float(), ops["w"].bfloat16().float())
+    assert acc.precision_class == "bf16"
+    assert accuracy.precision_class(3e-4, "fp16", 0) == "fp16"
+    assert accuracy.precision_class(3e-4, "fp32", 0) == "tf32"
+
+
+def test_fp32_edge_grows_with_reduction_length():
+    assert accuracy.fp32_bound(9) == accuracy.BOUND_FP32
+    assert accuracy.fp32_bound(260100) == pytest.approx(2 * 510 * 2.0**-24)
+    assert accuracy.precision_class(2.5e-5, "fp32", 0, 260100) == "fp32"
+    assert accuracy.precision_class(2.5e-5, "fp32", 0, 576) == "tf32"
+    seed = cases.get("seed.c64")
+    assert accuracy.reduction_length(seed, "bwd_filter") == 510 * 510
+    assert accuracy.reduction_length(seed, "bwd_data") == 576
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_poison_marks_unwritten_elements(dtype):
+    t = torch.zeros(4, 5, dtype=accuracy.torch_dtype(dtype))
+    accuracy.poison(t, dtype)
+    assert torch.isnan(t.float()).all()
+    assert accuracy.count_unwritten(t, dtype) == 20
+    t[0, :3] = 1.0
+    assert accuracy.count_unwritten(t, dtype) == 17
+
+
+def test_unwritten_output_is_broken():
+    ops = _operands()
+    ref, scale = accuracy.reference(CASE, "fwd", ops, "cpu")
+    out = ref.float().clone()
+    accuracy.poison(out[0, 0, 0], "fp32")
+    acc = accuracy.measure(out, ref, scale, "fp32")
+    assert acc.unwritten == out.shape[-1] and acc.nan == 0 and acc.precision_class == "broken"
+    out = ref.float().clone()
+    out[0, 0, 0, 0] = float("inf")
+    assert accuracy.measure(out, ref, scale, "fp32").inf == 1
+
+
+def test_hash_is_bitwise_and_layout_independent():
+    ops = _operands()
+    y = F.conv2d(ops["x"], ops["w"])
+    h = accuracy.output_hash(y)
+    assert h == accuracy.output_hash(y.clone())
+    assert h == accuracy.output_hash(y.contiguous(memory_format=torch.channels_last))
+    flipped = y.clone()
+    flipped.view(torch.int32).view(-1)[123] ^= 1  # one bit of one element
+    assert accuracy.output_hash(flipped) != h
+    swapped = y.clone().view(-1)
+    swapped[[0, 1]] = swapped[[1, 0]]
+    assert accuracy.output_hash(swapped.view_as(y)) != h or y.view(-1)[0] == y.view(-1)[1]
+
+
+@pytest.mark.parametrize("direction", ["bwd_data", "bwd_filter"])
+def test_backward_references_match_autograd(direction):
+    ops = {k: torch.from_numpy(v).double() for k, v in accuracy.host_inputs(CASE, direction).items()}
+    ref, scale = accuracy.reference(CASE, direction, ops, "cpu")
+    x = ops["x"].clone().requires_grad_()
+    w = ops["w"].clone().requires_grad_()
+    F.conv2d(x, w, stride=CASE.stride, padding=CASE.pad).backward(ops["dy"])
+    want = x.grad if direction == "bwd_data" else w.grad
+    assert torch.allclose(ref, want, rtol=1e-12, atol=1e-12)
+    assert (scale >= ref.abs() - 1e-12).all()

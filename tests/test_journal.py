@@ -1,0 +1,37 @@
+import json
+
+import pytest
+
+from harness.journal import Journal, find_runs, iter_journal
+from harness.records import Record
+
+
+def _fp():
+    return {"hostname": "testhost", "gpu": None, "image": None}
+
+
+def _rec(i):
+    return Record(case=f"quick.case{i}", backend="torch", direction="fwd", algo="auto", math="DEFAULT",
+                  dtype="fp32", layout="NCHW")
+
+
+def test_runs_never_share_a_directory(tmp_path):
+    a = Journal.create(tmp_path, _fp(), {})
+    b = Journal.create(tmp_path, _fp(), {})
+    assert a.path != b.path and len(find_runs(tmp_path)) == 2
+    with pytest.raises(FileExistsError):
+        Journal.create(tmp_path, _fp(), {}, run_id=a.path.name)
+
+
+def test_append_done_keys_and_torn_tail(tmp_path):
+    j = Journal.create(tmp_path, _fp(), {"x": 1})
+    for i in range(3):
+        j.append(_rec(i))
+    with open(j.path / "records.jsonl", "a") as f:
+        f.write('{"kind": "measurement", "case": "torn')  # a write cut by kill -9
+    assert j.done_keys() == {_rec(i).key() for i in range(3)}
+    assert len(list(iter_journal(j.path / "records.jsonl"))) == 3
+    j.finish({"ok": 3})
+    end = json.loads((j.path / "end.json").read_text())
+    assert end["ok"] == 3 and "finished" in end
+    assert Journal(j.path).meta["options"] == {"x": 1}
