@@ -1,0 +1,110 @@
+"""onnxruntime's CUDA EP on whole models under every cuDNN conv search setting (and the CPU EP beside it).
+
+All onnxruntime work happens once, in setup_cache, through harness.backends.ort (which runs it in worker
+processes); the track_ functions only read numbers out of the records. A setting that did not run (no GPU,
+an error) raises NotImplementedError, which asv shows as n/a; its record in the run journal says why.
+Models: CONVBENCH_ORT_MODELS (default resnet50,mobilenetv2).
+"""
+
+import math
+import os
+
+from ._bridge import results_root
+
+MODELS = [m for m in os.environ.get("CONVBENCH_ORT_MODELS", "resnet50,mobilenetv2").split(",") if m]
+SETTINGS = [f"{s},tf32={t},ws={w}" for s in ("EXHAUSTIVE", "HEURISTIC", "DEFAULT") for t in (0, 1) for w in (0, 1)]
+
+
+def _label(rec) -> str:
+    s = rec.settings
+    if s["provider"] != "CUDAExecutionProvider":
+        return "cpu"
+    return f"{s['cudnn_conv_algo_search']},tf32={s['use_tf32']},ws={s['cudnn_conv_use_max_workspace']}"
+
+
+def run_grid() -> dict:
+    """Every model x setting x io, journaled; returns {(model, setting, io): numbers} for the track_ functions."""
+    from harness import fingerprint, sweep
+    from harness.backends.ort import ModelOptions, OrtBackend
+    from harness.journal import Journal
+
+    backend = OrtBackend()
+    cuda = backend.cuda_reason() is None and bool(fingerprint.gpus()[0])
+    opts = ModelOptions(device="cuda" if cuda else "cpu")
+    shared = sweep.shared_run()
+    journal = Journal(shared) if shared else Journal.create(
+        results_root(), fingerprint.take(0 if cuda else None), {"asv": "bench_ort", "models": MODELS})
+    table: dict = {}
+    for model in MODELS:
+        for rec in backend.run_model(model, backend.model_combos(model, opts), opts):
+            journal.append(rec)
+            drift = (rec.extra.get("drift") or {}).get("image", {}).get("all", {})
+            table[(model, _label(rec), rec.settings["io"])] = {
+                "status": rec.status,
+                "latency_s": rec.time.median_ms / 1e3 if rec.time else None,
+                "session_create_s": (rec.extra.get("session_create_ms") or math.nan) / 1e3,
+                "first_inference_s": (rec.extra.get("first_inference_ms") or math.nan) / 1e3,
+                "rel_l2": rec.accuracy.rel_l2 if rec.accuracy else None,
+                "distinct_outputs": drift.get("distinct"),
+                "max_spread": drift.get("max_spread"),
+            }
+    if not shared:
+        journal.finish({"records": len(table)})
+    return table
+
+
+class OrtModels:
+    """Latency (I/O binding and numpy), session creation, first inference, error vs float64, drift."""
+
+    params = [MODELS, SETTINGS + ["cpu"]]
+    param_names = ["model", "setting"]
+    rounds = repeat = number = 1
+
+    def setup_cache(self):
+        return run_grid()
+
+    setup_cache.timeout = 1200
+
+    def _v(self, cache, model, setting, field, io="iobinding"):
+        row = cache.get((model, setting, io))
+        if row is None or row["status"] != "ok":
+            raise NotImplementedError(row["status"] if row else "setting not run on this machine")
+        v = row[field]
+        if v is None or not math.isfinite(v):
+            raise NotImplementedError(f"{field} not measured")
+        return float(v)
+
+    def track_latency_iobinding(self, cache, model, setting):
+        return self._v(cache, model, setting, "latency_s")
+
+    track_latency_iobinding.unit = "seconds"
+
+    def track_latency_numpy(self, cache, model, setting):
+        return self._v(cache, model, setting, "latency_s", io="numpy")
+
+    track_latency_numpy.unit = "seconds"
+
+    def track_session_create(self, cache, model, setting):
+        return self._v(cache, model, setting, "session_create_s")
+
+    track_session_create.unit = "seconds"
+
+    def track_first_inference(self, cache, model, setting):
+        return self._v(cache, model, setting, "first_inference_s")
+
+    track_first_inference.unit = "seconds"
+
+    def track_rel_l2_error(self, cache, model, setting):
+        return self._v(cache, model, setting, "rel_l2")
+
+    track_rel_l2_error.unit = "relative L2 error vs float64"
+
+    def track_distinct_outputs(self, cache, model, setting):
+        return self._v(cache, model, setting, "distinct_outputs")
+
+    track_distinct_outputs.unit = "distinct outputs over fresh sessions and processes"
+
+    def track_max_spread(self, cache, model, setting):
+        return self._v(cache, model, setting, "max_spread")
+
+    track_max_spread.unit = "max elementwise spread across runs"

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Performance of the onnxruntime part, measured side by side in one run.
+
+1. Latency agreement: for each model and search mode, one session with onnxruntime's own profiler on;
+   our timer (perf_counter around run_with_iobinding, as the backend times it) and the profiler's
+   "model_run" durations cover the very same runs. Prints both medians and their ratio; the target is
+   agreement within 5 %.
+2. Grid time: the default grid (`python3 -m harness.ort_grid`) end to end, wall clock, against the
+   5-minute target of the issue (asv runs the same grid in setup_cache).
+
+Usage: python3 scripts/bench_ort.py [--device cuda|cpu] [--models resnet50,mobilenetv2] [--skip-grid]
+Exit code 1 when a ratio misses its target, so the lead sees it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from harness import models  # noqa: E402
+from harness.backends.ort import CPU_EP, CUDA_EP, OrtBackend, WorkerRun, _provider_options, run_workers  # noqa: E402
+
+AGREEMENT = 0.05
+GRID_BUDGET_S = 300.0
+
+
+def agreement(model: str, provider: str, search: str | None, workdir: Path) -> dict:
+    built = models.build(model)
+    x = models.model_inputs(model)["image"]
+    xp = workdir / f"{model}-x.npy"
+    import numpy as np
+
+    np.save(xp, x)
+    po = {} if provider == CPU_EP else _provider_options(search, 1, 1)
+    w = WorkerRun({"mode": "profile_agreement", "model": str(built.path), "provider": provider,
+                   "inputs": {"image": str(xp)}, "timing_policy": {"min_samples": 20, "max_samples": 200},
+                   "configs": [{"key": "k", "provider_options": po, "sessions": 1}]})
+    run_workers([(w, f"agree-{model}-{search or 'cpu'}", False)], workdir, 1, 600)
+    if w.failure:
+        return {"error": w.failure[1]}
+    return w.result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", choices=("cuda", "cpu"), default=None)
+    ap.add_argument("--models", default=",".join(models.MODELS))
+    ap.add_argument("--skip-grid", action="store_true")
+    args = ap.parse_args()
+    backend = OrtBackend()
+    device = args.device or ("cuda" if backend.cuda_reason() is None else "cpu")
+    provider = CUDA_EP if device == "cuda" else CPU_EP
+    searches = ("EXHAUSTIVE", "HEURISTIC", "DEFAULT") if device == "cuda" else (None,)
+    import onnxruntime
+
+    print(f"onnxruntime {onnxruntime.__version__}, {provider}, {time.strftime('%Y-%m-%d %H:%M:%S')}")
+    failed = False
+    print("\n1. latency agreement with onnxruntime's profiler (same session, same runs, I/O binding)")
+    print(f"   {'model':12} {'search':10} {'ours ms':>9} {'profiler ms':>12} {'ratio':>7}  target |1-ratio| <= 5%")
+    with tempfile.TemporaryDirectory(prefix="bench-ort-") as tmp:
+        for model in args.models.split(","):
+            for search in searches:
+                r = agreement(model, provider, search, Path(tmp))
+                if "error" in r or not r.get("profiler"):
+                    print(f"   {model:12} {search or 'n/a':10} failed: {r.get('error', 'no profiler runs')}")
+                    failed = True
+                    continue
+                ours, theirs = r["ours"]["median_ms"], r["profiler"]["median_ms"]
+                ratio = ours / theirs
+                ok = abs(1 - ratio) <= AGREEMENT
+                failed |= not ok
+                print(f"   {model:12} {search or 'n/a':10} {ours:9.4f} {theirs:12.4f} {ratio:7.3f}  "
+                      f"{'ok' if ok else 'MISSED'} (n={r['timed_runs']}, profiled {r['profiled_runs']})")
+    if not args.skip_grid:
+        print("\n2. default grid, wall clock")
+        with tempfile.TemporaryDirectory(prefix="bench-ort-grid-") as out:
+            t0 = time.monotonic()
+            proc = subprocess.run([sys.executable, "-m", "harness.ort_grid", "--out", out, "--device", device,
+                                   "--models", args.models], cwd=ROOT, env=dict(os.environ),
+                                  capture_output=True, text=True)
+            wall = time.monotonic() - t0
+            tail = proc.stdout.strip().splitlines()[-3:]
+            ok = proc.returncode == 0 and wall <= GRID_BUDGET_S
+            failed |= not ok
+            print(f"   {wall:.0f} s for the grid; budget {GRID_BUDGET_S:.0f} s; ratio {wall / GRID_BUDGET_S:.2f} "
+                  f"{'ok' if ok else 'MISSED'} (exit {proc.returncode})")
+            for line in tail:
+                print("   " + line)
+            if proc.returncode:
+                print(json.dumps(proc.stderr[-2000:]))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
