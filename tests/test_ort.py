@@ -235,3 +235,14 @@ def test_grid_command_writes_a_run_journal(tmp_path, capsys, monkeypatch):
     assert len(recs) == 2 and all(r.status == OK for r in recs)
     assert json.loads((journal.parent / "end.json").read_text())["records"] == 2
     assert ERROR not in {r.status for r in recs}
+
+
+def test_worker_environment_switches_each_log_on_its_own(monkeypatch):
+    from harness.backends.ort import _worker_env
+
+    monkeypatch.setenv("CUDNN_LOGLEVEL_DBG", "3")  # a parent's own setting must not leak into unlogged workers
+    assert not {k for k in _worker_env(None, None) if k.startswith("CUDNN_")}
+    fe_only = _worker_env(None, "/tmp/fe.log")
+    assert fe_only["CUDNN_FRONTEND_LOG_FILE"] == "/tmp/fe.log" and "CUDNN_LOGDEST_DBG" not in fe_only
+    full = _worker_env("/tmp/api.log", "/tmp/fe.log")
+    assert full["CUDNN_LOGDEST_DBG"] == "/tmp/api.log" and full["CUDNN_LOGLEVEL_DBG"] == "3"

@@ -129,19 +129,22 @@ class WorkerRun:
     fe_log: str | None = None
 
 
-def _worker_env(log_paths: tuple[str, str] | None) -> dict[str, str]:
+def _worker_env(api_log: str | None, fe_log: str | None) -> dict[str, str]:
     env = dict(os.environ)
     for k in ("CUDNN_LOGLEVEL_DBG", "CUDNN_LOGINFO_DBG", "CUDNN_LOGDEST_DBG", "CUDNN_FRONTEND_LOG_INFO",
               "CUDNN_FRONTEND_LOG_FILE"):
         env.pop(k, None)
-    if log_paths:
-        env.update(cudnn_log.log_env(*log_paths))
+    if api_log or fe_log:
+        full = cudnn_log.log_env(api_log or "", fe_log or "")
+        env.update({k: v for k, v in full.items() if v and (api_log or not k.startswith("CUDNN_LOG"))
+                    and (fe_log or not k.startswith("CUDNN_FRONTEND"))})
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "") if env.get("PYTHONPATH") else root
     return env
 
 
-def _start(w: WorkerRun, workdir: Path, name: str, log: bool) -> None:
+def _start(w: WorkerRun, workdir: Path, name: str, log: bool | str) -> None:
+    """Start one worker; ``log``: False, "frontend" (the cheap frontend log only) or True (API log too)."""
     wdir = workdir / name
     wdir.mkdir(parents=True, exist_ok=True)
     w.job["out_dir"] = str(wdir)
@@ -149,11 +152,12 @@ def _start(w: WorkerRun, workdir: Path, name: str, log: bool) -> None:
     job_path = wdir / "job.json"
     job_path.write_text(json.dumps(w.job))
     if log:
-        w.api_log, w.fe_log = str(wdir / "cudnn_api.log"), str(wdir / "cudnn_frontend.log")
+        w.fe_log = str(wdir / "cudnn_frontend.log")
+    if log is True:
+        w.api_log = str(wdir / "cudnn_api.log")
     stderr = open(wdir / "stderr.txt", "wb")
     w.proc = subprocess.Popen([sys.executable, "-m", "harness.ort_worker", str(job_path)], stdout=stderr,
-                              stderr=subprocess.STDOUT, env=_worker_env((w.api_log, w.fe_log) if log else None),
-                              cwd=str(wdir))
+                              stderr=subprocess.STDOUT, env=_worker_env(w.api_log, w.fe_log), cwd=str(wdir))
     stderr.close()
     w.started = time.monotonic()
 
@@ -174,7 +178,7 @@ def _finish(w: WorkerRun) -> None:
         w.failure = (ERROR, f"worker exited {rc}: {tail}")
 
 
-def run_workers(runs: list[tuple[WorkerRun, str, bool]], workdir: Path, parallel: int, timeout_s: float,
+def run_workers(runs: list[tuple[WorkerRun, str, bool | str]], workdir: Path, parallel: int, timeout_s: float,
                 log=lambda msg: None) -> None:
     """Run workers, at most ``parallel`` at a time; each ends with a result or a failure, never an exception."""
     pending = list(runs)
@@ -437,7 +441,10 @@ class OrtBackend:
                 w = WorkerRun(job([cfg(key, cs, n, profile=True, repeats=opts.repeats if pi == 0 else 0)],
                                   provider))
                 ws.append(w)
-                queue.append((w, f"drift-{len(drift):02d}-p{pi}", opts.log and provider == CUDA_EP))
+                # cuDNN's API log (every call, slow) in the process holding the sessions; the frontend's
+                # one line per execution in every process
+                logged = (True if pi == 0 else "frontend") if opts.log and provider == CUDA_EP else False
+                queue.append((w, f"drift-{len(drift):02d}-p{pi}", logged))
             drift[key] = ws
         timed_search = legacy and any(dict(cs[0].settings)["cudnn_conv_algo_search"] == "EXHAUSTIVE"
                                       for cs in groups.values())
