@@ -131,12 +131,11 @@ def test_sweep_options_map_onto_model_options():
 
 @pytest.fixture(scope="module")
 def cpu_records(tmp_path_factory):
-    import os
-
-    os.environ["CONVBENCH_CACHE"] = str(tmp_path_factory.mktemp("cache"))
-    b = OrtBackend(log=lambda m: None)
-    opts = ModelOptions(device="cpu", sessions=2, processes=2, repeats=1)
-    return list(b.run_model("mobilenetv2", b.model_combos("mobilenetv2", opts), opts))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CONVBENCH_CACHE", str(tmp_path_factory.mktemp("cache")))
+        b = OrtBackend(log=lambda m: None)
+        opts = ModelOptions(device="cpu", sessions=2, processes=2, repeats=1)
+        yield list(b.run_model("mobilenetv2", b.model_combos("mobilenetv2", opts), opts))
 
 
 def test_cpu_ep_model_records_are_complete(cpu_records):
@@ -163,7 +162,8 @@ def test_record_hash_is_accuracy_output_hash_of_the_saved_output(cpu_records, tm
     from harness import models
 
     r = cpu_records[0]
-    built = models.build("mobilenetv2", 1)
+    built = models.build("mobilenetv2", 1, tmp_path)
+    assert built.sha256 == r.extra["model_sha256"]
     sess = ort.InferenceSession(str(built.path), providers=["CPUExecutionProvider"])
     y = sess.run(None, {models.INPUT: models.model_inputs("mobilenetv2", 1)["image"]})[0]
     import torch
