@@ -97,6 +97,7 @@ class Journal:
 
     def append(self, rec: Record | Ranking) -> None:
         if self._file is None:
+            _drop_torn_tail(self.path / JOURNAL_FILE)
             self._file = open(self.path / JOURNAL_FILE, "a")
         self._file.write(dumps(rec) + "\n")
         self._file.flush()
@@ -108,6 +109,16 @@ class Journal:
             self._file = None
         summary = dict(summary, finished=dt.datetime.now(dt.timezone.utc).isoformat())
         _write_atomic(self.path / END_FILE, summary)
+
+
+def _drop_torn_tail(path: Path) -> None:
+    """A record cut short by a kill has no newline; appending after it would corrupt the next record too."""
+    if not path.exists():
+        return
+    with open(path, "rb+") as f:
+        data = f.read()
+        if data and not data.endswith(b"\n"):
+            f.truncate(data.rfind(b"\n") + 1)
 
 
 def iter_journal(path: Path):

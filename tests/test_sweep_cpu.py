@@ -1,0 +1,76 @@
+"""The CPU path end to end: PyTorch's CPU conv through the same machinery, cuDNN recorded as skipped."""
+
+import json
+
+import pytest
+
+from harness import cases, sweep
+from harness.backends import SweepOptions
+from harness.journal import JOURNAL_FILE, iter_journal
+from harness.measure import TimingPolicy
+from harness.records import OK, SKIPPED, Record
+
+FAST = TimingPolicy(budget_ms=2.0, min_samples=3, max_samples=10)
+
+
+def _run(tmp_path, case_ids="quick.seed,quick.depthwise", **kw):
+    opts = SweepOptions(device="cpu", timing=FAST, directions=kw.pop("directions", ("fwd",)))
+    return sweep.run(cases.select(case_ids), ["torch", "cudnn"], opts, tmp_path, log=lambda m: None, **kw)
+
+
+def _records(journal):
+    return [Record.from_dict(d) for d in iter_journal(journal.path / JOURNAL_FILE) if d["kind"] == "measurement"]
+
+
+def test_cpu_sweep_measures_torch_and_skips_cudnn_with_a_reason(tmp_path):
+    journal = _run(tmp_path)
+    recs = _records(journal)
+    torch_recs = [r for r in recs if r.backend == "torch"]
+    cudnn_recs = [r for r in recs if r.backend == "cudnn"]
+    assert len(torch_recs) == 2 * 3 * 2  # cases x dtypes x layouts, one setting each on a CPU
+    assert len(cudnn_recs) == 2 * 8 * 4 * 3 * 2
+    assert all(r.status == SKIPPED and "CUDA" in r.reason for r in cudnn_recs)
+    for r in torch_recs:
+        if r.status != OK:  # a dtype this CPU build cannot convolve is a record with the reason
+            assert r.reason
+            continue
+        assert r.time.timer == "perf_counter" and r.time.n >= 3
+        assert r.determinism.repeat_equal is True
+        want = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}[r.dtype]
+        assert r.accuracy.precision_class in (want, "fp32"), r
+    fp32 = [r for r in torch_recs if r.dtype == "fp32"]
+    assert fp32 and all(r.status == OK and r.accuracy.precision_class == "fp32" for r in fp32)
+    end = json.loads((journal.path / "end.json").read_text())
+    assert end["counts"][SKIPPED] == len(cudnn_recs)
+    meta = json.loads((journal.path / "run.json").read_text())
+    assert meta["fingerprint"]["gpu"] is None and meta["options"]["cases"] == ["quick.seed", "quick.depthwise"]
+
+
+def test_resume_measures_nothing_twice(tmp_path):
+    journal = _run(tmp_path, "quick.seed")
+    lines = (journal.path / JOURNAL_FILE).read_text().splitlines()
+    keep = lines[: len(lines) // 2]
+    (journal.path / JOURNAL_FILE).write_text("\n".join(keep) + "\n" + lines[len(keep)][:40])  # torn tail
+    (journal.path / "end.json").unlink()
+    resumed = _run(tmp_path, "quick.seed", resume=journal.path)
+    assert resumed.path == journal.path
+    recs = _records(resumed)
+    keys = [r.key() for r in recs]
+    assert len(keys) == len(set(keys)) == len(lines)
+
+
+@pytest.mark.parametrize("direction", ["bwd_data", "bwd_filter"])
+def test_cpu_backward_is_fp32_class(tmp_path, direction):
+    recs = _records(_run(tmp_path, "quick.grouped", directions=(direction,)))
+    fp32 = [r for r in recs if r.backend == "torch" and r.dtype == "fp32"]
+    assert fp32 and all(r.status == OK and r.accuracy.precision_class == "fp32" for r in fp32)
+    assert all(r.direction == direction for r in recs)
+
+
+def test_repro_in_a_fresh_process_matches(tmp_path):
+    from harness.repro import recompute
+
+    journal = _run(tmp_path, "quick.seed")
+    repro = list(recompute(journal.path))
+    assert repro and all(r.kind == "repro" for r in repro)
+    assert all(r.extra["fresh_process_equal"] is True for r in repro)
