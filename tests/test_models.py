@@ -12,6 +12,10 @@ ort = pytest.importorskip("onnxruntime")
 from harness import accuracy, cases, models  # noqa: E402
 
 
+def needs_images():
+    pytest.importorskip("skimage", reason="scikit-image ships the real photographs (CI installs it)")
+
+
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("models")
@@ -59,6 +63,7 @@ def test_bn_statistics_sit_on_the_quantisation_grid(mbv2):
 
 @pytest.mark.parametrize("name", ["image", "random"])
 def test_onnxruntime_cpu_agrees_with_the_float64_reference(mbv2, name):
+    needs_images()
     built, params = mbv2
     x = models.model_inputs("mobilenetv2", 1)[name]
     ref, source = models.reference("mobilenetv2", params, x)
@@ -72,6 +77,7 @@ def test_onnxruntime_cpu_agrees_with_the_float64_reference(mbv2, name):
 
 
 def test_reference_is_float64_of_a_sane_network(mbv2):
+    needs_images()
     _, params = mbv2
     x = models.model_inputs("mobilenetv2", 1)["image"]
     ref, _ = models.reference("mobilenetv2", params, x, source="builder")
@@ -80,6 +86,7 @@ def test_reference_is_float64_of_a_sane_network(mbv2):
 
 
 def test_torchvision_module_matches_the_builder_where_torchvision_imports(mbv2):
+    needs_images()
     _, params = mbv2
     if models.torchvision_module("mobilenetv2", params) is None:
         pytest.skip("torchvision does not import beside this torch")
@@ -101,7 +108,7 @@ def test_preprocessing_of_a_flat_grey_image_is_exact():
 
 
 def test_real_images_come_from_scikit_image():
-    pytest.importorskip("skimage")
+    needs_images()
     x = models.model_inputs("resnet50", 4)
     assert x["image"].shape == (4, 3, 224, 224)
     assert np.array_equal(x["image"][0], x["image"][3])  # three photographs, cycled
