@@ -51,6 +51,7 @@ def test_model_node_algorithms_are_mapped_from_the_logs():
         assert r.status == OK, r.reason
         assert r.accuracy.precision_class == "fp32"
         assert len(r.extra["node_algos"]) == 52, r.extra.get("algo_logs")
+        assert "?" not in set(r.extra["node_algos"].values()), r.extra["node_algos"]  # every engine named
         observed = {i["conv_path_observed"] for i in r.extra["algo_logs"]}
         assert all(expected in (o or "") or (expected == "legacy" and (o or "").startswith("legacy"))
                    for o in observed), (observed, expected)
