@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness import cases as catalogue  # noqa: E402
 from harness.backends import SweepOptions  # noqa: E402
-from harness.backends.cudnn import ConvSession, CudnnBackend  # noqa: E402
+from harness.backends.cudnn import ConvSession, CudnnBackend, CudnnError, WorkspaceTooLarge  # noqa: E402
 from harness.measure import CudaTimer, TimingPolicy  # noqa: E402
 
 CALLS = (("cudnn", "IMPLICIT_PRECOMP_GEMM", "DEFAULT"), ("cudnn", "IMPLICIT_GEMM", "FMA"), ("torch", "auto", "-"))
@@ -44,7 +44,11 @@ def main() -> int:
         session = ConvSession(cudnn, case, "fwd", "fp32", "NCHW", SweepOptions(), reference=False)
         for backend, algo, math in CALLS:
             if backend == "cudnn":
-                algo_id, ws, ws_bytes = session.bind(algo, math)
+                try:
+                    algo_id, ws, ws_bytes = session.bind(algo, math)
+                except (CudnnError, WorkspaceTooLarge) as exc:
+                    print(f"{case.id:36s} {backend:5s} {algo:22s} {math:8s} not run: {exc}")
+                    continue
 
                 def fn(algo_id=algo_id, ws=ws, ws_bytes=ws_bytes, session=session):
                     session.conv.run(algo_id, ws, ws_bytes)
