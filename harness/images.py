@@ -564,10 +564,19 @@ def build(client, matrix: Matrix, row: Row, cache: Path = WHEEL_CACHE, log=print
                           f"{base.name}` (as root) or scripts/host-docker.sh") from None
     revision = suite_revision()
     wheels, lock = wheelhouse(matrix, row, cache, log)
+    tag = f"{row.image}-{revision}"
+    if not revision.endswith("-dirty") and revision != "unknown":
+        try:
+            image = client.images.get(tag)
+            if image.labels.get(f"{LABEL_PREFIX}lock-sha256") == lock.sha256:
+                image.tag(IMAGE_REPO, row.name)
+                log(f"[{row.name}] {tag} already built from this revision and lock ({image.short_id}); kept")
+                return image.id
+        except docker.errors.ImageNotFound:
+            pass
     with tempfile.TemporaryDirectory(prefix=f"convbench-build-{row.name}-") as tmp:
         ctx = Path(tmp)
         build_context(matrix, row, ctx, wheels, lock, revision, log)
-        tag = f"{row.image}-{revision}"
         log(f"[{row.name}] docker build (network none) -> {tag}")
         image_id = None
         try:

@@ -1,0 +1,140 @@
+"""End to end on a real Docker engine: base image, hermetic CPU image, the suite in a hardened container,
+and the results collected into the store. Skips with the reason when there is no engine (scripts/host-docker.sh
+starts one on CI)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import baseimage, fingerprint, hostrun, images
+from harness.cli import main
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def client():
+    pytest.importorskip("docker")
+    try:
+        return images.engine()
+    except images.EngineError as exc:
+        pytest.skip(f"no Docker engine: {exc}")
+
+
+@pytest.fixture(scope="module")
+def cpu_image(client):
+    """The CPU row built from its wheelhouse with network none (the base image is made once and kept)."""
+    matrix = images.load_matrix()
+    row = matrix.rows["cpu"]
+    base = matrix.bases[row.base]
+    started = time.monotonic()
+    try:
+        baseimage.ensure(client, base.tag, base.suite, base.mirror, base.include)
+    except baseimage.BaseImageError as exc:
+        pytest.skip(f"cannot make the base image here: {exc}")
+    made_base = time.monotonic()
+    image_id = images.build(client, matrix, row)
+    print(f"\nbase image {made_base - started:.0f} s, CPU image {time.monotonic() - made_base:.0f} s")
+    return client.images.get(image_id)
+
+
+def test_image_is_labelled_and_runs_as_non_root(cpu_image):
+    labels = cpu_image.labels
+    assert labels["org.convbench.row"] == "cpu"
+    assert labels["org.convbench.torch"] == "2.13.0+cpu"
+    env = dict(e.split("=", 1) for e in cpu_image.attrs["Config"]["Env"])
+    assert labels["org.convbench.suite-revision"] == env["CONVBENCH_REVISION"] != "unknown"
+    lock = images.read_lock(images.load_matrix().rows["cpu"].lock_path())
+    assert labels["org.convbench.lock-sha256"] == lock.sha256
+    assert cpu_image.attrs["Config"]["User"] == f"{images.CONTAINER_UID}:{images.CONTAINER_UID}"
+    assert "convbench:cpu" in cpu_image.tags
+
+
+def test_container_cannot_write_its_root_nor_reach_a_network(client, cpu_image, tmp_path):
+    """The hardened config of `convbench run`, probed from inside: uid, read-only /, writable results, no network."""
+    worker = hostrun.Worker("cpu", "probe-cpu", None)
+    machine_dir, user = hostrun.prepare_results(tmp_path, worker.machine)
+    image = {"id": cpu_image.id, "tag": "convbench:cpu", "row": "cpu", "revision": "test"}
+    probe = (
+        "import os, socket, json\n"
+        "out = {'uid': os.getuid()}\n"
+        "def attempt(fn):\n"
+        "    try:\n        fn(); return 'ok'\n"
+        "    except OSError as e:\n        return type(e).__name__ + ':' + str(e.errno)\n"
+        "out['write_root'] = attempt(lambda: open('/opt/convbench/x', 'w'))\n"
+        "out['write_results'] = attempt(lambda: open('/results/probe-cpu/x', 'w').write('1'))\n"
+        "out['connect'] = attempt(lambda: socket.create_connection(('1.1.1.1', 80), timeout=3))\n"
+        "out['ifaces'] = sorted(n for _, n in socket.if_nameindex())\n"
+        "out['caps'] = [l for l in open('/proc/self/status') if l.startswith('CapEff')][0].split()[1]\n"
+        "print(json.dumps(out))\n")
+    cfg = hostrun.container_config(image, worker, machine_dir, user, ["-c", probe])
+    cfg.update(entrypoint=["python3"], detach=False, remove=True)
+    out = json.loads(client.containers.run(**cfg).decode().strip().splitlines()[-1])
+    assert out["uid"] != 0
+    assert out["write_root"].startswith("OSError:30")  # EROFS
+    assert out["write_results"] == "ok" and (machine_dir / "x").read_text() == "1"
+    assert out["connect"] != "ok" and out["ifaces"] == ["lo"]
+    assert int(out["caps"], 16) == 0
+
+
+def test_run_the_suite_in_the_image_then_collect(client, cpu_image, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(fingerprint, "gpus", lambda: ([], "test host: GPU-less CI"))
+    results = tmp_path / "results"
+    code = main(["run", "--rows", "cpu", "--results", str(results), "--host-name", "ci",
+                 "--cases", "quick", "--backends", "torch,cudnn"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "running one CPU worker" in out
+    (run,) = list((results / "ci-cpu").iterdir())
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["machine"] == "ci-cpu" and meta["image"] == "convbench:cpu"
+    assert meta["fingerprint"]["image_id"] == cpu_image.id
+    assert meta["suite_revision"] == cpu_image.labels["org.convbench.suite-revision"]
+    assert meta["fingerprint"]["software"]["torch"] == "2.13.0+cpu"
+    records = [json.loads(ln) for ln in (run / "records.jsonl").read_text().splitlines()]
+    assert any(r.get("backend") == "torch" and r.get("status") == "ok" for r in records)
+    assert any(r.get("backend") == "cudnn" and r.get("status") == "skipped" for r in records)
+    assert json.loads((run / "end.json").read_text())["counts"]["ok"] > 0
+
+    store = tmp_path / "store.sqlite"
+    assert main(["collect", str(results), "--store", str(store)]) == 0
+    with sqlite3.connect(store) as db:
+        (n, image_id, ok) = db.execute("SELECT count(*), max(image_id), sum(n_ok) FROM runs").fetchone()
+    assert n == 1 and image_id == cpu_image.id and ok > 0
+
+
+def test_a_failing_container_keeps_what_the_other_measured(client, cpu_image, tmp_path):
+    """Two containers in parallel: one sweeps, one is refused by the sweep (unknown case). The good run is whole."""
+    results = tmp_path / "results"
+    image = hostrun.local_rows(client)["cpu"]
+    good = hostrun.Worker("w0", "ci-good", None, [image])
+    runner = hostrun.Runner(log=lambda _: None)
+    work_good = hostrun.docker_worker(client, results, hostrun.sweep_args("quick", "torch", "/results", []))
+    work_bad = hostrun.docker_worker(client, results, hostrun.sweep_args("no-such-case", "torch", "/results", []))
+    bad = hostrun.Worker("w1", "ci-bad", None, [image])
+    runner.run_all([good, bad], lambda r, w: (work_good if w is good else work_bad)(r, w))
+    by = {o.label: o for o in runner.outcomes}
+    assert by["w0"].code == 0 and len(by["w0"].runs) == 1
+    assert (by["w0"].runs[0] / "end.json").exists()
+    assert by["w1"].code == 2 and "no-such-case" in by["w1"].message
+
+
+def test_gpu_request_on_an_engine_without_nvidia_runtime_says_what_to_install(client, cpu_image, tmp_path):
+    """This engine has no NVIDIA runtime; asking it for a GPU must end in the one-line fix, not a traceback."""
+    if "nvidia" in (client.info().get("Runtimes") or {}):
+        pytest.skip("this engine has the NVIDIA runtime")
+    fake_gpu = {"index": 0, "name": "any", "sm": "9.0", "uuid": "GPU-00000000-0000-0000-0000-000000000000"}
+    image = hostrun.local_rows(client)["cpu"]
+    runner = hostrun.Runner(log=lambda _: None)
+    runner.run_all([hostrun.Worker("gpu0", "ci-gpu0", fake_gpu, [image])],
+                   hostrun.docker_worker(client, tmp_path, ["sweep", "--help"]))
+    assert runner.fatal and 'could not select device driver "" with capabilities: [[gpu]]' in runner.fatal[0]
+    assert "nvidia-container-toolkit" in runner.fatal[0]
+    assert not os.listdir(tmp_path / "ci-gpu0")
+    assert Path(tmp_path).exists()
