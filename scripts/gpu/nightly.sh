@@ -10,7 +10,9 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD}
 OUT=${OUT:-/tmp/convbench-out}; mkdir -p "$OUT"
 RES=/tmp/convbench-results; mkdir -p "$RES"
 export CONVBENCH_MACHINE=${CONVBENCH_MACHINE:-h200-lent-gpu0}
-[ -d .git ] || { git init -q && git add -A && git -c user.email=gpu@convbench -c user.name=gpu commit -qm "snapshot of the working tree"; }
+git config --global --add safe.directory '*'  # the copied tree belongs to another uid
+git rev-parse -q --verify HEAD >/dev/null 2>&1 || { rm -rf .git; git init -q && git add -A &&
+  git -c user.email=gpu@convbench -c user.name=gpu commit -qm "snapshot of the working tree"; }
 t() { local s=$(date +%s); "$@"; local rc=$?; echo "[timing] $* : $(( $(date +%s) - s )) s (rc=$rc)"; return $rc; }
 pack() { tar czf "$OUT/results-$stage.tgz" -C "$RES" . 2>/dev/null; }
 case $stage in
