@@ -51,8 +51,8 @@ def test_indexes_serve_the_cross_machine_and_history_questions(tmp_path):
             "EXPLAIN QUERY PLAN SELECT id FROM runs WHERE machine=? AND image=? ORDER BY started", ("m", "i")))
         assert "runs_machine_image" in plan
         plan = " ".join(str(r) for r in s.db.execute(
-            "EXPLAIN QUERY PLAN SELECT median_ms FROM records WHERE combo=?", (1,)))
-        assert "records_combo" in plan
+            "EXPLAIN QUERY PLAN SELECT median_ms FROM records WHERE run IN (1, 2, 3) AND combo=?", (1,)))
+        assert "PRIMARY KEY" in plan and "SCAN" not in plan
         plan = " ".join(str(r) for r in s.db.execute(
             "EXPLAIN QUERY PLAN SELECT id FROM runs WHERE gpu_model=? AND image=?", ("g", "i")))
         assert "runs_model_image" in plan
