@@ -3,7 +3,8 @@
 For every case of the default set, on the same bound cuDNN call (and on F.conv2d), three reruns each of
 the suite's timer (hot, and cold with the L2 flushed as do_bench does) and of
 triton.testing.do_bench(return_mode="median"). Prints each ratio, the spread of the suite's medians over
-the reruns, and a summary against the targets (within 3 % of do_bench for calls of 50 us or more; spread
+the reruns, the suite's hot median against do_bench_cudagraph (replays of a captured graph: device time
+with no host dispatch), and a summary against the targets (within 3 % of do_bench for calls of 50 us or more; spread
 of medians at most 1 %). Needs a CUDA GPU and triton.
 
     python3 scripts/bench_fidelity.py [--cases default] [--json OUT.json]
@@ -35,7 +36,7 @@ def main() -> int:
     args = ap.parse_args()
     import torch
     import torch.nn.functional as F
-    from triton.testing import do_bench
+    from triton.testing import do_bench, do_bench_cudagraph
 
     cudnn = CudnnBackend().cudnn
     hot, cold = CudaTimer(TimingPolicy()), CudaTimer(TimingPolicy(cold=True))
@@ -60,17 +61,25 @@ def main() -> int:
             suite_hot = [hot(fn).median_ms for _ in range(args.reruns)]
             suite_cold = [cold(fn).median_ms for _ in range(args.reruns)]
             triton = [do_bench(fn, return_mode="median") for _ in range(args.reruns)]
+            try:  # replays of a captured graph: device time with no host dispatch at all
+                graph = [do_bench_cudagraph(fn, return_mode="median") for _ in range(args.reruns)]
+            except Exception as exc:  # a call that cannot be captured
+                graph, graph_error = [], f"{type(exc).__name__}: {exc}"[:120]
+            else:
+                graph_error = None
             ref = statistics.median(triton)
             row = {"case": case.id, "backend": backend, "algo": algo, "math": math, "do_bench_ms": ref,
                    "suite_hot_ms": statistics.median(suite_hot), "suite_cold_ms": statistics.median(suite_cold),
                    "cold_ratio": statistics.median(suite_cold) / ref, "hot_ratio": statistics.median(suite_hot) / ref,
                    "cold_spread": (max(suite_cold) - min(suite_cold)) / statistics.median(suite_cold),
                    "hot_spread": (max(suite_hot) - min(suite_hot)) / statistics.median(suite_hot),
-                   "do_bench_spread": (max(triton) - min(triton)) / ref}
+                   "do_bench_spread": (max(triton) - min(triton)) / ref,
+                   "cudagraph_ms": statistics.median(graph) if graph else None, "cudagraph_error": graph_error,
+                   "hot_vs_cudagraph": statistics.median(suite_hot) / statistics.median(graph) if graph else None}
             rows.append(row)
             print(f"{case.id:36s} {backend:5s} {algo:22s} {math:8s} do_bench {ref:8.4f} ms  cold/do_bench "
                   f"{row['cold_ratio']:.3f}  hot/do_bench {row['hot_ratio']:.3f}  spread cold {row['cold_spread']:.2%} "
-                  f"hot {row['hot_spread']:.2%}", flush=True)
+                  f"hot {row['hot_spread']:.2%}  hot/cudagraph {row['hot_vs_cudagraph'] or float('nan'):.3f}", flush=True)
         session.conv = None
         session.desc.close()
         session.handle.close()
@@ -84,7 +93,11 @@ def main() -> int:
                "median_hot_ratio": statistics.median(r["hot_ratio"] for r in big) if big else None,
                "worst_cold_spread": max((r["cold_spread"] for r in big), default=None),
                "worst_hot_spread": max((r["hot_spread"] for r in big), default=None),
-               "median_cold_spread": statistics.median(r["cold_spread"] for r in big) if big else None}
+               "median_cold_spread": statistics.median(r["cold_spread"] for r in big) if big else None,
+               "hot_within_3pct_of_cudagraph": sum(1 for r in big if r["hot_vs_cudagraph"]
+                                                   and abs(r["hot_vs_cudagraph"] - 1) <= 0.03),
+               "calls_ge_50us_with_cudagraph": sum(1 for r in big if r["hot_vs_cudagraph"]),
+               "worst_do_bench_spread": max((r["do_bench_spread"] for r in big), default=None)}
     print(json.dumps(summary, indent=1))
     if args.json:
         args.json.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
