@@ -13,6 +13,7 @@ of medians at most 1 %). Needs a CUDA GPU and triton.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import statistics
 import sys
@@ -52,6 +53,9 @@ def main() -> int:
                     continue
 
                 def fn(algo_id=algo_id, ws=ws, ws_bytes=ws_bytes, session=session):
+                    # follow torch's current stream, which graph capture switches to a side stream
+                    session.cudnn.lib.cudnnSetStream(session.handle.ptr,
+                                                     ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
                     session.conv.run(algo_id, ws, ws_bytes)
             else:
                 x, w = session.ops["x"], session.ops["w"]
