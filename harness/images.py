@@ -338,12 +338,17 @@ def reachable(url: str, timeout: float = 5.0) -> bool:
         return False
 
 
+_SKIPPED_INDEXES: list[str] = []  # extra indexes found unreachable by the current command
+
+
 def _index_args(row: Row, log=print) -> list[str]:
     args = []
+    _SKIPPED_INDEXES.clear()
     for url in row.extra_index_urls:
         if reachable(url):
             args += ["--extra-index-url", url]
         else:
+            _SKIPPED_INDEXES.append(url)
             log(f"[{row.name}] extra index {url} does not answer from here; using pip's configured indexes "
                 "and find-links only (the lock's hashes still decide which files are accepted)")
     return args
@@ -410,7 +415,10 @@ def _pip(args: list[str], log, what: str) -> subprocess.CompletedProcess:
     if proc.returncode != 0:
         errors = [ln for ln in (proc.stderr or proc.stdout).splitlines() if "ERROR" in ln] or \
             (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
-        raise MatrixError(f"{what} failed: {errors[0].strip()}")
+        skipped = [u for u in _SKIPPED_INDEXES if u not in args]
+        hint = f" (the row's extra index {', '.join(skipped)} did not answer; its pins may live only there)" \
+            if skipped else ""
+        raise MatrixError(f"{what} failed: {errors[0].strip()}{hint}")
     return proc
 
 
