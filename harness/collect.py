@@ -203,15 +203,19 @@ def _combo(d: dict[str, Any]) -> tuple:
     """(key, case, backend, direction, algo, math, dtype, layout, settings_json) of a record, memoised: a fleet
     repeats the same few thousand combinations millions of times."""
     settings = d["settings"] or {}
+    kind = d["kind"]
     try:
         sig = (d["case"], d["backend"], d["direction"], d["algo"], d["math"], d["dtype"], d["layout"],
-               tuple(sorted(settings.items())))
+               tuple(sorted(settings.items())), kind)
         hit = _COMBO_MEMO.get(sig)
     except TypeError:  # a setting with an unhashable value (list, dict)
         sig, hit = None, None
     if hit is None:
         vals = (d["case"], d["backend"], d["direction"], d["algo"], d["math"], d["dtype"], d["layout"])
-        hit = (_key(*vals, settings), *vals, _settings_json(settings))
+        key = _key(*vals, settings)
+        if kind != "measurement":  # autotune / crosscheck / repro records never overwrite the measurement
+            key = f"{key}|kind={kind}"
+        hit = (key, *vals, _settings_json(settings), kind)
         if sig is not None and len(_COMBO_MEMO) < 200_000:
             _COMBO_MEMO[sig] = hit
     return hit
@@ -355,7 +359,7 @@ def parse_asv(f: AsvFile) -> ParsedRun:
             vals = (case, backend, fields.get("direction", "-"), fields.get("algo", "-"), fields.get("math", "-"),
                     fields.get("dtype", "-"), fields.get("layout", "-"))
             key = _key(*vals, settings)
-            combos.append((key, *vals, _settings_json(settings)))
+            combos.append((key, *vals, _settings_json(settings), "measurement"))
             value = results[i] if i < len(results) else None
             is_time = unit == "seconds"
             if value is None:

@@ -68,7 +68,8 @@ CREATE TABLE IF NOT EXISTS combos (
     id INTEGER PRIMARY KEY,
     key TEXT NOT NULL UNIQUE,
     case_id TEXT NOT NULL, backend TEXT NOT NULL, direction TEXT NOT NULL, algo TEXT NOT NULL,
-    math TEXT NOT NULL, dtype TEXT NOT NULL, layout TEXT NOT NULL, settings TEXT NOT NULL
+    math TEXT NOT NULL, dtype TEXT NOT NULL, layout TEXT NOT NULL, settings TEXT NOT NULL,
+    kind TEXT NOT NULL              -- record kind: measurement, or autotune / crosscheck / repro (own keys)
 );
 CREATE INDEX IF NOT EXISTS combos_backend ON combos (backend, case_id);
 CREATE TABLE IF NOT EXISTS records (
@@ -123,7 +124,7 @@ class ParsedRun:
     """A run as ``collect`` hands it to the store: run facts, combo definitions and row tuples ready to insert."""
 
     run: dict[str, Any]  # RUN_COLUMNS
-    combos: list[tuple]  # (key, case, backend, direction, algo, math, dtype, layout, settings_json), one per record
+    combos: list[tuple]  # (key, case, backend, direction, algo, math, dtype, layout, settings_json, kind) per record
     records: list[tuple]  # RECORD_COLUMNS without run and combo (filled in by the store)
     rankings: list[tuple]  # RANKING_COLUMNS without run
     vectors: dict[str, np.ndarray]  # ok, median, norm_err, hash (per record, in record order), chosen names
@@ -201,7 +202,7 @@ class Store:
             return
         if table == "combos":
             self.db.executemany("INSERT OR IGNORE INTO combos (key, case_id, backend, direction, algo, math, dtype,"
-                                " layout, settings) VALUES (?,?,?,?,?,?,?,?,?)", [rows[k] for k in missing])
+                                " layout, settings, kind) VALUES (?,?,?,?,?,?,?,?,?,?)", [rows[k] for k in missing])
             col = "key"
         else:
             self.db.executemany("INSERT OR IGNORE INTO names (name) VALUES (?)", [(k,) for k in missing])
@@ -277,7 +278,7 @@ class Store:
 
     def records(self, run_pk: int, *, with_samples: bool = True) -> list[dict[str, Any]]:
         """Records of one run joined with their combination, as dicts (samples as float64 arrays)."""
-        ccols = ("key", "case_id", "backend", "direction", "algo", "math", "dtype", "layout", "settings")
+        ccols = ("key", "case_id", "backend", "direction", "algo", "math", "dtype", "layout", "settings", "kind")
         rcols = RECORD_COLUMNS[2:]
         sql = (f"SELECT {','.join('c.' + c for c in ccols)}, r.combo, {','.join('r.' + c for c in rcols)} "
                "FROM records r JOIN combos c ON c.id = r.combo WHERE r.run = ?")
@@ -286,6 +287,8 @@ class Store:
         for row in self.db.execute(sql, (run_pk,)):
             d = dict(zip(names, row, strict=True))
             d["settings"] = json.loads(d["settings"])
+            if d["kind"] != "measurement":  # shown with the settings wherever a record is listed
+                d["settings"] = {"record": d["kind"], **d["settings"]}
             d["extra"] = json.loads(d["extra"]) if d["extra"] else {}
             d["samples"] = samples_array(d["samples"]) if with_samples else None
             out.append(d)
@@ -298,7 +301,8 @@ class Store:
                                 " dtype, layout, math, source, rank", (run_pk,))]
 
     def combos(self) -> dict[int, dict[str, Any]]:
-        cols = ("id", "key", "case_id", "backend", "direction", "algo", "math", "dtype", "layout", "settings")
+        cols = ("id", "key", "case_id", "backend", "direction", "algo", "math", "dtype", "layout", "settings",
+                "kind")
         return {r[0]: dict(zip(cols, r, strict=True)) for r in self.db.execute(f"SELECT {','.join(cols)} FROM combos")}
 
     def names(self) -> dict[int, str]:

@@ -168,3 +168,19 @@ def test_asv_old_format_refused(tmp_path):
     f.write_text(json.dumps(data))
     s = collect(tmp_path / "s.sqlite", [res])
     assert s.added == 0 and "asv update" in s.refused[0]
+
+
+def test_other_record_kinds_keep_their_own_keys(tmp_path):
+    from harness.records import dumps
+
+    d = write_run(tmp_path / "r", "m1", "img", T0, [record("a", median=1.0)])
+    repro = record("a", median=5.0)
+    repro.kind = "repro"
+    with open(d / "records.jsonl", "a") as f:
+        f.write(dumps(repro) + "\n")
+    collect(tmp_path / "s.sqlite", [d])
+    with Store(tmp_path / "s.sqlite") as st:
+        (run,) = st.runs()
+        recs = {r["kind"]: r for r in st.records(run["id"])}
+    assert recs["measurement"]["median_ms"] == 1.0 and recs["repro"]["median_ms"] == 5.0
+    assert recs["repro"]["settings"]["record"] == "repro"
