@@ -592,7 +592,7 @@ def build(client, matrix: Matrix, row: Row, cache: Path = WHEEL_CACHE, log=print
                                           pull=False, decode=True, labels=None):
                 if "stream" in chunk:
                     for line in chunk["stream"].splitlines():
-                        if line.strip():
+                        if line.strip() and not line.lstrip().startswith(("--->", "Removing intermediate")):
                             log(f"[{row.name}] {line}")
                 if "error" in chunk:
                     raise EngineError(f"building row {row.name} failed: {chunk['error'].strip().splitlines()[-1]}")
