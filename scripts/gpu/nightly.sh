@@ -31,12 +31,13 @@ a)
   t timeout 120 python3 -m pytest -q -m gpu tests/test_gpu.py tests/test_ort_gpu.py -rs 2>&1 | tail -5
   ;;
 b)
-  t timeout 170 python3 -m harness.cli autotune --cases default -k 5 --results "$RES" 2>&1 | tail -25
+  t timeout 160 python3 -m harness.cli autotune --cases default -k 5 --results "$RES" 2>&1 | tail -25
   pack
-  t timeout 270 python3 -m harness.ort_grid --out "$RES" --parallel 8 2>&1 | tail -25
+  t timeout 250 python3 -m harness.ort_grid --out "$RES" --parallel 8 2>&1 | tail -25
   pack
+  t timeout 40 python3 -m pytest -q -m gpu tests/test_ort_gpu.py -rs 2>&1 | tail -4
   t timeout 60 python3 scripts/bench_ort.py > "$OUT/bench_ort.log" 2>&1; tail -8 "$OUT/bench_ort.log"
-  t timeout 70 python3 -m harness.cli sweep --results "$RES" --directions bwd_data,bwd_filter \
+  t timeout 60 python3 -m harness.cli sweep --results "$RES" --directions bwd_data,bwd_filter \
     --cases seed.c64,resnet50.layer4.1.conv2.n32 2>&1 | tail -3
   pack
   ;;
