@@ -135,8 +135,10 @@ def explain_autotune(rec: Record) -> str | None:
     winners = rec.extra.get("winners", {})
     det = rec.determinism
     if len(winners) > 1 and det.distinct_outputs > 1:
+        spread = rec.extra.get("max_abs_spread")
+        size = f" (max |delta| {spread:.3g})" if spread else ""
         return (f"autotuner picked different algorithms across sessions: {' vs '.join(winners)}; their outputs "
-                f"differ bitwise (max |delta| {rec.extra.get('max_abs_spread') or 0:.3g})")
+                f"differ bitwise{size}")
     if len(winners) > 1:
         return f"autotuner picked different algorithms across sessions ({' vs '.join(winners)}) with bitwise-equal outputs"
     if det.distinct_outputs > 1:
