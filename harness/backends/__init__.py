@@ -12,7 +12,7 @@ from typing import Protocol
 
 from ..cases import Case
 from ..measure import TimingPolicy
-from ..records import Record, Ranking
+from ..records import Ranking, Record
 
 
 @dataclass(frozen=True)
