@@ -34,36 +34,39 @@ def results_root() -> Path:
 
 
 def run_sweep(backend: str, direction: str) -> dict:
-    """Measure every combination of ``backend`` in ``direction`` and index the summaries asv reads."""
+    """Measure every combination of ``backend`` in ``direction``; index what the journal holds for asv.
+
+    The table is read back from the run journal rather than collected while measuring, so a second asv
+    class over the same combinations (the numerics summaries) reads the records the first one made
+    instead of measuring them again, and records made by isolated worker processes count too.
+    """
     from harness import sweep
     from harness.backends import SweepOptions
     from harness.backends.cudnn import cuda_unavailable_reason
+    from harness.journal import JOURNAL_FILE, iter_journal
 
     gpu = cuda_unavailable_reason() is None
     opts = SweepOptions(directions=(direction,), device="cuda" if gpu else "cpu")
-    table: dict = {}
-
-    def keep(rec) -> None:
-        if rec.kind != "measurement":
-            return
-        table[param_key(rec)] = {
-            "status": rec.status,
-            "time_s": rec.time.median_ms / 1e3 if rec.time else None,
-            "rel_l2": rec.accuracy.rel_l2 if rec.accuracy else None,
-            "max_norm_err": rec.accuracy.max_norm_err if rec.accuracy else None,
-            "bitwise_stable": (None if rec.determinism is None else
-                               float(bool(rec.determinism.repeat_equal) and rec.determinism.fresh_handle_equal
-                                     is not False)),
-        }
-
     cases = catalogue.select(case_ids())
-    sweep.run(cases, [backend], opts, results_root(), on_record=keep)
+    journal = sweep.run(cases, [backend], opts, results_root())
+    table: dict = {}
+    for rec in iter_journal(journal.path / JOURNAL_FILE):
+        if rec.get("kind") != "measurement" or rec["backend"] != backend or rec["direction"] != direction:
+            continue
+        acc, det, tim = rec.get("accuracy"), rec.get("determinism"), rec.get("time")
+        table[param_key(rec)] = {
+            "status": rec["status"],
+            "time_s": tim["median_ms"] / 1e3 if tim else None,
+            "rel_l2": acc["rel_l2"] if acc else None,
+            "bitwise_stable": (None if det is None else
+                               int(bool(det["repeat_equal"]) and det["fresh_handle_equal"] is not False)),
+        }
     return table
 
 
-def param_key(rec) -> tuple:
-    setting = ",".join(f"{k}={v}" for k, v in sorted(rec.settings.items()) if k != "device") or "-"
-    return (rec.case, rec.algo, rec.math, rec.dtype, rec.layout, setting)
+def param_key(rec: dict) -> tuple:
+    setting = ",".join(f"{k}={v}" for k, v in sorted(rec["settings"].items()) if k != "device") or "-"
+    return (rec["case"], rec["algo"], rec["math"], rec["dtype"], rec["layout"], setting)
 
 
 def check(cache: dict, key: tuple) -> None:
@@ -76,3 +79,12 @@ def check(cache: dict, key: tuple) -> None:
 def value(cache: dict, key: tuple, field: str) -> float:
     v = cache[key][field]
     return float("nan") if v is None or not math.isfinite(v) else float(v)
+
+
+def summary(cache: dict, match, field: str, reduce) -> float:
+    """Reduce ``field`` over the ok combinations whose key satisfies ``match`` (asv: n/a when none ran)."""
+    values = [row[field] for key, row in cache.items() if row["status"] == "ok" and match(key)
+              and row[field] is not None]
+    if not values:
+        raise NotImplementedError("no combination of this group ran")
+    return float(reduce(values))

@@ -1,12 +1,14 @@
-"""cuDNN called directly: every algorithm x math type x dtype x layout, one class per direction.
+"""cuDNN called directly: every algorithm x math type x dtype x layout, per direction.
 
-Each class's setup_cache runs one sweep of its direction (the forward sweep is the default job; the
-backward classes run when CONVBENCH_DIRECTIONS names them, since they take longer).
+Per direction two classes share one setup_cache (asv keys the cache by the function's source line, so
+both run on the records of one sweep): the time of every combination, and per (case, math, dtype) the
+worst error and the number of combinations that were not bitwise reproducible. The forward classes are
+the default job; the backward ones run when CONVBENCH_DIRECTIONS names them.
 """
 
 import os
 
-from ._bridge import case_ids, check, run_sweep, value
+from ._bridge import case_ids, check, run_sweep, summary, value
 
 ALGOS = {
     "fwd": ("IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING", "WINOGRAD",
@@ -14,12 +16,12 @@ ALGOS = {
     "bwd_data": ("ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"),
     "bwd_filter": ("ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"),
 }
-MATHS = ("DEFAULT", "TENSOR_OP", "TENSOR_OP_ALLOW_CONVERSION", "FMA")
+MATHS = ["DEFAULT", "TENSOR_OP", "TENSOR_OP_ALLOW_CONVERSION", "FMA"]
+DTYPES = ["fp32", "fp16", "bf16"]
 DIRECTIONS = os.environ.get("CONVBENCH_DIRECTIONS", "fwd").split(",")
 
 
-class _Cudnn:
-    direction = "fwd"
+class _Time:
     param_names = ["case", "algo", "math", "dtype", "layout"]
     rounds = repeat = number = 1
 
@@ -31,56 +33,83 @@ class _Cudnn:
 
     track_time.unit = "seconds"
 
-    def track_rel_l2_error(self, cache, case, algo, math, dtype, layout):
-        return value(cache, (case, algo, math, dtype, layout, "-"), "rel_l2")
 
-    track_rel_l2_error.unit = "relative L2 error vs float64"
+class _Numerics:
+    param_names = ["case", "math", "dtype"]
+    rounds = repeat = number = 1
 
-    def track_bitwise_stable(self, cache, case, algo, math, dtype, layout):
-        return value(cache, (case, algo, math, dtype, layout, "-"), "bitwise_stable")
+    @staticmethod
+    def _group(case, math, dtype):
+        return lambda key: key[0] == case and key[2] == math and key[3] == dtype
 
-    track_bitwise_stable.unit = "1 = bitwise reproducible"
+    def setup(self, cache, case, math, dtype):
+        summary(cache, self._group(case, math, dtype), "rel_l2", max)
+
+    def track_worst_rel_l2_error(self, cache, case, math, dtype):
+        return summary(cache, self._group(case, math, dtype), "rel_l2", max)
+
+    track_worst_rel_l2_error.unit = "relative L2 error vs float64 (worst algo/layout)"
+
+    def track_unstable_combinations(self, cache, case, math, dtype):
+        return summary(cache, self._group(case, math, dtype), "bitwise_stable", lambda v: len(v) - sum(v))
+
+    track_unstable_combinations.unit = "combinations not bitwise reproducible"
 
 
-def _params(direction):
-    return [case_ids(), list(ALGOS[direction]), list(MATHS), ["fp32", "fp16", "bf16"], ["NCHW", "NHWC"]]
+def _time_params(direction):
+    return [case_ids(), list(ALGOS[direction]), MATHS, DTYPES, ["NCHW", "NHWC"]]
 
+
+def _fwd(self):
+    return run_sweep("cudnn", "fwd")
+
+
+def _bwd_data(self):
+    return run_sweep("cudnn", "bwd_data")
+
+
+def _bwd_filter(self):
+    return run_sweep("cudnn", "bwd_filter")
+
+
+for _cache in (_fwd, _bwd_data, _bwd_filter):
+    _cache.timeout = 3600
 
 if "fwd" in DIRECTIONS:
-    class CudnnForward(_Cudnn):
-        """cudnnConvolutionForward: device-event median time, error vs float64, bitwise stability."""
+    class CudnnForward(_Time):
+        """cudnnConvolutionForward: device-event median time of every combination."""
 
-        direction = "fwd"
+        params = _time_params("fwd")
+        setup_cache = _fwd
 
-        # asv keys its cache by the defining source line, so each class defines its own setup_cache.
-        def setup_cache(self):
-            return run_sweep("cudnn", "fwd")
+    class CudnnForwardNumerics(_Numerics):
+        """cudnnConvolutionForward: worst error vs float64 and unstable combinations per case/math/dtype."""
 
-        setup_cache.timeout = 3600
-        params = _params("fwd")
+        params = [case_ids(), MATHS, DTYPES]
+        setup_cache = _fwd
 
 if "bwd_data" in DIRECTIONS:
-    class CudnnBackwardData(_Cudnn):
-        """cudnnConvolutionBackwardData: the same measures for the data gradient."""
+    class CudnnBackwardData(_Time):
+        """cudnnConvolutionBackwardData: device-event median time of every combination."""
 
-        direction = "bwd_data"
+        params = _time_params("bwd_data")
+        setup_cache = _bwd_data
 
-        # asv keys its cache by the defining source line, so each class defines its own setup_cache.
-        def setup_cache(self):
-            return run_sweep("cudnn", "bwd_data")
+    class CudnnBackwardDataNumerics(_Numerics):
+        """cudnnConvolutionBackwardData: worst error and unstable combinations per case/math/dtype."""
 
-        setup_cache.timeout = 3600
-        params = _params("bwd_data")
+        params = [case_ids(), MATHS, DTYPES]
+        setup_cache = _bwd_data
 
 if "bwd_filter" in DIRECTIONS:
-    class CudnnBackwardFilter(_Cudnn):
-        """cudnnConvolutionBackwardFilter: the same measures for the filter gradient."""
+    class CudnnBackwardFilter(_Time):
+        """cudnnConvolutionBackwardFilter: device-event median time of every combination."""
 
-        direction = "bwd_filter"
+        params = _time_params("bwd_filter")
+        setup_cache = _bwd_filter
 
-        # asv keys its cache by the defining source line, so each class defines its own setup_cache.
-        def setup_cache(self):
-            return run_sweep("cudnn", "bwd_filter")
+    class CudnnBackwardFilterNumerics(_Numerics):
+        """cudnnConvolutionBackwardFilter: worst error and unstable combinations per case/math/dtype."""
 
-        setup_cache.timeout = 3600
-        params = _params("bwd_filter")
+        params = [case_ids(), MATHS, DTYPES]
+        setup_cache = _bwd_filter

@@ -19,7 +19,7 @@ def test_bench_runs_the_asv_suite_on_the_cpu(tmp_path):
         pytest.skip("asv records results per commit: needs a git checkout")
     machine = "convbench-test-cpu"
     env = dict(os.environ, CONVBENCH_MACHINE=machine, PYTHONPATH=str(ROOT))
-    res = subprocess.run([sys.executable, "-m", "harness.cli", "bench", "--cases", "quick.seed,quick.grouped", "-b", "TorchForward|CudnnForward",
+    res = subprocess.run([sys.executable, "-m", "harness.cli", "bench", "--cases", "quick.seed,quick.grouped", "-b", "Torch|Cudnn",
                           "--results", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
