@@ -4,6 +4,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+from pathlib import Path
 
 import pytest
 from _fleet_data import record, sweep_cpu_runs, tar_runs, write_run
@@ -184,3 +185,31 @@ def test_other_record_kinds_keep_their_own_keys(tmp_path):
         recs = {r["kind"]: r for r in st.records(run["id"])}
     assert recs["measurement"]["median_ms"] == 1.0 and recs["repro"]["median_ms"] == 5.0
     assert recs["repro"]["settings"]["record"] == "repro"
+
+
+ASV_FIXTURE = Path(__file__).parent / "fixtures" / "runs" / "h200-asv-results.tar.gz"
+FWD_FIXTURE = Path(__file__).parent / "fixtures" / "runs" / "h200-fwd-default.tar.gz"
+
+
+@pytest.mark.skipif(not (ASV_FIXTURE.exists() and FWD_FIXTURE.exists()), reason="H200 asv fixtures not committed")
+def test_real_asv_results_agree_with_the_journal_of_the_same_run(tmp_path):
+    """The H200 forward run's asv results (no benchmarks.json beside them) against the suite's own journal of
+    that run: parameter names inferred, time in ms, the error and bitwise metrics joined to the time's record."""
+    s = collect(tmp_path / "s.sqlite", [ASV_FIXTURE, FWD_FIXTURE])
+    assert s.added == 2 and not s.refused, s
+    with Store(tmp_path / "s.sqlite") as st:
+        runs = {r["source"]: r for r in st.runs()}
+        asv = [r for r in st.records(runs["asv"]["id"], with_samples=False) if r["status"] == "ok"]
+        journal = {(r["case_id"], r["algo"], r["math"], r["dtype"], r["layout"]): r
+                   for r in st.records(runs["journal"]["id"], with_samples=False)
+                   if r["kind"] == "measurement" and r["backend"] == "cudnn" and r["status"] == "ok"}
+        fp = st.run_json(runs["asv"]["id"])["fingerprint"]
+    assert "inferred" in fp["asv_param_names"]
+    cudnn = [r for r in asv if r["backend"] == "cudnn"]
+    assert len(cudnn) == len(journal)  # every combination cuDNN ran, none of the NaN (skipped) ones
+    for r in cudnn:
+        assert r["direction"] == "fwd"
+        j = journal[(r["case_id"], r["algo"], r["math"], r["dtype"], r["layout"])]
+        assert r["median_ms"] == pytest.approx(j["median_ms"], rel=1e-9)
+        assert r["rel_l2"] == pytest.approx(j["rel_l2"], rel=1e-9)
+        assert r["repeat_equal"] == j["repeat_equal"]
