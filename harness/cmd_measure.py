@@ -107,9 +107,7 @@ def doctor(args) -> int:
             detail = " on CUDA" if torch.cuda.is_available() else " on the CPU only"
         print(f"  backend {name:6s} {'can run' + detail if not why else 'cannot run: ' + why}")
         usable += why is None
-    if args.command == "doctor" and not usable:
-        return EXIT_ENVIRONMENT
-    return 0
+    return 0 if usable else EXIT_ENVIRONMENT
 
 
 def list_cases(args) -> int:
