@@ -11,6 +11,7 @@ from .backends import BACKENDS, SweepOptions
 from .cli import EXIT_ENVIRONMENT, UserError
 from .measure import TimingPolicy
 from .records import DIRECTIONS, DTYPES, LAYOUTS
+from .worker import DEFAULT_TIMEOUT_S
 
 DEFAULT_RESULTS = Path(os.environ.get("CONVBENCH_RESULTS", "results"))
 
@@ -26,6 +27,13 @@ def _list(allowed: tuple[str, ...], what: str):
     return parse
 
 
+def _backend_names() -> tuple[str, ...]:
+    """The backends a user may name; the fault-injecting one only where CONVBENCH_TEST_BACKENDS=1."""
+    from .backends import faulty
+
+    return BACKENDS + (("faulty",) if faulty.enabled() else ())
+
+
 def register(sub) -> None:
     p = sub.add_parser("doctor", help="what this host can run, and why not")
     p.set_defaults(handler=doctor)
@@ -37,7 +45,7 @@ def register(sub) -> None:
     p = sub.add_parser("sweep", help="measure cases x backends here, journaling every record")
     p.add_argument("--cases", default=None,
                    help="case ids and/or sets, comma-separated (default: 'default' with a GPU, 'quick' without)")
-    p.add_argument("--backends", type=_list(BACKENDS, "backend"), default=("cudnn", "torch"))
+    p.add_argument("--backends", type=_list(_backend_names(), "backend"), default=("cudnn", "torch"))
     p.add_argument("--directions", type=_list(DIRECTIONS, "direction"), default=("fwd",))
     p.add_argument("--dtypes", type=_list(DTYPES, "dtype"), default=DTYPES)
     p.add_argument("--layouts", type=_list(LAYOUTS, "layout"), default=LAYOUTS)
@@ -49,6 +57,11 @@ def register(sub) -> None:
     p.add_argument("--repeats", type=int, default=2, help="in-place repeats checked bitwise (default: 2)")
     p.add_argument("--no-rankings", action="store_true", help="skip cuDNN's own Find/Get_v7 rankings")
     p.add_argument("--cudnn", help="path of the libcudnn to load (default: the one PyTorch loaded)")
+    p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
+                   help="run each case in a worker process under a watchdog, so a crash, hang or out-of-memory "
+                        "costs that combination only (default: on with a GPU, off without)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                   help="watchdog: seconds without a new record before a worker is ended (default: %(default)s)")
     p.set_defaults(handler=sweep)
 
     p = sub.add_parser("autotune", help="autotuner stability (K fresh searches and processes) and the seed "
@@ -132,6 +145,8 @@ def sweep(args) -> int:
         raise UserError(f"--resume {args.resume}: not a run directory (no run.json)")
     if args.repeats < 0 or args.budget_ms <= 0:
         raise UserError("--repeats must be >= 0 and --budget-ms > 0")
+    if not args.timeout > 0:
+        raise UserError("--timeout must be > 0 seconds")
     gpu = cuda_unavailable_reason() is None
     try:
         cases = catalogue.select(args.cases or ("default" if gpu else "quick"))
@@ -140,7 +155,8 @@ def sweep(args) -> int:
     options = SweepOptions(directions=args.directions, dtypes=args.dtypes, layouts=args.layouts,
                            timing=TimingPolicy(cold=args.cold, budget_ms=args.budget_ms), repeats=args.repeats,
                            rankings=not args.no_rankings, device="cuda" if gpu else "cpu")
-    journal = sweep_mod.run(cases, list(args.backends), options, args.results, resume=args.resume)
+    journal = sweep_mod.run(cases, list(args.backends), options, args.results, resume=args.resume,
+                            isolate=args.isolate, timeout_s=args.timeout)
     end = (journal.path / "end.json").read_text()
     print(f"run written to {journal.path}")
     print(end.strip())

@@ -2,10 +2,14 @@
 
 The one place where the pieces meet: it takes the fingerprint, opens (or resumes) the run directory,
 asks each backend for its combinations, skips those already journaled, and appends what comes back.
+With ``isolate`` (the default on CUDA) each slice (one backend, one case) runs in a worker process under a
+watchdog (worker.py), so a crash, hang or out-of-memory costs that combination and the sweep goes on.
+The sweep holds an exclusive lock on run.json while it writes, so two sweeps never write one run.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
 import time
@@ -15,11 +19,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from . import fingerprint
-from .backends import SweepOptions, get_backend
+from . import fingerprint, worker
+from .backends import SweepOptions
 from .cases import Case
+from .errors import UserError
 from .explain import explain
-from .journal import JOURNAL_FILE, Journal, iter_journal
+from .journal import JOURNAL_FILE, RUN_FILE, Journal, iter_journal
 from .records import OK
 
 
@@ -55,7 +60,7 @@ def shared_run() -> Path | None:
 
 def load_backends(names: list[str]) -> tuple[dict[str, Any], dict[str, str | None], dict[str, Any]]:
     """(backends, why each cannot run or None, the libraries they actually loaded)."""
-    backends = {name: get_backend(name) for name in names}
+    backends = {name: worker.resolve_backend(name) for name in names}
     unavailable = {name: b.available() for name, b in backends.items()}
     libraries: dict[str, Any] = {}
     if "cudnn" in backends and not unavailable["cudnn"]:
@@ -79,42 +84,90 @@ def _options_dict(options: SweepOptions) -> dict[str, Any]:
     return d
 
 
+def lock_run(run_dir: Path, wait_s: float = 30.0) -> int:
+    """An exclusive lock on the run (flock on run.json), held until the returned fd and its copies close.
+
+    Worker processes inherit the fd, so the lock outlives a killed sweep exactly as long as a writer does.
+    """
+    fd = os.open(Path(run_dir) / RUN_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                raise UserError(f"{run_dir}: another sweep is writing this run") from None
+            time.sleep(0.1)
+
+
 def run(cases: list[Case], backend_names: list[str], options: SweepOptions, results: Path,
         resume: Path | None = None, log: Callable[[str], None] | None = None,
-        on_record: Callable[[Any], None] | None = None) -> Journal:
+        on_record: Callable[[Any], None] | None = None, isolate: bool | None = None,
+        timeout_s: float = worker.DEFAULT_TIMEOUT_S, retries: int = worker.DEFAULT_RETRIES,
+        memory_limit: int | None = None) -> Journal:
+    """Measure cases x backends into a (new, resumed or shared) run; ``isolate=None`` means: on CUDA only."""
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     cuda, uuid = _cuda_device()
     if options.device == "cuda" and not cuda:
         options.device = "cpu"
         log("no CUDA device: running the CPU backends (PyTorch on the CPU); cuDNN combinations are recorded "
             "as skipped with the reason")
+    if isolate is None:
+        isolate = options.device == "cuda"
     backends, unavailable, libraries = load_backends(backend_names)
     shared = shared_run() if resume is None else None
     journal = Journal(resume or shared) if (resume or shared) else new_journal(results, options, cases,
                                                                                 backend_names, libraries)
-    done = journal.done_keys()
-    counts: Counter[str] = Counter()
-    t0 = time.perf_counter()
-    for name, backend in backends.items():
-        if unavailable[name]:
-            log(f"{name}: not available here ({unavailable[name]}); its combinations are recorded as skipped")
-        for case in cases:
-            combos = [c for c in backend.combos(case, options) if c.key(case, name) not in done]
-            if not combos:
-                continue
-            n_before = sum(counts.values())
-            for rec in backend.run(case, combos, options):
-                if rec.kind == "measurement":
-                    rec.explanation = explain(rec)
-                    counts[rec.status] += 1
-                journal.append(rec)
-                if on_record:
-                    on_record(rec)
-            log(f"{name} {case.id}: {sum(counts.values()) - n_before} records "
-                f"({time.perf_counter() - t0:.0f} s so far)")
-    if shared is None:
-        journal.finish(summarize(journal, cuda, time.perf_counter() - t0))
+    lock = lock_run(journal.path)
+    pool = worker.WorkerPool(journal, timeout_s=timeout_s, retries=retries, memory_limit=memory_limit,
+                             keep_fds=(lock,), log=log) if isolate else None
+    try:
+        counts: Counter[str] = Counter()
+        t0 = time.perf_counter()
+        done = journal.done_keys()
+        for name, backend in backends.items():
+            if unavailable[name]:
+                log(f"{name}: not available here ({unavailable[name]}); its combinations are recorded as skipped")
+            for case in cases:
+                combos = [c for c in backend.combos(case, options) if c.key(case, name) not in done]
+                if not combos:
+                    continue
+                n_before = sum(counts.values())
+                if pool is not None and not unavailable[name]:
+                    made = pool.run_slice(name, case, combos, options)  # journaled by the worker already
+                else:
+                    made = _in_process(journal, backend, case, combos, options)
+                for rec in made:
+                    if rec.kind == "measurement":
+                        counts[rec.status] += 1
+                    if on_record:
+                        on_record(rec)
+                log(f"{name} {case.id}: {sum(counts.values()) - n_before} records "
+                    f"({time.perf_counter() - t0:.0f} s so far)")
+        if pool is not None:
+            pool.close()
+        if shared is None:
+            summary = summarize(journal, cuda, time.perf_counter() - t0)
+            if pool is not None:
+                summary["worker_failures"] = [{"slice": s, "status": st, "reason": r} for s, st, r in pool.failures]
+            journal.finish(summary)
+    finally:
+        if pool is not None:
+            pool.close()
+        os.close(lock)
     return journal
+
+
+def _in_process(journal: Journal, backend: Any, case: Case, combos: list, options: SweepOptions):
+    """The slice in this process (no isolation): each record journaled before it is handed on."""
+    for rec in backend.run(case, combos, options):
+        if rec.kind == "measurement":
+            worker.classify(rec)
+            rec.explanation = explain(rec)
+        journal.append(rec)
+        yield rec
 
 
 def summarize(journal: Journal, cuda: bool, seconds: float) -> dict[str, Any]:

@@ -1,0 +1,150 @@
+"""A test-only backend that misbehaves on purpose, so the worker's fault isolation can be tested for real.
+
+It exists only when CONVBENCH_TEST_BACKENDS=1. Each case gets four combinations (algos ``ok0``, ``ok1``,
+the fault, ``ok2``); the fault for a case comes from CONVBENCH_FAULTS, e.g. ``quick.seed=segv,quick.grouped=hang``
+(cases not named there get ``ok3`` instead of a fault). The faults are real: a SIGSEGV delivered by the kernel
+(a read of address 0), a hang, an allocation loop that exhausts the address-space limit, a raised out-of-memory
+error as PyTorch raises it for a device, an abort, and on a GPU an out-of-bounds store by a real kernel.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import time
+from collections.abc import Iterable, Iterator
+
+from ..cases import Case
+from ..records import ERROR, OK, Record, Timing
+from . import Combo, SweepOptions
+
+ENABLE_ENV = "CONVBENCH_TEST_BACKENDS"
+PLAN_ENV = "CONVBENCH_FAULTS"
+FAULTS = ("segv", "abort", "hang", "exhaust_memory", "raise_oom", "raise", "exit", "cuda_illegal_address")
+
+
+def enabled() -> bool:
+    return os.environ.get(ENABLE_ENV) == "1"
+
+
+def plan() -> dict[str, str]:
+    """case id -> fault, from CONVBENCH_FAULTS (``case=fault,...``); an unknown fault name is an error."""
+    out: dict[str, str] = {}
+    for item in filter(None, os.environ.get(PLAN_ENV, "").split(",")):
+        case, _, fault = item.partition("=")
+        if fault not in FAULTS:
+            raise ValueError(f"{PLAN_ENV}: unknown fault {fault!r}; known: {', '.join(FAULTS)}")
+        out[case] = fault
+    return out
+
+
+def _segv() -> None:
+    ctypes.string_at(0)  # a real invalid read: the kernel delivers SIGSEGV
+
+
+def _hang() -> None:
+    while True:
+        time.sleep(3600)
+
+
+def _exhaust_memory() -> None:
+    """Allocate and touch 64 MiB blocks until the allocator fails; only under a finite RLIMIT_AS."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        raise RuntimeError("refusing to exhaust memory without an address-space limit (worker memory_limit)")
+    hoard = []
+    while True:
+        hoard.append(bytearray(64 << 20))
+
+
+class OutOfMemoryError(RuntimeError):
+    """Shaped like torch.OutOfMemoryError (a RuntimeError), without importing torch in the test worker."""
+
+
+def _raise_oom() -> None:
+    raise OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB (injected by the faulty test backend)")
+
+
+# A kernel that stores one word through the pointer it is given: handed a bad address, it makes a real
+# illegal memory access, which leaves the CUDA context unusable (a sticky error) as a buggy kernel would.
+_PTX = b"""
+.version 7.0
+.target sm_50
+.address_size 64
+.visible .entry poke(.param .u64 p)
+{
+    .reg .u64 %rd<2>;
+    .reg .u32 %r<2>;
+    ld.param.u64 %rd1, [p];
+    mov.u32 %r1, 42;
+    st.global.u32 [%rd1], %r1;
+    ret;
+}
+"""
+
+
+def _cuda_illegal_address() -> None:
+    """Launch the poke kernel on PyTorch's context with a pointer into unmapped device memory."""
+    import torch
+
+    torch.cuda.init()
+    torch.empty(1, device="cuda")  # make the primary context current on this thread
+    cuda = ctypes.CDLL("libcuda.so.1")
+    module, func = ctypes.c_void_p(), ctypes.c_void_p()
+    if cuda.cuModuleLoadData(ctypes.byref(module), ctypes.c_char_p(_PTX)):
+        raise RuntimeError("cuModuleLoadData failed for the poke kernel")
+    if cuda.cuModuleGetFunction(ctypes.byref(func), module, b"poke"):
+        raise RuntimeError("cuModuleGetFunction failed for the poke kernel")
+    bad = ctypes.c_uint64(0x10)  # never mapped on the device
+    args = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.byref(bad), ctypes.c_void_p))
+    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+    if cuda.cuLaunchKernel(func, 1, 1, 1, 1, 1, 1, 0, stream, args, None):
+        raise RuntimeError("cuLaunchKernel failed for the poke kernel")
+    torch.cuda.synchronize()  # raises: an illegal memory access was encountered
+
+
+class FaultyBackend:
+    name = "faulty"
+
+    def available(self) -> str | None:
+        return None
+
+    def combos(self, case: Case, options: SweepOptions) -> list[Combo]:
+        fault = plan().get(case.id, "ok3")
+        return [Combo("fwd", algo, "DEFAULT", "fp32", "NCHW") for algo in ("ok0", "ok1", fault, "ok2")]
+
+    def run(self, case: Case, combos: Iterable[Combo], options: SweepOptions) -> Iterator[Record]:
+        for combo in combos:
+            rec = combo.record(case, self.name, device=options.device)
+            t0 = time.perf_counter()
+            try:
+                self._do(combo.algo)
+            except RuntimeError as exc:  # what a real backend does with an error it can describe
+                rec.status, rec.reason = ERROR, f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+                yield rec
+                continue
+            ms = (time.perf_counter() - t0) * 1e3
+            rec.status = OK
+            rec.time = Timing(median_ms=ms, iqr_ms=0.0, n=1, mode="hot", timer="perf_counter", min_ms=ms)
+            yield rec
+
+    def _do(self, algo: str) -> None:
+        if algo.startswith("ok"):
+            return
+        if algo == "segv":
+            _segv()
+        elif algo == "abort":
+            os.abort()
+        elif algo == "hang":
+            _hang()
+        elif algo == "exhaust_memory":
+            _exhaust_memory()
+        elif algo == "raise_oom":
+            _raise_oom()
+        elif algo == "raise":
+            raise KeyError("an exception the backend did not expect (injected)")
+        elif algo == "exit":
+            os._exit(7)
+        elif algo == "cuda_illegal_address":
+            _cuda_illegal_address()
