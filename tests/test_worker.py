@@ -1,0 +1,197 @@
+"""Fault isolation for real: a test backend segfaults, aborts, hangs, exhausts memory, raises and exits inside
+worker processes; each fault costs its own combination, the sweep goes on in a fresh worker, nothing is lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness import cases, sweep, worker
+from harness.backends import SweepOptions
+from harness.errors import UserError
+from harness.journal import JOURNAL_FILE, iter_journal
+from harness.measure import TimingPolicy
+from harness.records import CRASHED, ERROR, OK, OOM, TIMEOUT, Record
+
+FAULT_PLAN = {  # case -> injected fault -> the status its combination must end with
+    "quick.seed": ("segv", CRASHED),
+    "quick.stem7x7": ("hang", TIMEOUT),
+    "quick.pointwise": ("exhaust_memory", OOM),
+    "quick.depthwise": ("raise_oom", OOM),
+    "quick.grouped": ("abort", CRASHED),
+    "quick.dilated": ("raise", ERROR),
+}
+
+
+@pytest.fixture
+def faults(monkeypatch):
+    def use(plan: dict[str, str]):
+        monkeypatch.setenv("CONVBENCH_TEST_BACKENDS", "1")
+        monkeypatch.setenv("CONVBENCH_FAULTS", ",".join(f"{c}={f}" for c, f in plan.items()))
+    return use
+
+
+def _measurements(journal) -> list[Record]:
+    return [Record.from_dict(d) for d in iter_journal(journal.path / JOURNAL_FILE) if d["kind"] == "measurement"]
+
+
+def test_every_injected_fault_costs_one_combination_and_the_sweep_goes_on(tmp_path, faults):
+    faults({c: f for c, (f, _) in FAULT_PLAN.items()})
+    seen, lines = [], []
+    t0 = time.monotonic()
+    journal = sweep.run(cases.select("quick"), ["faulty"], SweepOptions(device="cpu"), tmp_path, isolate=True,
+                        timeout_s=3, memory_limit=256 << 20, on_record=seen.append, log=lines.append)
+    elapsed = time.monotonic() - t0
+    recs = _measurements(journal)
+    assert len(recs) == len({r.key() for r in recs}) == 6 * 4  # every combination once, none twice
+    by = {(r.case, r.algo): r for r in recs}
+    for case_id, (fault, status) in FAULT_PLAN.items():
+        bad = by[(case_id, fault)]
+        assert bad.status == status, bad
+        assert bad.reason and "\n" not in bad.reason and bad.explanation
+        for algo in ("ok0", "ok1", "ok2"):  # before the fault (same worker) and after it (a fresh worker)
+            assert by[(case_id, algo)].status == OK, by[(case_id, algo)]
+    assert "SIGSEGV" in by[("quick.seed", "segv")].reason
+    assert "SIGABRT" in by[("quick.grouped", "abort")].reason
+    assert "watchdog" in by[("quick.stem7x7", "hang")].reason
+    assert "MemoryError" in by[("quick.pointwise", "exhaust_memory")].reason
+    assert "OutOfMemoryError" in by[("quick.depthwise", "raise_oom")].reason
+    assert "KeyError" in by[("quick.dilated", "raise")].reason
+    # on_record saw exactly what the journal holds (the asv bridge reads records this way)
+    assert sorted(r.key() for r in seen if r.kind == "measurement") == sorted(r.key() for r in recs)
+    end = json.loads((journal.path / "end.json").read_text())
+    assert end["counts"] == {OK: 18, CRASHED: 2, TIMEOUT: 1, OOM: 2, ERROR: 1}
+    assert len(end["worker_failures"]) == 5  # raise_oom is caught by the backend: an error record, not a death
+    assert elapsed < 60 and any("timeout" in line for line in lines)
+
+
+def test_retries_are_bounded_the_rest_of_the_case_says_why(tmp_path, faults):
+    faults({"quick.seed": "exit"})
+    journal = sweep.run(cases.select("quick.seed"), ["faulty"], SweepOptions(device="cpu"), tmp_path,
+                        isolate=True, retries=0, log=lambda m: None)
+    by = {r.algo: r for r in _measurements(journal)}
+    assert by["ok0"].status == by["ok1"].status == OK
+    assert by["exit"].status == CRASHED and "exited with code 7" in by["exit"].reason
+    assert by["ok2"].status == CRASHED and by["ok2"].reason.startswith("not measured: the worker for this case "
+                                                                       "failed 1 times")
+
+
+def test_out_of_memory_errors_from_a_backend_get_their_status():
+    rec = Record("c", "torch", "fwd", "auto", "DEFAULT", "fp32", "NCHW", status=ERROR,
+                 reason="OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert worker.classify(rec).status == OOM
+    other = Record("c", "torch", "fwd", "auto", "DEFAULT", "fp32", "NCHW", status=ERROR, reason="RuntimeError: x")
+    assert worker.classify(other).status == ERROR
+
+
+def test_isolated_torch_sweep_matches_in_process(tmp_path):
+    fast = TimingPolicy(budget_ms=2.0, min_samples=3, max_samples=10)
+    opts = dict(device="cpu", timing=fast, dtypes=("fp32",))
+    a = sweep.run(cases.select("quick.seed,quick.grouped"), ["torch"], SweepOptions(**opts), tmp_path / "a",
+                  isolate=True, log=lambda m: None)
+    b = sweep.run(cases.select("quick.seed,quick.grouped"), ["torch"], SweepOptions(**opts), tmp_path / "b",
+                  isolate=False, log=lambda m: None)
+    ra, rb = _measurements(a), _measurements(b)
+    assert sorted(r.key() for r in ra) == sorted(r.key() for r in rb) and len(ra) == 4
+    assert all(r.status == OK for r in ra)
+    # same inputs, same CPU kernels: the worker computes the very same bits
+    assert {r.key(): r.determinism.hash for r in ra} == {r.key(): r.determinism.hash for r in rb}
+
+
+def test_resume_of_an_isolated_sweep_measures_nothing_twice(tmp_path, faults):
+    faults({"quick.seed": "segv"})
+    journal = sweep.run(cases.select("quick.seed,quick.grouped"), ["faulty"], SweepOptions(device="cpu"),
+                        tmp_path, isolate=True, log=lambda m: None)
+    path = journal.path / JOURNAL_FILE
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:3]) + "\n" + lines[3][:25])  # killed mid-write after three records
+    (journal.path / "end.json").unlink()
+    resumed = sweep.run(cases.select("quick.seed,quick.grouped"), ["faulty"], SweepOptions(device="cpu"),
+                        tmp_path, resume=journal.path, isolate=True, log=lambda m: None)
+    keys = [r.key() for r in _measurements(resumed)]
+    assert len(keys) == len(set(keys)) == 8
+
+
+def test_a_run_is_written_by_one_sweep_at_a_time(tmp_path):
+    journal = sweep.run(cases.select("quick.seed"), ["cudnn"], SweepOptions(device="cpu"), tmp_path,
+                        log=lambda m: None)
+    fd = sweep.lock_run(journal.path)
+    try:
+        with pytest.raises(UserError, match="another sweep is writing this run"):
+            sweep.lock_run(journal.path, wait_s=0.3)
+    finally:
+        os.close(fd)
+    os.close(sweep.lock_run(journal.path, wait_s=0))  # released with its fd
+
+
+def test_worker_dies_with_a_killed_sweep(tmp_path):
+    """kill -9 of the sweep must not leave a worker writing into the run (PR_SET_PDEATHSIG)."""
+    env = dict(os.environ, CONVBENCH_TEST_BACKENDS="1", CONVBENCH_FAULTS="quick.seed=hang",
+               PYTHONPATH=os.pathsep.join([str(worker.Path(worker.__file__).parents[1]),
+                                           os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "sweep", "--cases", "quick.seed",
+                             "--backends", "faulty", "--isolate", "--results", str(tmp_path)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    run_dir = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and run_dir is None:  # wait until the worker journaled ok0 and ok1
+        found = list(tmp_path.glob(f"*/*/{JOURNAL_FILE}"))
+        if found and len(found[0].read_text().splitlines()) >= 2:
+            run_dir = found[0].parent
+        time.sleep(0.1)
+    assert run_dir is not None, proc.stderr
+    children = _children(proc.pid)
+    assert children, "the sweep runs its slices in a worker process"
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in children):
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in children)
+    fd = sweep.lock_run(run_dir, wait_s=5)  # nobody holds the run any more
+    os.close(fd)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = open(f"/proc/{pid}/task/{pid}/children").read()
+    except OSError:
+        return []
+    return [int(p) for p in text.split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_test_backend_needs_the_switch():
+    env = {k: v for k, v in os.environ.items() if k != "CONVBENCH_TEST_BACKENDS"}
+    res = subprocess.run([sys.executable, "-m", "harness.cli", "sweep", "--backends", "faulty"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 2 and "unknown backend faulty" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.gpu
+def test_a_real_kernel_fault_on_the_gpu_costs_one_combination(tmp_path, faults):
+    """An out-of-bounds store by a real CUDA kernel corrupts the context; the worker is replaced."""
+    faults({"quick.seed": "cuda_illegal_address"})
+    journal = sweep.run(cases.select("quick.seed,quick.grouped"), ["faulty", "torch"],
+                        SweepOptions(device="cuda", dtypes=("fp32",), layouts=("NCHW",)), tmp_path,
+                        isolate=True, timeout_s=120, log=print)
+    recs = _measurements(journal)
+    by = {(r.case, r.backend, r.algo): r for r in recs}
+    bad = by[("quick.seed", "faulty", "cuda_illegal_address")]
+    assert bad.status == CRASHED and "CUDA context" in bad.reason and "illegal" in bad.reason.lower(), bad
+    assert by[("quick.seed", "faulty", "ok2")].status == OK  # after the fault, in a fresh worker
+    torch_recs = [r for r in recs if r.backend == "torch"]
+    assert torch_recs and all(r.status == OK and r.device == "cuda" for r in torch_recs)
+    assert len(recs) == len({r.key() for r in recs})
