@@ -34,6 +34,8 @@ TEMPLATES = Path(__file__).parent / "templates"
 MAX_ROWS = 3000  # per table; more rows are counted, not shown
 MAX_CHARTS = 24  # series charts per machine page
 MAX_EVIDENCE_PLOTS = 300
+METRIC_NAMES = {"max_norm_err": "max normalised error", "rel_l2": "relative L2 error (asv records no other)",
+                None: "error (not measured)"}
 
 
 # ---- small helpers ---------------------------------------------------------------------------------------------
@@ -203,6 +205,42 @@ def _combo_label(c: dict[str, Any]) -> dict[str, Any]:
             "raw_settings": settings}
 
 
+def current_records(store: Store, runs: list[dict[str, Any]],
+                    vectors: dict[int, dict[str, np.ndarray]]) -> list[dict[str, Any]]:
+    """The newest record of every combination over the runs of one machine and image (oldest first).
+
+    A nightly run covers everything, so only the newest run is read; runs that each cover part of a sweep
+    (a forward run, then autotune, then backward, one after another) are read in turn for what no newer run
+    measured. Each record says which run it came from."""
+    seen: set[int] = set()
+    out: list[dict[str, Any]] = []
+    for r in reversed(runs):
+        v = vectors.get(r["id"])
+        if v is None or not len(v["combo"]):
+            continue
+        new = set(v["combo"].tolist()) - seen
+        if not new:
+            continue
+        for x in store.records(r["id"], with_samples=False):
+            if x["combo"] in new:
+                x["run"] = r
+                out.append(x)
+        seen |= new
+    return out
+
+
+def _with_samples(store: Store, recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``recs`` with their timing samples (read per run, only for comparisons that test times)."""
+    by_run: dict[int, dict[int, Any]] = {}
+    out = []
+    for x in recs:
+        rid = x["run"]["id"]
+        if rid not in by_run:
+            by_run[rid] = {y["combo"]: y["samples"] for y in store.records(rid)}
+        out.append({**x, "samples": by_run[rid].get(x["combo"])})
+    return out
+
+
 def gather(store: Store, title: str) -> dict[str, Any]:
     runs = store.runs()
     combos = store.combos()
@@ -218,15 +256,19 @@ def gather(store: Store, title: str) -> dict[str, Any]:
     machines: list[MachineInfo] = []
     for m in sorted(by_machine):
         rs = by_machine[m]
-        fp = store.run_json(rs[-1]["id"])["fingerprint"]
-        fps[rs[-1]["id"]] = fp
+        known = [r for r in rs if r["hardware"] != "unknown"] or rs  # asv results record no hardware
+        fp = store.run_json(known[-1]["id"])["fingerprint"]
+        fps[known[-1]["id"]] = fp
         imgs = list(dict.fromkeys(r["image"] for r in rs))
-        machines.append(MachineInfo(m, slug(m), rs[-1]["hardware"], hardware_label(rs[-1], fp), imgs, rs, fp))
+        machines.append(MachineInfo(m, slug(m), known[-1]["hardware"], hardware_label(known[-1], fp), imgs, rs,
+                                    fp))
     minfo = {m.name: m for m in machines}
     latest = {(r["machine"], r["image"]): r for r in runs}  # runs are oldest first: the last one wins
 
     # nightly series and change points, per (machine, image)
     all_vectors = store.vectors([r["id"] for r in runs])
+    current = {key: current_records(store, [r for r in runs if (r["machine"], r["image"]) == key], all_vectors)
+               for key in latest}
     series: list[Series] = []
     for m in machines:
         for img in m.images:
@@ -239,14 +281,20 @@ def gather(store: Store, title: str) -> dict[str, Any]:
     # image transitions on each machine: latest run of an image vs latest run of the image that followed it
     th = Thresholds()
     transitions = []
+    pairs = []
     for m in machines:
-        for a, b in zip(m.images[:-1], m.images[1:], strict=True):
-            rb, rh = latest[(m.name, a)], latest[(m.name, b)]
-            findings = compare_records(store.records(rb["id"]), store.records(rh["id"]), th)
-            for f in findings:
-                f.machine, f.base_run, f.head_run = m.name, rb["run_id"], rh["run_id"]
-            transitions.append({"machine": m.name, "slug": m.slug, "label": m.label, "base": rb, "head": rh,
-                                "findings": findings})
+        # asv results and the suite's own journals are two views, not two images: each is compared with its kind
+        for source in ("journal", "asv"):
+            imgs = [i for i in m.images if latest[(m.name, i)]["source"] == source]
+            pairs.extend((m, a, b) for a, b in zip(imgs[:-1], imgs[1:], strict=True))
+    for m, a, b in pairs:
+        rb, rh = latest[(m.name, a)], latest[(m.name, b)]
+        findings = compare_records(_with_samples(store, current[(m.name, a)]),
+                                   _with_samples(store, current[(m.name, b)]), th)
+        for f in findings:
+            f.machine, f.base_run, f.head_run = m.name, rb["run_id"], rh["run_id"]
+        transitions.append({"machine": m.name, "slug": m.slug, "label": m.label, "base": rb, "head": rh,
+                            "findings": findings})
 
     # per-(machine, image) regression counts for the overview
     regressed: Counter = Counter()
@@ -259,7 +307,7 @@ def gather(store: Store, title: str) -> dict[str, Any]:
 
     return {"title": title, "runs": runs, "combos": combos, "names": names, "machines": machines, "minfo": minfo,
             "images": images_order, "latest": latest, "series": series, "transitions": transitions,
-            "regressed": regressed, "steps_up": steps_up, "store": store}
+            "regressed": regressed, "steps_up": steps_up, "store": store, "current": current}
 
 
 # ---- page contexts -----------------------------------------------------------------------------------------------
@@ -274,9 +322,13 @@ def overview(g: dict[str, Any]) -> dict[str, Any]:
                 cells.append(None)
                 continue
             last = rs[-1]
-            failed = {k: v for k, v in last["counts"].items() if k != OK}
-            cells.append({"runs": len(rs), "last_night": last["night"], "records": last["n_records"],
-                          "ok": last["n_ok"], "failed": sum(failed.values()), "failed_by": failed,
+            cur = g["current"].get((m.name, img), [])
+            statuses = Counter(x["status"] for x in cur)
+            failed = {k: v for k, v in statuses.items() if k != OK}
+            cells.append({"runs": len(rs), "last_night": last["night"], "records": len(cur),
+                          "ok": statuses.get(OK, 0), "failed": sum(failed.values()), "failed_by": failed,
+                          "asv": last["source"] == "asv",
+                          "from_runs": len({x["run"]["id"] for x in cur}),
                           "incomplete": sum(1 for r in rs if not r["complete"]),
                           "regressions": g["regressed"].get((m.name, img), 0),
                           "steps": g["steps_up"].get((m.name, img), 0)})
@@ -287,14 +339,18 @@ def overview(g: dict[str, Any]) -> dict[str, Any]:
             "n_regressions": sum(g["regressed"].values()), "n_steps": sum(g["steps_up"].values())}
 
 
-def heatmaps(store: Store, run: dict[str, Any]) -> list[dict[str, Any]]:
-    """Accuracy heatmaps of one run: algo x math, one per (dtype, direction); cell = worst max_norm_err."""
-    recs = store.records(run["id"], with_samples=False)
+def heatmaps(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Accuracy heatmaps: algo x math, one per (dtype, direction); cell = worst max_norm_err of the
+    measurements (autotune, crosscheck and repro records have their own tables)."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in recs:
-        groups[(r["dtype"], r["direction"])].append(r)
+        if r["kind"] == "measurement":
+            groups[(r["dtype"], r["direction"])].append(r)
     out = []
     for (dtype, direction), rs in sorted(groups.items()):
+        # asv results carry the relative L2 error only; a map says which measure it shows
+        metric = next((m for m in ("max_norm_err", "rel_l2") if any(r[m] is not None for r in rs
+                                                                      if r["status"] == OK)), None)
         algos = sorted({r["algo"] for r in rs})
         maths = sorted({r["math"] for r in rs})
         cell_w, cell_h, left, top = 92, 26, 230, 60
@@ -305,20 +361,24 @@ def heatmaps(store: Store, run: dict[str, Any]) -> list[dict[str, Any]]:
                 if not sel:
                     continue
                 ok = [r for r in sel if r["status"] == OK]
-                errs = [r["max_norm_err"] for r in ok if r["max_norm_err"] is not None]
+                errs = [r[metric] for r in ok if metric and r[metric] is not None]
                 classes = Counter(r["precision_class"] for r in ok if r["precision_class"])
                 worst = max(errs) if errs else None
                 statuses = Counter(r["status"] for r in sel)
                 broken = classes.get("broken", 0)
-                text = (f"{fmt_err(worst)}" if ok else next(iter(statuses)).replace("CUDNN_STATUS_", "")[:13])
+                text = (("no error" if metric is None else fmt_err(worst)) if ok
+                        else next(iter(statuses)).replace("CUDNN_STATUS_", "").replace("NOT_SUPPORTED",
+                                                                                       "unsupported")[:13])
                 expl = next((r["explanation"] for r in sel if r.get("explanation")), None)
                 cells.append({"x": left + j * cell_w, "y": top + i * cell_h, "w": cell_w - 2, "h": cell_h - 2,
-                              "fill": err_color(None if broken else worst, bool(ok)), "text": text,
+                              "fill": "#cfd8e3" if ok and metric is None else
+                              err_color(None if broken else worst, bool(ok)), "text": text,
                               "dark": bool(ok) and (broken or (worst is not None and worst > 1e-4)),
                               "title": (f"{a} / {mth} / {dtype} / {direction}: {len(sel)} records, "
-                                        f"{dict(statuses)}; classes {dict(classes)}; worst max normalised error "
+                                        f"{dict(statuses)}; classes {dict(classes)}; worst {METRIC_NAMES[metric]} "
                                         f"{fmt_err(worst)}" + (f". {expl}" if expl else ""))})
         out.append({"dtype": dtype, "direction": direction, "algos": algos, "maths": maths, "cells": cells,
+                    "metric": METRIC_NAMES[metric],
                     "width": left + cell_w * len(maths) + 10, "height": top + cell_h * len(algos) + 10,
                     "left": left, "top": top, "cell_w": cell_w, "cell_h": cell_h})
     return out
@@ -328,8 +388,10 @@ def machine_page(g: dict[str, Any], m: MachineInfo) -> dict[str, Any]:
     store: Store = g["store"]
     maps = []
     for img in m.images:
-        run = g["latest"][(m.name, img)]
-        maps.append({"image": img, "run": run, "maps": heatmaps(store, run)})
+        recs = g["current"][(m.name, img)]
+        from_runs = list(dict.fromkeys(x["run"]["run_id"] for x in recs))
+        maps.append({"image": img, "run": g["latest"][(m.name, img)], "from_runs": from_runs,
+                     "maps": heatmaps(recs)})
     charts = []
     overview_charts = []
     for s in g["series"]:
@@ -341,8 +403,12 @@ def machine_page(g: dict[str, Any], m: MachineInfo) -> dict[str, Any]:
             with np.errstate(invalid="ignore", divide="ignore"):
                 rel = np.log(s.median / s.median[0:1, :])
             rel[~np.isfinite(rel)] = np.nan
-            idx = np.exp(np.nanmean(np.where(np.isnan(rel), np.nan, rel), axis=1)) if np.isfinite(rel).any() \
-                else np.full(len(s.runs), np.nan)
+            have = np.isfinite(rel).any(axis=1)
+            idx = np.full(len(s.runs), np.nan)
+            if have.sum() >= 2:  # runs that each cover another part of a sweep share nothing to compare
+                idx[have] = np.exp(np.nanmean(rel[have], axis=1))
+            else:
+                continue
             ch = changepoint.detect(idx)
             overview_charts.append({"image": s.image, "chart": line_chart(nights, idx, ch, unit="x first night"),
                                     "changes": ch, "n": len(s.runs)})
@@ -397,19 +463,97 @@ def architecture(g: dict[str, Any]) -> dict[str, Any]:
     return {"sections": sections, "note": note}
 
 
+def _sm_family(sm: str | None) -> str | None:
+    try:
+        major = int(str(sm).split(".")[0])
+    except ValueError:
+        return None
+    return {6: "Pascal", 7: "Volta/Turing", 8: "Ampere/Ada", 9: "Hopper", 10: "Blackwell", 12: "Blackwell"}.get(
+        major, f"sm {major}.x")
+
+
+def coverage(g: dict[str, Any]) -> dict[str, Any]:
+    """Which GPU generations the store holds, so that every answer can say which side it has no data for."""
+    gpus = sorted({(r["gpu_model"], r["sm"]) for r in g["runs"] if r["gpu_model"]}, key=str)
+    families = {_sm_family(sm) for _, sm in gpus}
+    return {"gpus": [f"{name} (sm {sm}, {_sm_family(sm)})" for name, sm in gpus],
+            "has_pre_tf32": any(f in ("Pascal", "Volta/Turing") for f in families),
+            "has_ampere": "Ampere/Ada" in families, "cpu_machines": [m.name for m in g["machines"]
+                                                                    if m.hardware == "cpu"]}
+
+
+def _autotune_row(machine: str, label: str, image: str, x: dict[str, Any]) -> dict[str, Any]:
+    extra = x["extra"] or {}
+    winners = extra.get("winners") or {}
+    near = extra.get("near_ties") or []
+    spread = extra.get("max_abs_spread")
+    distinct = x["distinct_outputs"] or 1
+    if len(winners) > 1 and distinct > 1:
+        verdict, rank = "different algorithms, different bits", 0
+    elif distinct > 1:
+        verdict, rank = "different bits", 1
+    elif len(winners) > 1:
+        verdict, rank = "different algorithms, same bits", 2
+    elif near:
+        verdict, rank = "near tie", 3
+    else:
+        verdict, rank = "stable", 4
+    return {"machine": machine, "label": label, "image": image, "rec": x, "run": x["run"], "verdict": verdict,
+            "rank": rank, "winners": ", ".join(f"{k} x{n}" for k, n in sorted(winners.items(), key=lambda kv: -kv[1])),
+            "trials": sum(winners.values()) if winners else (x["repeats"] or 0), "spread": spread,
+            "near": "; ".join(f"{t.get('winner')} leads {t.get('runner_up')} by {100 * t.get('gap', 0):.1f} %, "
+                              f"max |delta| {t.get('max_abs_delta', 0):.3g}" for t in near),
+            "settings": settings_str({k: v for k, v in x["settings"].items() if k != "record"})}
+
+
+def findings(g: dict[str, Any]) -> dict[str, Any]:
+    """The records that answer the suite's seed questions: F.conv2d against direct cuDNN with FMA math
+    (crosscheck records) and whether cuDNN's autotuner picks the same algorithm every session (autotune)."""
+    cross, tune = [], []
+    for (machine, img), recs in sorted(g["current"].items()):
+        label = g["minfo"][machine].label
+        for x in recs:
+            if x["kind"] == "crosscheck":
+                e = x["extra"] or {}
+                cross.append({"machine": machine, "label": label, "image": img, "rec": x, "run": x["run"],
+                              "delta": e.get("max_abs_delta"), "torch_class": e.get("torch_class"),
+                              "fma_class": e.get("cudnn_fma_class"), "fma_err": e.get("cudnn_fma_max_abs"),
+                              "sm": e.get("sm"), "settings": settings_str({k: v for k, v in x["settings"].items()
+                                                                           if k != "record"})})
+            elif x["kind"] == "autotune":
+                tune.append(_autotune_row(machine, label, img, x))
+    cross.sort(key=lambda c: (c["machine"], c["rec"]["case_id"], c["rec"]["dtype"]))
+    # the seed cases first: they are the ones the suite's questions were asked about
+    tune.sort(key=lambda t: (t["rank"], not t["rec"]["case_id"].startswith("seed."), -(t["spread"] or 0),
+                             t["machine"], t["rec"]["case_id"]))
+    return {"cross": cross, "autotune": tune, "coverage": coverage(g),
+            "n_unstable": sum(1 for t in tune if t["rank"] <= 1),
+            "n_same_bits": sum(1 for t in tune if t["rank"] == 2),
+            "n_near": sum(1 for t in tune if t["rank"] == 3)}
+
+
 def determinism(g: dict[str, Any]) -> dict[str, Any]:
-    store: Store = g["store"]
-    within = []  # newest run of each (machine, image): records whose repeats / fresh handles differ
+    within = []  # newest record of each combination per (machine, image) whose repeats / fresh handles differ
     summary = []
-    for (machine, img), r in sorted(g["latest"].items()):
-        recs = [x for x in store.records(r["id"], with_samples=False) if x["status"] == OK]
+    repro_diff = []
+    for (machine, img), cur in sorted(g["current"].items()):
+        recs = [x for x in cur if x["status"] == OK and x["kind"] == "measurement"]
         nd = [x for x in recs if x["repeat_equal"] == 0 or x["fresh_handle_equal"] == 0
               or (x["distinct_outputs"] or 1) > 1]
         checked = [x for x in recs if x["repeat_equal"] is not None]
-        summary.append({"machine": machine, "label": g["minfo"][machine].label, "image": img, "run": r,
-                        "ok": len(recs), "checked": len(checked), "nondeterministic": len(nd)})
+        repro = [x for x in cur if x["kind"] == "repro"]
+        fpe = Counter((x["extra"] or {}).get("fresh_process_equal") for x in repro)
+        summary.append({"machine": machine, "label": g["minfo"][machine].label, "image": img,
+                        "runs": list(dict.fromkeys(x["run"]["run_id"] for x in cur)),
+                        "ok": len(recs), "checked": len(checked), "nondeterministic": len(nd),
+                        "repro": len(repro), "repro_equal": fpe.get(True, 0), "repro_differs": fpe.get(False, 0),
+                        "repro_unknown": len(repro) - fpe.get(True, 0) - fpe.get(False, 0)})
         for x in nd:
             within.append({"machine": machine, "image": img, "rec": x, "settings": settings_str(x["settings"])})
+        for x in repro:
+            if (x["extra"] or {}).get("fresh_process_equal") is False:
+                repro_diff.append({"machine": machine, "image": img, "rec": x,
+                                   "settings": settings_str(x["settings"])})
     across = []
     autotune = []
     n_series = 0
@@ -427,8 +571,10 @@ def determinism(g: dict[str, Any]) -> dict[str, Any]:
         has = (s.chosen >= 0).any(axis=0)
         dch = _distinct_per_column(s.chosen, -1)
         for col in np.flatnonzero(has):
-            c = _combo_label(g["combos"][int(s.combos[col])])
             counts = Counter(int(v) for v in s.chosen[:, col] if v >= 0)
+            if sum(counts.values()) < 2:  # one night says nothing about stability across nights
+                continue
+            c = _combo_label(g["combos"][int(s.combos[col])])
             top, top_n = counts.most_common(1)[0]
             autotune.append({"machine": s.machine, "image": s.image, "combo": c, "distinct": int(dch[col]),
                              "nights": sum(counts.values()), "top": g["names"].get(top, "?"),
@@ -439,23 +585,52 @@ def determinism(g: dict[str, Any]) -> dict[str, Any]:
     return {"summary": summary, "within": within[:MAX_ROWS], "within_left_out": max(0, len(within) - MAX_ROWS),
             "across": across[:MAX_ROWS], "across_left_out": max(0, len(across) - MAX_ROWS),
             "autotune": autotune[:MAX_ROWS], "autotune_left_out": max(0, len(autotune) - MAX_ROWS),
-            "n_autotune_unstable": sum(1 for a in autotune if a["distinct"] > 1), "n_series": n_series}
+            "n_autotune_unstable": sum(1 for a in autotune if a["distinct"] > 1), "n_series": n_series,
+            "repro_diff": repro_diff[:MAX_ROWS], "repro_diff_left_out": max(0, len(repro_diff) - MAX_ROWS),
+            "sessions": findings(g)}
+
+
+ORT_MODES = ("EXHAUSTIVE", "HEURISTIC", "DEFAULT")
 
 
 def ort(g: dict[str, Any]) -> dict[str, Any]:
-    store: Store = g["store"]
     rows = []
-    for (machine, img), r in sorted(g["latest"].items()):
-        for x in store.records(r["id"], with_samples=False):
+    pivot: dict[tuple, dict[str, Any]] = {}
+    for (machine, img), cur in sorted(g["current"].items()):
+        for x in cur:
             if x["backend"] != "ort":
                 continue
             mode = (x["settings"] or {}).get("cudnn_conv_algo_search")
+            others = {k: v for k, v in x["settings"].items() if k != "cudnn_conv_algo_search"}
             rows.append({"machine": machine, "label": g["minfo"][machine].label, "image": img, "rec": x,
-                         "mode": mode if mode is not None else "-",
-                         "settings": settings_str({k: v for k, v in x["settings"].items()
-                                                   if k != "cudnn_conv_algo_search"})})
+                         "mode": mode if mode is not None else "-", "settings": settings_str(others)})
+            key = (machine, img, x["case_id"], x["dtype"], settings_str(others))
+            p = pivot.setdefault(key, {"machine": machine, "label": g["minfo"][machine].label, "image": img,
+                                       "case": x["case_id"], "dtype": x["dtype"], "settings": key[-1],
+                                       "modes": {}, "run": x["run"]})
+            p["modes"][str(mode)] = x
+    modes = list(ORT_MODES) + sorted({m for p in pivot.values() for m in p["modes"]} - set(ORT_MODES))
+    table = []
+    for p in pivot.values():
+        ms = {m: p["modes"][m]["median_ms"] for m in ORT_MODES if m in p["modes"]
+              and p["modes"][m]["median_ms"] is not None}
+        hashes = {p["modes"][m]["hash"] for m in p["modes"] if p["modes"][m]["hash"]}
+        several = len(p["modes"]) >= 2
+        table.append({**p, "ms": ms, "fastest": min(ms, key=ms.get) if len(ms) >= 2 else None,
+                      "same_bits": (len(hashes) == 1) if several and hashes else None,
+                      "cells": [p["modes"].get(m) for m in modes]})
+    table.sort(key=lambda p: (p["machine"], p["image"], p["case"], p["dtype"], p["settings"]))
     rows.sort(key=lambda r: (r["machine"], r["image"], r["rec"]["case_id"], r["rec"]["dtype"], r["mode"]))
-    return {"rows": rows[:MAX_ROWS], "left_out": max(0, len(rows) - MAX_ROWS)}
+    runs = {id(None)}
+    ort_runs = []
+    for r in rows:
+        if r["rec"]["run"]["id"] not in runs:
+            runs.add(r["rec"]["run"]["id"])
+            ort_runs.append(r["rec"]["run"])
+    notes = sorted({r["rec"]["explanation"] for r in rows if r["rec"]["explanation"]})
+    return {"rows": rows[:MAX_ROWS], "left_out": max(0, len(rows) - MAX_ROWS), "modes": modes,
+            "pivot": table[:MAX_ROWS], "pivot_left_out": max(0, len(table) - MAX_ROWS), "runs": ort_runs,
+            "notes": notes[:20]}
 
 
 def regressions(g: dict[str, Any]) -> dict[str, Any]:
@@ -521,7 +696,7 @@ def build(store: Store, out: Path, *, title: str = "convbench fleet report") -> 
         path.write_text(html, encoding="utf-8")
         written.append(path)
 
-    page("index.html", out / "index.html", "", page_id="index", ov=overview(g))
+    page("index.html", out / "index.html", "", page_id="index", ov=overview(g), fd=findings(g))
     page("architecture.html", out / "architecture.html", "", page_id="architecture", arch=architecture(g))
     page("determinism.html", out / "determinism.html", "", page_id="determinism", det=determinism(g))
     page("ort.html", out / "ort.html", "", page_id="ort", o=ort(g))
