@@ -24,6 +24,10 @@ _ALGO = re.compile(r"algo: type=cudnnConvolutionFwdAlgo_t; val=(?:CUDNN_CONVOLUT
 _MATH = re.compile(r"mathType: type=cudnnMathType_t; val=(\w+)")
 _ENGINE_INDEX = re.compile(r"(?:engine_id|engineId|globalIndex|GLOBAL_INDEX)\b[^\n]*?(?:val=\[?|\[0\]: type=int64_t; val=)(-?\d+)")
 _FE_EXEC = re.compile(r"\[cudnn_frontend\] INFO: Executing (.*?)(?:\.\.\.)?\s*$", re.MULTILINE)
+# Newer frontends also log the *graph* before its plan: "Executing gid 7" / "Executing graph_uid 7". On the H200
+# (onnxruntime-gpu 1.31.1, 2026-11-29) every conv execution gave such a line and then "Executing eng28_k2=4...":
+# counted as executions they doubled the count and no node could be mapped.
+_FE_GRAPH = re.compile(r"^(?:gid|graph_uid)\s+\d+$")
 _FE_HEUR = re.compile(r"Getting plan from heuristics", re.MULTILINE)
 _ENGINE_TAG = re.compile(r"eng-?\d+(?:_k\d+=-?\d+)*")
 
@@ -60,35 +64,84 @@ def parse_api(text: str) -> ApiLog:
         if out.version is None:
             out.version = int(m.group(1))
         name = m.group(2)
-        body = text[m.end(): heads[i + 1].start() if i + 1 < len(heads) else len(text)]
-        if name in LEGACY_CONV_CALLS:
-            algo = _ALGO.search(body)
-            math = _MATH.search(body)
-            label = algo.group(1) if algo else "?"
-            if math:
-                label += "/" + math.group(1).replace("CUDNN_", "")
-            out.events.append(("legacy", label))
-        elif name == "cudnnBackendExecute":
-            eng = _ENGINE_INDEX.search(body)
-            out.events.append(("backend", f"eng{eng.group(1)}" if eng else "?"))
-        elif name in FIND_CALLS:
-            out.finds += 1
-        elif name in GET_CALLS:
-            out.get_v7 += 1
+        body = text[m.end(): heads[i + 1].start() if i + 1 < len(heads) else len(text)] \
+            if name in _WITH_BODY else ""
+        _api_event(out, name, body)
+    return out
+
+
+_WITH_BODY = (*LEGACY_CONV_CALLS, "cudnnBackendExecute")
+
+
+def _api_event(out: ApiLog, name: str, body: str) -> None:
+    if name in LEGACY_CONV_CALLS:
+        algo = _ALGO.search(body)
+        math = _MATH.search(body)
+        label = algo.group(1) if algo else "?"
+        if math:
+            label += "/" + math.group(1).replace("CUDNN_", "")
+        out.events.append(("legacy", label))
+    elif name == "cudnnBackendExecute":
+        eng = _ENGINE_INDEX.search(body)
+        out.events.append(("backend", f"eng{eng.group(1)}" if eng else "?"))
+    elif name in FIND_CALLS:
+        out.finds += 1
+    elif name in GET_CALLS:
+        out.get_v7 += 1
+
+
+def parse_api_file(path: str, limit: int = 4 << 30) -> ApiLog:
+    """parse_api for a log file, read line by line: only conv-relevant calls keep their body.
+
+    cuDNN's level-3 API log of one onnxruntime process is tens of MB (every descriptor call of every plan
+    build); reading it whole and slicing a body per call was a serial cost after every drift setting.
+    """
+    out = ApiLog()
+    name: str | None = None
+    body: list[str] = []
+    read = 0
+
+    def close() -> None:
+        if name is not None:
+            _api_event(out, name, "".join(body))
+
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            read += len(line)
+            if read > limit:
+                break
+            if line.startswith("I! CuDNN"):
+                m = _HEADER.match(line)
+                if m:
+                    close()
+                    out.calls += 1
+                    if out.version is None:
+                        out.version = int(m.group(1))
+                    name = m.group(2)
+                    body = []
+                    continue
+            if name in _WITH_BODY:
+                body.append(line)
+    close()
     return out
 
 
 @dataclass
 class FrontendLog:
-    executions: list[str] = field(default_factory=list)  # engine tag per execution, in order
+    executions: list[str] = field(default_factory=list)  # engine tag per plan execution, in order
     heuristic_queries: int = 0
+    graph_executions: int = 0  # "Executing gid N" lines: the graph around a plan, not a conv execution
 
 
 def parse_frontend(text: str) -> FrontendLog:
     out = FrontendLog(heuristic_queries=len(_FE_HEUR.findall(text)))
     for m in _FE_EXEC.finditer(text):
-        tags = _ENGINE_TAG.findall(m.group(1))
-        out.executions.append(tags[-1] if tags else m.group(1).strip())
+        what = m.group(1).strip()
+        if _FE_GRAPH.match(what):
+            out.graph_executions += 1
+            continue
+        tags = _ENGINE_TAG.findall(what)
+        out.executions.append(tags[-1] if tags else what)
     return out
 
 
@@ -104,6 +157,11 @@ def conv_sequence(api: ApiLog | None, fe: FrontendLog | None) -> tuple[list[str]
     if api_events and fe_tags and n_backend == len(fe_tags):
         tags = iter(fe_tags)
         return [next(tags) if k == "backend" else v for k, v in api_events], "api+frontend"
+    if fe_tags and n_backend == len(api_events):
+        # Frontend-only convs whose API log counts cudnnBackendExecute differently from the frontend's plan
+        # executions (the H200 run of 2026-11-29 logged exactly two per conv execution): the frontend names
+        # one plan per execution, which is what the node mapping needs.
+        return list(fe_tags), "frontend"
     if api_events:
         return [v for _, v in api_events], "api"
     if fe_tags:

@@ -415,16 +415,23 @@ def load_params(path: Path) -> dict[str, np.ndarray]:
     return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer if not t.name.startswith("const.")}
 
 
+def torch_state(params: dict[str, np.ndarray]) -> dict:
+    """Parameters as torch tensors (copies): load_params gives onnx's read-only views of the initializer
+    bytes, which torch.from_numpy takes with a UserWarning (undefined behaviour if anything writes to them)."""
+    import torch
+
+    return {k: torch.from_numpy(np.array(v, copy=True)) for k, v in params.items()}
+
+
 def torchvision_module(model_id: str, params: dict[str, np.ndarray]):
     """torchvision's own module with ``params`` loaded, or None when torchvision does not import here."""
     try:
-        import torch
         import torchvision
     except Exception:  # ImportError, or RuntimeError "operator torchvision::nms does not exist"
         return None
     ctor = {"resnet50": torchvision.models.resnet50, "mobilenetv2": torchvision.models.mobilenet_v2}[model_id]
     module = ctor(weights=None)
-    state = {k: torch.from_numpy(v) for k, v in params.items()}
+    state = torch_state(params)
     missing, unexpected = module.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.endswith("num_batches_tracked")]
     if missing or unexpected:

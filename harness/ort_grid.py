@@ -18,8 +18,8 @@ from pathlib import Path
 
 from . import fingerprint, models
 from .backends.ort import CUDA_EP, ModelOptions, OrtBackend
-from .journal import Journal
-from .records import OK
+from .journal import JOURNAL_FILE, Journal, iter_journal
+from .records import OK, Record
 
 
 def seed_table(records) -> list[str]:
@@ -46,6 +46,37 @@ def seed_table(records) -> list[str]:
     return lines
 
 
+def seed_rows(records) -> list[dict]:
+    """One row per model and setting (both io records folded in): the numbers docs/ort.md tabulates."""
+    rows: dict[tuple, dict] = {}
+    for r in records:
+        s = r.settings
+        key = (r.case, s.get("provider"), s.get("cudnn_conv_algo_search"), s.get("use_tf32"),
+               s.get("cudnn_conv_use_max_workspace"))
+        row = rows.setdefault(key, {"model": r.case.removeprefix("model."), "provider": s.get("provider"),
+                                    "setting": _setting(s), "status": r.status})
+        if r.status != OK:
+            row["status"] = r.status
+            continue
+        d = r.extra.get("drift", {}).get("image", {})
+        heads = {tuple(i.get("sequence_head") or ()) for i in r.extra.get("algo_logs") or []}
+        row.update({
+            "in_process": f"{d['in_process']['distinct']}/{d['in_process']['n']}",
+            "fresh_process": f"{d['fresh_process']['distinct']}/{d['fresh_process']['n']}",
+            "max_spread": d["all"]["max_spread"], "class": r.accuracy.precision_class if r.accuracy else None,
+            "rel_l2": r.accuracy.rel_l2 if r.accuracy else None, "hash": r.determinism.hash if r.determinism else None,
+            "session_create_ms": r.extra.get("session_create_ms"),
+            "first_inference_ms": r.extra.get("first_inference_ms"),
+            "engines": r.chosen_algo or ",".join(dict.fromkeys(
+                x for h in heads for x in h if not x.startswith("gid "))) or None,
+            "engines_same_in_all_processes": (not r.extra.get("node_algo_differences")) if r.extra.get(
+                "node_algos") else (len(heads) == 1 if heads else None),
+        })
+        if r.time:
+            row["latency_ms" if s.get("io") == "iobinding" else "latency_numpy_ms"] = r.time.median_ms
+    return list(rows.values())
+
+
 def _setting(s: dict) -> str:
     if s.get("provider") != CUDA_EP:
         return "CPU EP"
@@ -63,7 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parallel", type=int, default=None, help="concurrent drift workers (default: automatic)")
     ap.add_argument("--no-cpu-ep", action="store_true", help="on a GPU host, skip the CPU EP cross-check")
     ap.add_argument("--no-logs", action="store_true", help="do not capture cuDNN logs")
+    ap.add_argument("--summarize", type=Path, metavar="RUN_DIR",
+                    help="measure nothing: print the seed table of an existing run directory")
     args = ap.parse_args(argv)
+    if args.summarize:
+        return summarize(args.summarize)
     wanted = [m for m in args.models.split(",") if m]
     try:
         for m in wanted:
@@ -106,6 +141,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{len(kept)} records in {seconds:.0f} s ({dict(counts)}); distinct outputs of the image input:")
     for line in seed_table(kept):
         print("  " + line)
+    return 0
+
+
+def summarize(run_dir: Path) -> int:
+    """The seed table of a run directory already written (complete or interrupted)."""
+    if not (run_dir / "run.json").is_file():
+        print(f"ort_grid: error: {run_dir} is not a run directory (no run.json)", file=sys.stderr)
+        return 2
+    records = [Record.from_dict(d) for d in iter_journal(run_dir / JOURNAL_FILE) if d.get("backend") == "ort"]
+    print(f"{run_dir}: {len(records)} ort records{'' if (run_dir / 'end.json').exists() else ' (no end.json)'}")
+    for line in seed_table(records):
+        print("  " + line)
+    for row in seed_rows(records):
+        if row.get("latency_ms") is not None:
+            print(f"  {row['model']:12} {row['setting']:34} {row['latency_ms']:7.3f} ms iob, "
+                  f"{row.get('latency_numpy_ms') or float('nan'):7.3f} ms numpy, create "
+                  f"{row['session_create_ms'] or float('nan'):6.0f} ms, first {row['first_inference_ms'] or float('nan'):6.1f} ms, "
+                  f"rel_l2 {row['rel_l2']:.3g}, hash {row['hash'][:8]}, engines {row['engines']}")
     return 0
 
 

@@ -97,6 +97,19 @@ def test_torchvision_module_matches_the_builder_where_torchvision_imports(mbv2):
     assert np.abs(a - b).max() <= 1e-9 * np.abs(b).max()
 
 
+def test_torch_state_copies_the_read_only_initializers_without_a_warning(mbv2):
+    import warnings
+
+    _, params = mbv2
+    name = "features.0.0.weight"
+    assert not params[name].flags.writeable  # onnx's numpy_helper view: what made torch warn on the H200
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        state = models.torch_state(params)
+    assert set(state) == set(params)
+    assert np.array_equal(state[name].numpy(), params[name]) and state[name].numpy().flags.writeable
+
+
 def test_preprocessing_of_a_flat_grey_image_is_exact():
     img = np.full((300, 400, 3), 128, dtype=np.uint8)
     x = models.imagenet_preprocess(img)

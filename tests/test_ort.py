@@ -78,9 +78,27 @@ def test_frontend_tags_replace_backend_executions_one_for_one():
     assert fe.executions == ["eng0_k2=1_k3=0", "eng28_k2=3"] and fe.heuristic_queries == 1
     seq, source = cudnn_log.conv_sequence(api, fe)
     assert seq == ["eng0_k2=1_k3=0", "eng28_k2=3"] and source == "api+frontend"
-    # a count mismatch keeps the API's own labels rather than pairing the wrong lines
-    seq, source = cudnn_log.conv_sequence(api, cudnn_log.parse_frontend(FRONTEND.splitlines()[1]))
-    assert source == "api" and seq == ["?", "?"]
+    # Counts that differ are never paired line for line. On a frontend-only API log the frontend's plan tags
+    # are the sequence (the H200 run of 2026-11-29 logged two cudnnBackendExecute per conv execution), and
+    # assign() still refuses a sequence whose length does not fit the runs.
+    one = cudnn_log.parse_frontend(FRONTEND.splitlines()[1])
+    seq, source = cudnn_log.conv_sequence(api, one)
+    assert source == "frontend" and seq == ["eng0_k2=1_k3=0"]
+    none, why = cudnn_log.assign(seq, [1], ["conv1", "conv2"])
+    assert none is None and "1 conv executions" in why
+    # with legacy calls in the API log, the API's own labels stay
+    mixed = cudnn_log.parse_api(LEGACY + "\n" + BACKEND)
+    seq, source = cudnn_log.conv_sequence(mixed, one)
+    assert source == "api" and seq == ["IMPLICIT_PRECOMP_GEMM/TENSOR_OP_MATH", "WINOGRAD_NONFUSED/FMA_MATH", "?", "?"]
+
+
+def test_api_log_read_from_a_file_line_by_line_equals_the_text_parser(tmp_path):
+    text = LEGACY + "\n" + BACKEND
+    path = tmp_path / "api.log"
+    path.write_text(text)
+    a, b = cudnn_log.parse_api(text), cudnn_log.parse_api_file(str(path))
+    assert (a.version, a.events, a.finds, a.get_v7, a.calls) == (b.version, b.events, b.finds, b.get_v7, b.calls)
+    assert b.calls == 5 and b.finds == 1 and len(b.events) == 4
 
 
 def test_assign_names_each_execution_and_refuses_a_wrong_count():

@@ -25,7 +25,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,7 +87,7 @@ class ModelOptions:
     processes: int = 5  # fresh processes, per setting (the first also holds the in-process sessions)
     repeats: int = 2  # in-place repeats of the first input in the first session
     case_sessions: int = 3  # fresh sessions per setting for single-Conv catalogue cases
-    parallel: int | None = None  # concurrent drift workers; None: 4 where no search is timed, else 1
+    parallel: int | None = None  # concurrent drift workers; None: default_parallel()
     log: bool = True  # capture cuDNN's API log and the frontend log in drift workers
     timing: TimingPolicy = field(default_factory=lambda: TimingPolicy(
         warmup_ms=50.0, min_samples=20, max_samples=300, budget_ms=400.0, batch=1, keep_samples=64))
@@ -123,6 +124,7 @@ class WorkerRun:
     job: dict
     proc: subprocess.Popen | None = None
     started: float = 0.0
+    ended: float = 0.0
     result: dict | None = None
     failure: tuple[str, str] | None = None  # (status, reason)
     api_log: str | None = None
@@ -163,6 +165,7 @@ def _start(w: WorkerRun, workdir: Path, name: str, log: bool | str) -> None:
 
 
 def _finish(w: WorkerRun) -> None:
+    w.ended = time.monotonic()
     rc = w.proc.returncode
     path = Path(w.job["result"])
     if rc == 0 and path.exists():
@@ -178,9 +181,20 @@ def _finish(w: WorkerRun) -> None:
         w.failure = (ERROR, f"worker exited {rc}: {tail}")
 
 
+def default_parallel(timed_search: bool, cpus: int | None = None) -> int:
+    """Concurrent drift workers: 1 where a search is timed on the device (concurrency would perturb it),
+    else half the cores, at most 8 -- the setting of the only GPU measurement so far (H200, 16 cores, 8)."""
+    if timed_search:
+        return 1
+    return min(8, max(1, (cpus if cpus is not None else (os.cpu_count() or 2)) // 2))
+
+
 def run_workers(runs: list[tuple[WorkerRun, str, bool | str]], workdir: Path, parallel: int, timeout_s: float,
-                log=lambda msg: None) -> None:
-    """Run workers, at most ``parallel`` at a time; each ends with a result or a failure, never an exception."""
+                log=lambda msg: None, on_done: Callable[[WorkerRun], None] | None = None) -> None:
+    """Run workers, at most ``parallel`` at a time; each ends with a result or a failure, never an exception.
+
+    ``on_done(worker)`` is called as each one ends (e.g. to hand its logs to a parser while the others run).
+    """
     pending = list(runs)
     active: list[WorkerRun] = []
     while pending or active:
@@ -199,8 +213,13 @@ def run_workers(runs: list[tuple[WorkerRun, str, bool | str]], workdir: Path, pa
             elif time.monotonic() - w.started > timeout_s:
                 w.proc.kill()
                 w.proc.wait()
+                w.ended = time.monotonic()
                 w.failure = (TIMEOUT, f"worker ran past {timeout_s:.0f} s and was ended")
                 active.remove(w)
+            else:
+                continue
+            if on_done:
+                on_done(w)
         if pending or active:
             continue
     del log
@@ -217,8 +236,9 @@ def _read_log(path: str | None, limit: int = 512 << 20) -> str:
 
 def node_algorithms(w: WorkerRun, cfg_result: dict, graph_convs: list[str]) -> dict[str, Any]:
     """Per-session {conv node: engine/algo} of one logged worker, or why it could not be told."""
-    api_text, fe_text = _read_log(w.api_log), _read_log(w.fe_log)
-    api = cudnn_log.parse_api(api_text) if api_text else None
+    t0 = time.monotonic()
+    api = _parse_api(w.api_log)
+    fe_text = _read_log(w.fe_log)
     fe = cudnn_log.parse_frontend(fe_text) if fe_text else None
     seq, source = cudnn_log.conv_sequence(api, fe)
     info: dict[str, Any] = {
@@ -226,7 +246,11 @@ def node_algorithms(w: WorkerRun, cfg_result: dict, graph_convs: list[str]) -> d
         "cudnn_version_loaded": cudnn_log.version_string(api.version) if api else None,
         "conv_path_observed": api.conv_path() if api else ("cudnn_frontend" if fe and fe.executions else None),
         "find_calls": api.finds if api else None, "get_v7_calls": api.get_v7 if api else None,
+        "api_backend_executes": sum(1 for k, _ in api.events if k == "backend") if api else None,
         "frontend_heuristic_queries": fe.heuristic_queries if fe else None,
+        "frontend_graph_executions": fe.graph_executions if fe else None,
+        "log_bytes": {k: Path(p).stat().st_size for k, p in (("api", w.api_log), ("frontend", w.fe_log))
+                      if p and Path(p).exists()},
     }
     order = cfg_result.get("conv_order") or []
     nodes = [_graph_name(n, graph_convs) for n in order] if order else list(graph_convs)
@@ -244,7 +268,14 @@ def node_algorithms(w: WorkerRun, cfg_result: dict, graph_convs: list[str]) -> d
         info["sequence_head"] = seq[:8]
     else:
         info["sessions"] = sessions
+    info["parse_s"] = round(time.monotonic() - t0, 3)
     return info
+
+
+def _parse_api(path: str | None) -> cudnn_log.ApiLog | None:
+    if not path or not Path(path).exists() or not Path(path).stat().st_size:
+        return None
+    return cudnn_log.parse_api_file(path)
 
 
 def _graph_name(profiled: str, graph_convs: list[str]) -> str:
@@ -407,6 +438,7 @@ class OrtBackend:
             input_files[name] = str(path)
         refs = {name: models.reference(model_id, params, x) for name, x in inputs.items()}
         yard = {name: models.fp32_yardstick(model_id, params, inputs[name], refs[name][0]) for name in inputs}
+        phases = {"reference_s": round(time.monotonic() - t0, 2)}
         input_hashes = {name: accuracy.output_hash(_torch(x)) for name, x in inputs.items()}
         version = ort_version()
         expected = expected_conv_path(version)
@@ -429,7 +461,9 @@ class OrtBackend:
         timing_runs = {p: WorkerRun(job([cfg(k, groups[k], 1, timing=True) for k in keys], p))
                        for p, keys in by_provider.items()}
         self.log(f"{model_id}: timing {len(groups)} settings")
+        t1 = time.monotonic()
         run_workers([(w, f"timing-{p}", False) for p, w in timing_runs.items()], workdir, 1, opts.worker_timeout_s)
+        phases["timing_worker_s"] = round(time.monotonic() - t1, 2)
         # 2. Drift: per setting, process 0 holds `sessions` sessions, processes 1.. one each; all logged.
         drift: dict[str, list[WorkerRun]] = {}
         queue = []
@@ -448,18 +482,50 @@ class OrtBackend:
             drift[key] = ws
         timed_search = legacy and any(dict(cs[0].settings)["cudnn_conv_algo_search"] == "EXHAUSTIVE"
                                       for cs in groups.values())
-        parallel = opts.parallel or (1 if timed_search else min(4, max(1, (os.cpu_count() or 2) // 2)))
+        parallel = opts.parallel or default_parallel(timed_search)
         self.log(f"{model_id}: drift {len(queue)} worker processes, {parallel} at a time")
-        run_workers(queue, workdir, parallel, opts.worker_timeout_s)
+        # Each worker's logs are parsed (and kept) as soon as it ends, in a thread, while the others run: the
+        # parent is otherwise idle then, and parsing them all after the last worker was a serial tail.
+        owner = {id(w): (key, pi) for key, ws in drift.items() for pi, w in enumerate(ws)}
+        digests: dict[int, Future] = {}
+        graph_convs = list(built.conv_nodes)
+        pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="ort-logs")
+
+        def on_done(w: WorkerRun) -> None:
+            key, pi = owner[id(w)]
+            digests[id(w)] = pool.submit(self._digest_logs, model_id, key, pi, w, graph_convs, opts)
+
+        t2 = time.monotonic()
+        try:
+            run_workers(queue, workdir, parallel, opts.worker_timeout_s, on_done=on_done)
+        finally:
+            pool.shutdown(wait=True)
+        phases.update(drift_workers_s=round(time.monotonic() - t2, 2), parallel=parallel,
+                      drift_processes=len(queue))
         # 3. Records.
         for key, cs in groups.items():
+            infos = [digests[id(w)].result() if id(w) in digests else
+                     self._digest_logs(model_id, key, pi, w, graph_convs, opts) for pi, w in enumerate(drift[key])]
             yield from self._model_records(model_id, built, inputs, refs, yard, input_hashes, version, expected,
                                            key, cs, timing_runs[dict(cs[0].settings)["provider"]], drift[key],
-                                           opts, base)
-        self.log(f"{model_id}: done in {time.monotonic() - t0:.0f} s")
+                                           opts, base, infos, phases)
+        self.log(f"{model_id}: done in {time.monotonic() - t0:.0f} s ({phases})")
+
+    @staticmethod
+    def _digest_logs(model_id: str, key: str, pi: int, w: WorkerRun, graph_convs: list[str],
+                     opts: ModelOptions) -> dict | None:
+        """Engines per node from one drift worker's cuDNN logs (None where there is nothing to map)."""
+        info = None
+        r = _cfg_result(w, key)
+        if r is not None and r.get("status") == OK and (w.api_log or w.fe_log):
+            info = node_algorithms(w, r, graph_convs)
+            info["process"] = pi
+        if pi == 0 and opts.keep_logs:
+            _keep_logs(w, Path(opts.keep_logs), f"{model_id}.{_slug(key)}")
+        return info
 
     def _model_records(self, model_id, built, inputs, refs, yard, input_hashes, version, expected, key, cs,
-                       timing_run, workers, opts, base):
+                       timing_run, workers, opts, base, infos, phases):
         provider = dict(cs[0].settings)["provider"]
         tcfg = _cfg_result(timing_run, key)
         samples: list[dict] = []  # every session of every drift worker
@@ -472,12 +538,8 @@ class OrtBackend:
                 continue
             for si, s in enumerate(r["sessions"]):
                 samples.append({"label": f"p{pi}s{si}", "process": pi, "session": si, **s})
-            if provider == CUDA_EP:
-                info = node_algorithms(w, r, list(built.conv_nodes))
-                info["process"] = pi
-                node_info.append(info)
-            if pi == 0 and opts.keep_logs:
-                _keep_logs(w, Path(opts.keep_logs), f"{model_id}.{_slug(key)}")
+            if provider == CUDA_EP and infos[pi] is not None:
+                node_info.append(infos[pi])
         if not samples:
             why = "; ".join(p for p in problems if p)[:1500] or "no session ran"
             status = next((w.failure[0] for w in workers if w.failure), ERROR)
@@ -537,6 +599,11 @@ class OrtBackend:
             "ort_version": version, "conv_path_expected": expected if provider == CUDA_EP else NA,
             "unlogged_session": unlogged, "problems": problems or None,
             "graph_optimization_level": "ORT_ENABLE_ALL (default)",
+            # where the grid's time goes, measured: the model's phases and this setting's worker processes
+            "cost_s": {"model_phases": dict(phases),
+                       "timing_worker_s": _wall(timing_run),
+                       "drift_workers_s": [_wall(w) for w in workers],
+                       "log_parse_s": [i.get("parse_s") for i in node_info]},
         }
         if tcfg and tcfg.get("status") == OK:
             s0 = tcfg["sessions"][0]
@@ -700,7 +767,7 @@ class OrtBackend:
         else:
             ref_error = None
         # the drift worker ran every setting in one process: its log covers them in order
-        api = cudnn_log.parse_api(_read_log(drift.api_log)) if drift.api_log else None
+        api = _parse_api(drift.api_log)
         fe = cudnn_log.parse_frontend(_read_log(drift.fe_log)) if drift.fe_log else None
         seq, source = cudnn_log.conv_sequence(api, fe)
         pos = 0
@@ -805,9 +872,15 @@ def _slug(key: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in key.replace("ExecutionProvider", ""))
 
 
+def _wall(w: WorkerRun) -> float | None:
+    return round(w.ended - w.started, 2) if w.started and w.ended else None
+
+
 def _keep_logs(w: WorkerRun, directory: Path, stem: str) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for kind, path in (("api", w.api_log), ("frontend", w.fe_log)):
         if path and Path(path).exists() and Path(path).stat().st_size:
-            with open(path, "rb") as src, gzip.open(directory / f"{stem}.{kind}.log.gz", "wb") as dst:
-                shutil.copyfileobj(src, dst)
+            # level 1: these logs are tens of MB of repetitive text; level 9 cost seconds per setting for ~10 %
+            with open(path, "rb") as src, gzip.open(directory / f"{stem}.{kind}.log.gz", "wb",
+                                                    compresslevel=1) as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
