@@ -7,6 +7,7 @@ combination cuDNN rejects, or whose workspace does not fit, is a record with tha
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 
 from .. import accuracy
@@ -249,7 +250,10 @@ class ConvSession:
         try:
             max_ws: dict[str, int] = {}
             for c in combos:
+                t0 = time.perf_counter()
                 rec = self.measure(c)
+                # Wall time per record: with the run's total it tells what the rest (references, rankings) cost.
+                rec.extra["wall_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
                 if rec.workspace_bytes is not None and rec.status == OK:
                     max_ws[c.math] = max(max_ws.get(c.math, 0), rec.workspace_bytes)
                 yield rec

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import time
 from collections.abc import Iterable, Iterator
 
 from .. import accuracy
@@ -106,11 +107,13 @@ class TorchBackend:
             if key not in cache:
                 cache.clear()
                 cache[key] = self._prepare(case, *key, device)
+            t0 = time.perf_counter()
             try:
                 with conv_settings(settings.get("tf32"), settings.get("benchmark"), settings.get("deterministic")):
                     self._measure(rec, cache[key], timer, options, device)
             except (RuntimeError, NotImplementedError) as exc:
                 rec.status, rec.reason = ERROR, f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+            rec.extra["wall_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
             yield rec
         cache.clear()
         if cuda:
