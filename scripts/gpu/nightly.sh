@@ -23,6 +23,7 @@ a)
   t python3 -m harness.cli bench --results "$RES" -b "CudnnForward|TorchForward" 2>&1 | tail -3
   pack
   run=$(ls -d "$RES/$CONVBENCH_MACHINE"/*/ | tail -1)
+  python3 scripts/run_breakdown.py "$run"
   t python3 -m harness.cli repro "$run" 2>&1 | tail -5
   pack
   mkdir -p "$RES/asv-results" && cp -r .asv/results/. "$RES/asv-results/" && pack

@@ -1,0 +1,37 @@
+"""Where a run's wall time went: measuring each record vs the rest (references, rankings, asv, start-up).
+
+    python3 scripts/run_breakdown.py RUN_DIR
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import sys
+from pathlib import Path
+
+
+def main(run_dir: str) -> int:
+    run = Path(run_dir)
+    end = json.loads((run / "end.json").read_text()) if (run / "end.json").exists() else {}
+    wall = collections.Counter()
+    count = collections.Counter()
+    for line in (run / "records.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        count[(rec.get("kind"), rec.get("backend", rec.get("source")))] += 1
+        ms = (rec.get("extra") or {}).get("wall_ms")
+        if ms is not None:
+            wall[rec["backend"]] += ms / 1e3
+    total = end.get("seconds")
+    for (kind, who), n in sorted(count.items(), key=str):
+        print(f"{kind:12s} {who or '-':10s} {n:7d} records")
+    for backend, s in sorted(wall.items()):
+        print(f"measuring {backend:10s} {s:8.1f} s")
+    if total is not None:
+        rest = total - sum(wall.values())
+        print(f"run total            {total:8.1f} s; everything else (references, rankings, asv, start-up) {rest:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
