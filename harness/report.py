@@ -430,7 +430,6 @@ def machine_page(g: dict[str, Any], m: MachineInfo) -> dict[str, Any]:
 
 def architecture(g: dict[str, Any]) -> dict[str, Any]:
     """Cross-machine sections: per image, one representative machine per hardware label (its newest run)."""
-    store: Store = g["store"]
     sections = []
     by_image: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
     for (machine, img), r in g["latest"].items():
@@ -451,13 +450,17 @@ def architecture(g: dict[str, Any]) -> dict[str, Any]:
                     f"{r['machine']}: image {r['image']}" for r in newest.values()) + ").")
     for img, reps in compared:
         reps = sorted(reps, key=lambda r: (r["hardware"] != "gpu", r["machine"]))
-        records = {r["id"]: store.records(r["id"], with_samples=False) for r in reps}
+        records = {r["id"]: g["current"][(r["machine"], r["image"])] for r in reps}
         cm = cross_machine(reps, records)
         rows = cm["rows"]
         both = [x for x in rows if sum(c is not None for c in x["cells"]) >= 2]
+        disjoint = None
+        if not both:  # say why there is nothing side by side: usually different case sets
+            sets = {r["machine"]: sorted({x["case_id"].split(".")[0] for x in records[r["id"]]}) for r in reps}
+            disjoint = "; ".join(f"{m} ran case groups {', '.join(v)}" for m, v in sets.items())
         sections.append({"image": img, "runs": reps, "labels": [g["minfo"][r["machine"]].label for r in reps],
                          "rows": both[:MAX_ROWS], "left_out": max(0, len(both) - MAX_ROWS),
-                         "only_one": len(rows) - len(both),
+                         "only_one": len(rows) - len(both), "disjoint": disjoint,
                          "n_identical": sum(1 for x in both if x["bitwise_identical"]),
                          "n_class_differs": sum(1 for x in both if x["class_differs"])})
     return {"sections": sections, "note": note}

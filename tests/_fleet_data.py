@@ -106,3 +106,33 @@ def copy_run(src: Path, results: Path, **meta_changes: Any) -> Path:
 
 
 EVIL_NAME = "<script>alert(1)</script>"
+
+
+def fixture_records(kinds: tuple[str, ...] | None = None) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(run.json, record) of every record line in the committed fixture tarballs, read straight from the files
+    (not through collect), so that tests can check the report against the fixtures independently. The run dict
+    has ``end_json_present`` when the run wrote end.json (an interrupted run did not)."""
+    out = []
+    for tar_path in fixture_tarballs():
+        runs: dict[str, dict[str, Any]] = {}
+        lines: dict[str, bytes] = {}
+        with tarfile.open(tar_path) as tar:
+            for m in tar.getmembers():
+                if not m.isfile():
+                    continue
+                parent, _, base = m.name.rpartition("/")
+                if base == "run.json":
+                    runs.setdefault(parent, {}).update(json.loads(tar.extractfile(m).read()))
+                elif base == "end.json":
+                    runs.setdefault(parent, {})["end_json_present"] = True
+                elif base == "records.jsonl":
+                    lines[parent] = tar.extractfile(m).read()
+        for parent, data in lines.items():
+            for line in data.splitlines():
+                try:
+                    d = json.loads(line)
+                except ValueError:  # a torn last line of an interrupted run
+                    continue
+                if kinds is None or d.get("kind") in kinds:
+                    out.append((runs[parent], d))
+    return out

@@ -103,3 +103,81 @@ def test_report_on_missing_store_is_a_one_line_error(tmp_path, capsys):
 def test_machine_slugs_are_safe_file_names(name):
     s = slug(name)
     assert re.fullmatch(r"[A-Za-z0-9_.-]+", s) and len(s) < 80 and s not in (".", "..")
+
+
+def _fixture_site(tmp_path):
+    from _fleet_data import fixture_tarballs
+
+    tars = fixture_tarballs()
+    if not tars:
+        pytest.skip("no fixtures committed")
+    db = tmp_path / "f.sqlite"
+    assert not collect(db, tars).refused
+    with Store(db) as s:
+        build(s, tmp_path / "site")
+    return tmp_path / "site"
+
+
+def _text(html):
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)).replace("&amp;", "&").replace("&#39;", "'")
+
+
+def test_fixture_report_answers_the_seed_questions(tmp_path):
+    """The H200 fixtures' crosscheck and autotune records, read from the tarballs here, appear on the index
+    with the numbers and explanations they carry; the index says which GPU generations were not measured."""
+    from _fleet_data import fixture_records
+
+    cross = [d for _, d in fixture_records(("crosscheck",))]
+    tune = [d for _, d in fixture_records(("autotune",))]
+    if not cross or not tune:
+        pytest.skip("fixtures hold no crosscheck/autotune records")
+    site = _fixture_site(tmp_path)
+    index = _text((site / "index.html").read_text())
+    for d in cross:
+        assert f"{d['extra']['max_abs_delta']:.3g}" in index and d["explanation"] in index
+    sms = {(run["fingerprint"].get("gpu") or {}).get("sm") for run, _ in fixture_records()}
+    if not any(sm and sm.split(".")[0] in ("6", "7") for sm in sms):
+        assert "not shown by these data" in index
+    # autotune: every record whose fresh searches chose different algorithms with different output bits
+    unstable = [d for d in tune if len(d["extra"].get("winners") or {}) > 1 and d["determinism"]["distinct_outputs"] > 1]
+    assert unstable
+    top = index[index.index("Does cuDNN's autotuner"):index.index("Where the numbers come from")]
+    assert f"{len(unstable)} chose different algorithms with bitwise-different outputs" in top
+    for d in unstable:
+        assert d["case"] in top and d["explanation"] in top
+
+
+def test_fixture_report_shows_repro_and_ort_search_modes(tmp_path):
+    from _fleet_data import fixture_records
+
+    repro = [d for _, d in fixture_records(("repro",))]
+    ort = [(run, d) for run, d in fixture_records(("measurement",)) if d["backend"] == "ort"]
+    if not repro or not ort:
+        pytest.skip("fixtures hold no repro/ort records")
+    site = _fixture_site(tmp_path)
+    det = (site / "determinism.html").read_text()
+    by_machine: dict = {}
+    for run, d in fixture_records(("repro",)):
+        eq = d["extra"].get("fresh_process_equal")
+        c = by_machine.setdefault(run["machine"], [0, 0, 0, 0])
+        c[0] += 1
+        c[1] += eq is True
+        c[2] += eq is False
+        c[3] += eq is None
+    table = _text(det.split('id="detsum"')[1].split("</table>")[0])
+    for machine, (n, equal, differs, unknown) in by_machine.items():
+        # columns: ... repro records, fresh process equal, fresh process differs, not compared
+        assert re.search(rf"{re.escape(machine)} .*? {n} {equal} {differs} {unknown}( |$)", table), machine
+    page = _text((site / "ort.html").read_text())
+    modes = {d["settings"]["cudnn_conv_algo_search"] for _, d in ort}
+    for mode in modes & {"EXHAUSTIVE", "HEURISTIC", "DEFAULT"}:
+        assert f"{mode} ms" in page
+    for _, d in ort:
+        assert fmt_err(d["accuracy"]["max_norm_err"]) in page
+        assert f"{d['time']['median_ms']:.4g}" in page
+    interrupted = {run["run_id"] for run, _ in ort if not run.get("end_json_present")}
+    complete = {run["run_id"] for run, _ in ort} - interrupted
+    for run_id in interrupted:
+        assert f"{run_id} on " in page and "interrupted: no end.json" in page
+    for run_id in complete:
+        assert re.search(rf"{run_id} on \S+ \(complete\)", page)

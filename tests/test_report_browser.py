@@ -43,12 +43,19 @@ def test_report_loads_clean_with_fixture_numbers(browser, tmp_path):
         machines = sorted({r["machine"] for r in runs})
         newest = runs[-1]
         worst = max((r["max_norm_err"] for r in s.records(newest["id"], with_samples=False)
-                     if r["status"] == "ok" and r["max_norm_err"] is not None), default=None)
+                     if r["status"] == "ok" and r["max_norm_err"] is not None and r["kind"] == "measurement"),
+                    default=None)
+        # the overview counts the newest record of every combination over the runs of a machine and image
+        n_combos, n_ok = s.db.execute(
+            "SELECT count(*), sum(status = 'ok') FROM (SELECT r.combo, r.status, row_number() OVER "
+            "(PARTITION BY r.combo ORDER BY u.started DESC, u.id DESC) AS k FROM records r JOIN runs u "
+            "ON u.id = r.run WHERE u.machine = ? AND u.image = ?) WHERE k = 1",
+            (newest["machine"], newest["image"])).fetchone()
     page = browser.open((site / "index.html").as_uri())
     assert page.errors == [] and page.dialogs == [], what
     assert page.evaluate("document.querySelectorAll('#overview tbody tr').length") == len(machines)
     text = page.evaluate("document.body.innerText")
-    assert f"{len(runs)} runs" in text and f"{newest['n_ok']}/{newest['n_records']} ok" in text
+    assert f"{len(runs)} runs" in text and f"{n_ok}/{n_combos} ok" in text
     png = page.screenshot(tmp_path / "index.png")
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
     _keep(png, "index.png")
@@ -79,6 +86,56 @@ def test_report_loads_clean_with_fixture_numbers(browser, tmp_path):
     for name in ("architecture.html", "determinism.html", "ort.html", "regressions.html"):
         p = browser.open((site / name).as_uri())
         assert p.errors == [] and p.dialogs == [], name
+        _keep(p.screenshot(tmp_path / name.replace(".html", ".png")), name.replace(".html", ".png"))
+
+
+def test_fixture_findings_are_on_screen(browser, tmp_path):
+    """The H200 fixture's crosscheck and autotune records (read from the tarballs here) as a person sees them:
+    the seed crosscheck's max |delta| in the crosscheck table, the autotune sessions with different bits at the
+    top of the index, the ORT search-mode table, and every page free of console errors."""
+    from _fleet_data import fixture_records, fixture_tarballs
+
+    cross = [d for _, d in fixture_records(("crosscheck",))]
+    tune = [d for _, d in fixture_records(("autotune",))]
+    if not fixture_tarballs() or not cross or not tune:
+        pytest.skip("no H200 crosscheck/autotune fixtures committed")
+    db = tmp_path / "s.sqlite"
+    assert not collect(db, fixture_tarballs()).refused
+    site = tmp_path / "site"
+    with Store(db) as s:
+        build(s, site)
+    page = browser.open((site / "index.html").as_uri())
+    assert page.errors == [] and page.dialogs == []
+    rows = page.evaluate("Array.from(document.querySelectorAll('#crosscheck tbody tr'))"
+                         ".map(r => Array.from(r.cells).map(c => c.innerText))")
+    assert len(rows) == len(cross)
+    for d in cross:
+        row = next(r for r in rows if r[2] == d["case"])
+        assert row[5] == f"{d['extra']['max_abs_delta']:.3g}" and row[6] == d["extra"]["torch_class"]
+        assert row[8] == d["explanation"]
+    unstable = [d for d in tune if len(d["extra"].get("winners") or {}) > 1
+                and d["determinism"]["distinct_outputs"] > 1]
+    top = page.evaluate("Array.from(document.querySelectorAll('#autotune-top tbody tr'))"
+                        ".map(r => Array.from(r.cells).map(c => c.innerText))")
+    assert sorted(r[2] for r in top) == sorted(d["case"] for d in unstable)
+    for d in unstable:
+        row = next(r for r in top if r[2] == d["case"] and r[4] == d["math"])
+        if d["extra"].get("max_abs_spread") is not None:
+            assert row[-2] == f"{d['extra']['max_abs_spread']:.3g}"
+        assert row[-1] == d["explanation"]
+    _keep(page.screenshot(tmp_path / "index-findings.png", full_page=True), "index-findings.png")
+    det = browser.open((site / "determinism.html").as_uri())
+    assert det.errors == []
+    assert det.evaluate("document.querySelectorAll('#sessions-table tbody tr').length") == len(tune)
+    ort = [d for _, d in fixture_records(("measurement",)) if d["backend"] == "ort"]
+    if ort:
+        op = browser.open((site / "ort.html").as_uri())
+        assert op.errors == []
+        assert op.evaluate("document.querySelectorAll('#ort tbody tr').length") == len(ort)
+        assert op.evaluate("document.querySelectorAll('#ortmodes tbody tr').length") > 0
+        _keep(op.screenshot(tmp_path / "ort.png"), "ort-modes.png")
+    for html in sorted(site.glob("**/*.html")):
+        assert browser.open(html.as_uri()).errors == [], html.name
 
 
 def test_script_in_a_machine_name_does_not_run(browser, tmp_path):
