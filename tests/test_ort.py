@@ -19,6 +19,7 @@ from harness.backends.ort import (  # noqa: E402
     ModelOptions,
     OrtBackend,
     WorkerRun,
+    default_parallel,
     expected_conv_path,
     model_accuracy,
     run_workers,
@@ -214,6 +215,22 @@ def test_conv_case_on_the_cpu_ep_and_the_unsupported_combinations():
     assert "forward convolutions only" in reasons[("bwd_data", "fp32", "NCHW")]
     assert "no bf16 Conv kernel" in reasons[("fwd", "bf16", "NCHW")]
     assert "prefer_nhwc" in reasons[("fwd", "fp32", "NHWC")]
+
+
+def test_default_parallel_drift_workers():
+    assert default_parallel(False, 16) == 12  # the lent H200 host
+    assert default_parallel(False, 2) == 1 and default_parallel(False, 128) == 12
+    assert default_parallel(True, 16) == 1  # a timed search (onnxruntime <= 1.19 EXHAUSTIVE) runs alone
+
+
+def test_run_workers_reports_each_worker_as_it_ends(tmp_path):
+    jobs = [WorkerRun({"model": str(tmp_path / f"missing{i}.onnx"), "provider": CPU_EP, "inputs": {},
+                       "configs": [{"key": "k", "provider_options": {}, "sessions": 1}]}) for i in range(3)]
+    seen = []
+    run_workers([(w, f"w{i}", False) for i, w in enumerate(jobs)], tmp_path, 2, 120,
+                on_done=lambda w: seen.append((w, w.result is not None, w.ended >= w.started > 0)))
+    assert sorted(id(w) for w, _, _ in seen) == sorted(map(id, jobs))  # each one, once
+    assert all(has_result and timed for _, has_result, timed in seen)
 
 
 def test_a_failing_worker_costs_its_configuration_only(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 ort = pytest.importorskip("onnxruntime")
@@ -14,6 +16,7 @@ from harness.backends.ort import CUDA_EP, ModelOptions, OrtBackend, expected_con
 from harness.records import OK  # noqa: E402
 
 pytestmark = pytest.mark.gpu
+TAG = re.compile(r"eng-?\d+(?:_k\d+=-?\d+)*")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -36,6 +39,9 @@ def test_single_conv_every_setting_runs_and_names_its_engine():
         if r.settings["use_tf32"] == 0:
             assert r.accuracy.precision_class == "fp32", r.key()
         assert r.chosen_algo, r.extra  # from cuDNN's logs
+        if r.extra["conv_path_expected"]["path"] == "cudnn_frontend":
+            # engine tags only: on the H200 (1.31.1) a graph line "gid N" once slipped in as a label
+            assert all(TAG.fullmatch(part) for part in r.chosen_algo.split("->")), r.chosen_algo
         assert r.extra["cudnn_version_loaded"]
 
 
@@ -52,6 +58,10 @@ def test_model_node_algorithms_are_mapped_from_the_logs():
         assert r.accuracy.precision_class == "fp32"
         assert len(r.extra["node_algos"]) == 52, r.extra.get("algo_logs")
         assert "?" not in set(r.extra["node_algos"].values()), r.extra["node_algos"]  # every engine named
+        if expected == "cudnn_frontend":
+            assert all(TAG.fullmatch(v) for v in r.extra["node_algos"].values()), r.extra["node_algos"]
+            # the 2026-11-29 H200 records: one graph line per plan execution; check it still holds
+            assert all(i["frontend_graph_executions"] in (0, i["executions"]) for i in r.extra["algo_logs"])
         observed = {i["conv_path_observed"] for i in r.extra["algo_logs"]}
         assert all(expected in (o or "") or (expected == "legacy" and (o or "").startswith("legacy"))
                    for o in observed), (observed, expected)
