@@ -8,7 +8,11 @@
 2. Grid time: the default grid (`python3 -m harness.ort_grid`) end to end, wall clock, against the
    5-minute target of the issue (asv runs the same grid in setup_cache).
 
+   Then where the grid's time went, per model, from the records' extra.cost_s (reference, timing worker,
+   drift phase with its worker-seconds and longest worker, log parsing).
+
 Usage: python3 scripts/bench_ort.py [--device cuda|cpu] [--models resnet50,mobilenetv2] [--skip-grid]
+                                    [--skip-agreement]
 Exit code 1 when a ratio misses its target, so the lead sees it.
 """
 
@@ -55,6 +59,7 @@ def main() -> int:
     ap.add_argument("--device", choices=("cuda", "cpu"), default=None)
     ap.add_argument("--models", default=",".join(models.MODELS))
     ap.add_argument("--skip-grid", action="store_true")
+    ap.add_argument("--skip-agreement", action="store_true")
     args = ap.parse_args()
     backend = OrtBackend()
     device = args.device or ("cuda" if backend.cuda_reason() is None else "cpu")
@@ -64,10 +69,19 @@ def main() -> int:
 
     print(f"onnxruntime {onnxruntime.__version__}, {provider}, {time.strftime('%Y-%m-%d %H:%M:%S')}")
     failed = False
+    if not args.skip_agreement:
+        failed |= agreement_table(args.models, provider, searches)
+    if not args.skip_grid:
+        failed |= grid_time(args.models, device)
+    return 1 if failed else 0
+
+
+def agreement_table(model_list: str, provider: str, searches) -> bool:
+    failed = False
     print("\n1. latency agreement with onnxruntime's profiler (same session, same runs, I/O binding)")
     print(f"   {'model':12} {'search':10} {'ours ms':>9} {'profiler ms':>12} {'ratio':>7}  target |1-ratio| <= 5%")
     with tempfile.TemporaryDirectory(prefix="bench-ort-") as tmp:
-        for model in args.models.split(","):
+        for model in model_list.split(","):
             for search in searches:
                 r = agreement(model, provider, search, Path(tmp))
                 if "error" in r or not r.get("profiler"):
@@ -80,24 +94,50 @@ def main() -> int:
                 failed |= not ok
                 print(f"   {model:12} {search or 'n/a':10} {ours:9.4f} {theirs:12.4f} {ratio:7.3f}  "
                       f"{'ok' if ok else 'MISSED'} (n={r['timed_runs']}, profiled {r['profiled_runs']})")
-    if not args.skip_grid:
-        print("\n2. default grid, wall clock")
-        with tempfile.TemporaryDirectory(prefix="bench-ort-grid-") as out:
-            t0 = time.monotonic()
-            proc = subprocess.run([sys.executable, "-m", "harness.ort_grid", "--out", out, "--device", device,
-                                   "--models", args.models], cwd=ROOT, env=dict(os.environ),
-                                  capture_output=True, text=True)
-            wall = time.monotonic() - t0
-            tail = proc.stdout.strip().splitlines()[-3:]
-            ok = proc.returncode == 0 and wall <= GRID_BUDGET_S
-            failed |= not ok
-            print(f"   {wall:.0f} s for the grid; budget {GRID_BUDGET_S:.0f} s; ratio {wall / GRID_BUDGET_S:.2f} "
-                  f"{'ok' if ok else 'MISSED'} (exit {proc.returncode})")
-            for line in tail:
-                print("   " + line)
-            if proc.returncode:
-                print(json.dumps(proc.stderr[-2000:]))
-    return 1 if failed else 0
+    return failed
+
+
+def grid_time(model_list: str, device: str) -> bool:
+    print("\n2. default grid, wall clock")
+    with tempfile.TemporaryDirectory(prefix="bench-ort-grid-") as out:
+        t0 = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "harness.ort_grid", "--out", out, "--device", device,
+                               "--models", model_list], cwd=ROOT, env=dict(os.environ),
+                              capture_output=True, text=True)
+        wall = time.monotonic() - t0
+        tail = proc.stdout.strip().splitlines()[-3:]
+        ok = proc.returncode == 0 and wall <= GRID_BUDGET_S
+        print(f"   {wall:.0f} s for the grid; budget {GRID_BUDGET_S:.0f} s; ratio {wall / GRID_BUDGET_S:.2f} "
+              f"{'ok' if ok else 'MISSED'} (exit {proc.returncode})")
+        for line in tail:
+            print("   " + line)
+        for line in cost_lines(Path(out)):
+            print("   " + line)
+        if proc.returncode:
+            print(json.dumps(proc.stderr[-2000:]))
+    return not ok
+
+
+def cost_lines(out: Path) -> list[str]:
+    """Per model: the phases the backend measured, and the drift workers' seconds (sum, longest)."""
+    lines = []
+    for journal in sorted(out.glob("*/*/records.jsonl")):
+        seen = {}
+        for raw in journal.read_text().splitlines():
+            rec = json.loads(raw)
+            cost = (rec.get("extra") or {}).get("cost_s")
+            if not cost:
+                continue
+            m = seen.setdefault(rec["case"], {"phases": cost["model_phases"], "workers": {}, "parse": {}})
+            key = json.dumps({k: v for k, v in rec["settings"].items() if k != "io"}, sort_keys=True)
+            m["workers"][key] = [w for w in cost["drift_workers_s"] if w is not None]
+            m["parse"][key] = [p for p in cost["log_parse_s"] if p is not None]
+        for case, m in seen.items():
+            ws = [w for v in m["workers"].values() for w in v]
+            ps = [p for v in m["parse"].values() for p in v]
+            lines.append(f"{case}: {m['phases']}; drift worker-seconds {sum(ws):.0f} over {len(ws)} workers "
+                         f"(longest {max(ws, default=0):.1f} s); log parsing {sum(ps):.1f} s in all")
+    return lines
 
 
 if __name__ == "__main__":
