@@ -221,23 +221,11 @@ def current_records(store: Store, runs: list[dict[str, Any]],
         new = set(v["combo"].tolist()) - seen
         if not new:
             continue
-        for x in store.records(r["id"], with_samples=False):
+        for x in store.records(r["id"]):  # with samples: image comparisons test times on them
             if x["combo"] in new:
                 x["run"] = r
                 out.append(x)
         seen |= new
-    return out
-
-
-def _with_samples(store: Store, recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``recs`` with their timing samples (read per run, only for comparisons that test times)."""
-    by_run: dict[int, dict[int, Any]] = {}
-    out = []
-    for x in recs:
-        rid = x["run"]["id"]
-        if rid not in by_run:
-            by_run[rid] = {y["combo"]: y["samples"] for y in store.records(rid)}
-        out.append({**x, "samples": by_run[rid].get(x["combo"])})
     return out
 
 
@@ -289,8 +277,7 @@ def gather(store: Store, title: str) -> dict[str, Any]:
             pairs.extend((m, a, b) for a, b in zip(imgs[:-1], imgs[1:], strict=True))
     for m, a, b in pairs:
         rb, rh = latest[(m.name, a)], latest[(m.name, b)]
-        findings = compare_records(_with_samples(store, current[(m.name, a)]),
-                                   _with_samples(store, current[(m.name, b)]), th)
+        findings = compare_records(current[(m.name, a)], current[(m.name, b)], th)
         for f in findings:
             f.machine, f.base_run, f.head_run = m.name, rb["run_id"], rh["run_id"]
         transitions.append({"machine": m.name, "slug": m.slug, "label": m.label, "base": rb, "head": rh,
@@ -637,7 +624,6 @@ def ort(g: dict[str, Any]) -> dict[str, Any]:
 
 
 def regressions(g: dict[str, Any]) -> dict[str, Any]:
-    store: Store = g["store"]
     items = []
     plots = 0
     for t in g["transitions"]:
@@ -649,9 +635,9 @@ def regressions(g: dict[str, Any]) -> dict[str, Any]:
         for f in regs[:MAX_ROWS]:
             plot = None
             if f.kind == "time" and plots < MAX_EVIDENCE_PLOTS:
-                if base_recs is None:  # samples are read only for pairs that have a time regression
-                    base_recs = {x["key"]: x for x in store.records(t["base"]["id"])}
-                    head_recs = {x["key"]: x for x in store.records(t["head"]["id"])}
+                if base_recs is None:
+                    base_recs = {x["key"]: x for x in g["current"][(t["machine"], t["base"]["image"])]}
+                    head_recs = {x["key"]: x for x in g["current"][(t["machine"], t["head"]["image"])]}
                 b, h = base_recs.get(f.key), head_recs.get(f.key)
                 if b is not None and h is not None:
                     plot = strip_plot(b["samples"], h["samples"])
