@@ -94,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parallel", type=int, default=None, help="concurrent drift workers (default: automatic)")
     ap.add_argument("--no-cpu-ep", action="store_true", help="on a GPU host, skip the CPU EP cross-check")
     ap.add_argument("--no-logs", action="store_true", help="do not capture cuDNN logs")
+    ap.add_argument("--api-log", choices=("setting", "mode"), default="setting",
+                    help="cuDNN's API log in the 5-session process of every setting (default) or only of the "
+                         "first setting per search mode (faster; the frontend log still names every engine)")
     ap.add_argument("--summarize", type=Path, metavar="RUN_DIR",
                     help="measure nothing: print the seed table of an existing run directory")
     args = ap.parse_args(argv)
@@ -118,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ort_grid: error: {backend.cuda_reason()} (use --device cpu for the CPU EP)", file=sys.stderr)
         return 3
     opts = ModelOptions(device=args.device, batch=args.batch, sessions=args.sessions, processes=args.processes,
-                        parallel=args.parallel, log=not args.no_logs, cpu_ep=not args.no_cpu_ep)
+                        parallel=args.parallel, log=not args.no_logs, cpu_ep=not args.no_cpu_ep,
+                        api_log=args.api_log)
     fp = fingerprint.take(0 if args.device == "cuda" else None)
     journal = Journal.create(args.out, fp, {"ort_grid": vars(args) | {"out": str(args.out)}, "models": wanted})
     opts.keep_logs = None if args.no_logs else str(journal.path / "cudnn_logs")

@@ -60,6 +60,7 @@ def main() -> int:
     ap.add_argument("--models", default=",".join(models.MODELS))
     ap.add_argument("--skip-grid", action="store_true")
     ap.add_argument("--skip-agreement", action="store_true")
+    ap.add_argument("--api-log", choices=("setting", "mode"), default="setting", help="passed to the grid")
     args = ap.parse_args()
     backend = OrtBackend()
     device = args.device or ("cuda" if backend.cuda_reason() is None else "cpu")
@@ -72,7 +73,7 @@ def main() -> int:
     if not args.skip_agreement:
         failed |= agreement_table(args.models, provider, searches)
     if not args.skip_grid:
-        failed |= grid_time(args.models, device)
+        failed |= grid_time(args.models, device, args.api_log)
     return 1 if failed else 0
 
 
@@ -97,17 +98,17 @@ def agreement_table(model_list: str, provider: str, searches) -> bool:
     return failed
 
 
-def grid_time(model_list: str, device: str) -> bool:
+def grid_time(model_list: str, device: str, api_log: str = "setting") -> bool:
     print("\n2. default grid, wall clock")
     with tempfile.TemporaryDirectory(prefix="bench-ort-grid-") as out:
         t0 = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "harness.ort_grid", "--out", out, "--device", device,
-                               "--models", model_list], cwd=ROOT, env=dict(os.environ),
+                               "--models", model_list, "--api-log", api_log], cwd=ROOT, env=dict(os.environ),
                               capture_output=True, text=True)
         wall = time.monotonic() - t0
         tail = proc.stdout.strip().splitlines()[-3:]
         ok = proc.returncode == 0 and wall <= GRID_BUDGET_S
-        print(f"   {wall:.0f} s for the grid; budget {GRID_BUDGET_S:.0f} s; ratio {wall / GRID_BUDGET_S:.2f} "
+        print(f"   {wall:.0f} s for the grid (--api-log {api_log}); budget {GRID_BUDGET_S:.0f} s; ratio {wall / GRID_BUDGET_S:.2f} "
               f"{'ok' if ok else 'MISSED'} (exit {proc.returncode})")
         for line in tail:
             print("   " + line)

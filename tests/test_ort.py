@@ -19,6 +19,7 @@ from harness.backends.ort import (  # noqa: E402
     ModelOptions,
     OrtBackend,
     WorkerRun,
+    api_logged_settings,
     default_parallel,
     expected_conv_path,
     model_accuracy,
@@ -221,6 +222,15 @@ def test_default_parallel_drift_workers():
     assert default_parallel(False, 16) == 12  # the lent H200 host
     assert default_parallel(False, 2) == 1 and default_parallel(False, 128) == 12
     assert default_parallel(True, 16) == 1  # a timed search (onnxruntime <= 1.19 EXHAUSTIVE) runs alone
+
+
+def test_api_log_policy_per_setting_or_per_search_mode():
+    modes = {f"{m}|{t}|{w}": m for m in ("EXHAUSTIVE", "HEURISTIC", "DEFAULT") for t in (0, 1) for w in (0, 1)}
+    modes["cpu"] = "n/a"
+    assert api_logged_settings(modes, "setting", legacy=False) == set(modes)
+    assert api_logged_settings(modes, "mode", legacy=False) == {"EXHAUSTIVE|0|0", "HEURISTIC|0|0", "DEFAULT|0|0",
+                                                                "cpu"}
+    assert api_logged_settings(modes, "mode", legacy=True) == set(modes)  # <= 1.19: engines are in the API log
 
 
 def test_run_workers_reports_each_worker_as_it_ends(tmp_path):

@@ -89,6 +89,10 @@ class ModelOptions:
     case_sessions: int = 3  # fresh sessions per setting for single-Conv catalogue cases
     parallel: int | None = None  # concurrent drift workers; None: default_parallel()
     log: bool = True  # capture cuDNN's API log and the frontend log in drift workers
+    # which 5-session processes also write cuDNN's API log (slow: every cuDNN call): "setting" = every setting's,
+    # "mode" = the first setting of each search mode only (the frontend log still names every engine; onnxruntime
+    # <= 1.19 keeps "setting", its engines are in the API log only)
+    api_log: str = "setting"
     timing: TimingPolicy = field(default_factory=lambda: TimingPolicy(
         warmup_ms=50.0, min_samples=20, max_samples=300, budget_ms=400.0, batch=1, keep_samples=64))
     case_timing: TimingPolicy = field(default_factory=lambda: TimingPolicy(
@@ -110,7 +114,7 @@ class ModelOptions:
             if getattr(options, name, None) is not None:
                 setattr(out, name, getattr(options, name))
         for name in ("batch", "sessions", "processes", "case_sessions", "parallel", "log", "cache_dir",
-                     "keep_logs", "worker_timeout_s", "cpu_ep"):
+                     "keep_logs", "worker_timeout_s", "cpu_ep", "api_log"):
             value = getattr(options, f"ort_{name}", None)
             if value is not None:
                 setattr(out, name, value)
@@ -179,6 +183,17 @@ def _finish(w: WorkerRun) -> None:
         w.failure = (CRASHED, f"worker died with signal {-rc}: {tail}")
     else:
         w.failure = (ERROR, f"worker exited {rc}: {tail}")
+
+
+def api_logged_settings(modes: dict[str, str], policy: str, legacy: bool) -> set[str]:
+    """Session keys whose 5-session process writes cuDNN's API log: every one, or ("mode", frontend path
+    only) the first of each search mode. ``modes``: session key -> cudnn_conv_algo_search, in grid order."""
+    if policy != "mode" or legacy:
+        return set(modes)
+    first: dict[str, str] = {}
+    for key, mode in modes.items():
+        first.setdefault(mode, key)
+    return set(first.values())
 
 
 def default_parallel(timed_search: bool, cpus: int | None = None) -> int:
@@ -471,8 +486,11 @@ class OrtBackend:
         # 2. Drift: per setting, process 0 holds `sessions` sessions, processes 1.. one each; all logged.
         drift: dict[str, list[WorkerRun]] = {}
         queue = []
+        api_keys = api_logged_settings({k: dict(cs[0].settings)["cudnn_conv_algo_search"] for k, cs in groups.items()},
+                                       opts.api_log, legacy)
         for key, cs in groups.items():
             provider = dict(cs[0].settings)["provider"]
+            api_here = key in api_keys
             ws = []
             for pi in range(max(1, opts.processes)):
                 n = max(1, opts.sessions) if pi == 0 else 1
@@ -481,7 +499,8 @@ class OrtBackend:
                 ws.append(w)
                 # cuDNN's API log (every call, slow) in the process holding the sessions; the frontend's
                 # one line per execution in every process
-                logged = (True if pi == 0 else "frontend") if opts.log and provider == CUDA_EP else False
+                logged = (True if pi == 0 and api_here else "frontend") if opts.log and provider == CUDA_EP \
+                    else False
                 queue.append((w, f"drift-{len(drift):02d}-p{pi}", logged))
             drift[key] = ws
         timed_search = legacy and any(dict(cs[0].settings)["cudnn_conv_algo_search"] == "EXHAUSTIVE"
@@ -508,7 +527,7 @@ class OrtBackend:
         finally:
             pool.shutdown(wait=True)
         phases.update(drift_workers_s=round(time.monotonic() - t2, 2), parallel=parallel,
-                      drift_processes=len(queue))
+                      drift_processes=len(queue), api_logged=sum(1 for _, _, lg in queue if lg is True))
         # 3. Records.
         for key, cs in groups.items():
             infos = [digests[id(w)].result() if id(w) in digests else
