@@ -23,6 +23,7 @@ from harness.backends.ort import (  # noqa: E402
     default_parallel,
     expected_conv_path,
     model_accuracy,
+    node_algorithms,
     run_workers,
 )
 from harness.journal import JOURNAL_FILE, iter_journal  # noqa: E402
@@ -222,6 +223,37 @@ def test_default_parallel_drift_workers():
     assert default_parallel(False, 16) == 12  # the lent H200 host
     assert default_parallel(False, 2) == 1 and default_parallel(False, 128) == 12
     assert default_parallel(True, 16) == 1  # a timed search (onnxruntime <= 1.19 EXHAUSTIVE) runs alone
+
+
+def test_h200_shaped_logs_map_every_node(tmp_path):
+    """The shape the H200 wrote (onnxruntime-gpu 1.31.1): per conv execution a graph line and a plan line in the
+    frontend log, and two cudnnBackendExecute calls in the API log. 2 sessions x 2 runs x 2 Conv nodes."""
+    plans = {"conv_a": "eng28_k2=4_k3=0", "conv_b": "eng70_k2=12_k18=0"}
+    fe_lines, gid = [], 0
+    for _session in range(2):
+        gids = {}
+        for _run in range(2):
+            for node, tag in plans.items():
+                if node not in gids:
+                    gid += 1
+                    gids[node] = gid
+                fe_lines += [f"[cudnn_frontend] INFO: Executing gid {gids[node]}",
+                             f"[cudnn_frontend] INFO: Executing {tag}...", f"[cudnn_frontend] INFO: Executed {tag}."]
+    (tmp_path / "fe.log").write_text("\n".join(fe_lines) + "\n")
+    (tmp_path / "api.log").write_text(BACKEND * 8)  # 16 backend executions for 8 conv executions
+    w = WorkerRun({}, api_log=str(tmp_path / "api.log"), fe_log=str(tmp_path / "fe.log"))
+    cfg = {"status": OK, "conv_order": ["conv_a", "conv_b"], "sessions": [{"runs": 2}, {"runs": 2}]}
+    info = node_algorithms(w, cfg, ["conv_a", "conv_b"])
+    assert "why_unmapped" not in info, info
+    assert info["sessions"] == [plans, plans] and info["source"] == "frontend"
+    assert (info["executions"], info["frontend_graph_executions"], info["api_backend_executes"]) == (8, 8, 16)
+    assert info["conv_path_observed"] == "cudnn_frontend" and info["cudnn_version_loaded"] == "9.19.0"
+    # an unreadable log costs the engine names of that process, not its record
+    w.api_log = str(tmp_path)  # a directory
+    broken = OrtBackend._digest_logs("m", "k", 0, WorkerRun({}, result={"configs": [dict(cfg, key="k")]},
+                                                            api_log=str(tmp_path), fe_log=w.fe_log),
+                                     ["conv_a", "conv_b"], ModelOptions())
+    assert broken["process"] == 0 and "reading the cuDNN logs failed" in broken["why_unmapped"]
 
 
 def test_api_log_policy_per_setting_or_per_search_mode():

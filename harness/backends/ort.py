@@ -544,10 +544,17 @@ class OrtBackend:
         info = None
         r = _cfg_result(w, key)
         if r is not None and r.get("status") == OK and (w.api_log or w.fe_log):
-            info = node_algorithms(w, r, graph_convs)
+            try:
+                info = node_algorithms(w, r, graph_convs)
+            except Exception as exc:  # an unreadable log costs the engine names, not the measurements
+                info = {"why_unmapped": f"reading the cuDNN logs failed: {type(exc).__name__}: {exc}"[:500]}
             info["process"] = pi
         if pi == 0 and opts.keep_logs:
-            _keep_logs(w, Path(opts.keep_logs), f"{model_id}.{_slug(key)}")
+            try:
+                _keep_logs(w, Path(opts.keep_logs), f"{model_id}.{_slug(key)}")
+            except OSError as exc:
+                if info is not None:
+                    info["logs_not_kept"] = str(exc)[:300]
         return info
 
     def _model_records(self, model_id, built, inputs, refs, yard, input_hashes, version, expected, key, cs,
