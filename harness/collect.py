@@ -30,7 +30,7 @@ import numpy as np
 
 from .journal import END_FILE, JOURNAL_FILE, RUN_FILE
 from .records import DTYPES, LAYOUTS, MATHS, OK, SCHEMA_VERSION
-from .store import ParsedRun, Store, samples_blob
+from .store import ParsedRun, Store, UnpackableRecord, samples_blob
 
 try:  # three times faster on the fleet's ten million lines; the standard library is the fallback
     import orjson as _fastjson
@@ -312,8 +312,11 @@ def parse_journal(raw: RawRun, meta: dict[str, Any] | None = None) -> ParsedRun:
             raise Refused(f"{raw.origin}: records.jsonl line {lineno} is not a valid record ({exc!r})") from None
     counts = dict(Counter(r[0] for r in rows))
     ok = np.array([r[0] == OK for r in rows], dtype=bool)
-    med = np.array([r[3] for r in rows], dtype=np.float64)  # None becomes NaN
-    err = np.array([r[13] for r in rows], dtype=np.float64)
+    try:
+        med = np.array([r[3] for r in rows], dtype=np.float64)  # None becomes NaN
+        err = np.array([r[13] for r in rows], dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise Refused(f"{raw.origin}: records.jsonl has text where a number belongs ({exc})") from None
     hashes = [_hash64(r[18]) for r in rows]
     chosen = [r[24] for r in rows]
     end = json.loads(raw.end_json) if raw.end_json else None
@@ -524,7 +527,10 @@ def ingest_item(store: Store, item: Any, lock: Any = None) -> tuple[str, int]:
     else:
         raise TypeError(item)
     with lock if lock is not None else contextlib.nullcontext():
-        return store.ingest(parsed), len(parsed.records)
+        try:
+            return store.ingest(parsed), len(parsed.records)
+        except UnpackableRecord as exc:
+            raise Refused(f"{parsed.run['origin']}: {exc}") from None
 
 
 _worker_store: Store | None = None

@@ -29,7 +29,17 @@ from typing import Any
 
 import numpy as np
 
-STORE_SCHEMA = 1
+try:  # packing a run's texts is on collect's hot path; the standard library is the fallback
+    import orjson as _orjson
+
+    _dumps_texts, _loads_texts = _orjson.dumps, _orjson.loads
+except ImportError:  # pragma: no cover - depends on the environment
+    def _dumps_texts(obj: Any) -> bytes:
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+    _loads_texts = json.loads
+
+STORE_SCHEMA = 2  # 2: records packed per run (run_records) instead of one SQLite row each
 DEFAULT_STORE = "convbench.sqlite"
 _LITTLE = sys.byteorder == "little" and array("f").itemsize == 4
 
@@ -72,20 +82,15 @@ CREATE TABLE IF NOT EXISTS combos (
     kind TEXT NOT NULL              -- record kind: measurement, or autotune / crosscheck / repro (own keys)
 );
 CREATE INDEX IF NOT EXISTS combos_backend ON combos (backend, case_id);
-CREATE TABLE IF NOT EXISTS records (
-    run INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-    combo INTEGER NOT NULL REFERENCES combos (id),
-    status TEXT NOT NULL, reason TEXT, device TEXT,
-    median_ms REAL, iqr_ms REAL, min_ms REAL, n INTEGER, timer TEXT, mode TEXT,
-    samples BLOB,                   -- float32 little-endian timing samples in ms
-    workspace_bytes INTEGER,
-    max_abs REAL, rel_l2 REAL, max_norm_err REAL, nan INTEGER, inf INTEGER, unwritten INTEGER,
-    precision_class TEXT,
-    hash TEXT, hash_algo TEXT, repeats INTEGER, repeat_equal INTEGER, fresh_handle_equal INTEGER,
-    distinct_outputs INTEGER,
-    chosen_algo TEXT, explanation TEXT, extra TEXT,
-    PRIMARY KEY (run, combo)
-) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS run_records (
+    run INTEGER PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
+    n INTEGER NOT NULL,             -- records of the run (the last of a combination twice in a journal)
+    combo BLOB NOT NULL,            -- int32 combo ids, record order
+    numbers BLOB NOT NULL,          -- float64, NUMBER_COLUMNS x n (column after column), NaN = null
+    texts BLOB NOT NULL,            -- JSON array of [TEXT_COLUMNS...] per record
+    sample_counts BLOB NOT NULL,    -- int32 timing samples per record
+    samples BLOB NOT NULL           -- float32 little-endian timing samples in ms, record after record
+);
 CREATE TABLE IF NOT EXISTS rankings (
     run INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
     case_id TEXT, direction TEXT, dtype TEXT, layout TEXT, math TEXT, source TEXT, rank INTEGER,
@@ -108,11 +113,26 @@ RECORD_COLUMNS = ("run", "combo", "status", "reason", "device", "median_ms", "iq
                   "mode", "samples", "workspace_bytes", "max_abs", "rel_l2", "max_norm_err", "nan", "inf",
                   "unwritten", "precision_class", "hash", "hash_algo", "repeats", "repeat_equal",
                   "fresh_handle_equal", "distinct_outputs", "chosen_algo", "explanation", "extra")
+# how run_records packs RECORD_COLUMNS[2:]: numbers as float64 columns, texts as JSON, samples as float32
+NUMBER_COLUMNS = ("median_ms", "iqr_ms", "min_ms", "n", "workspace_bytes", "max_abs", "rel_l2", "max_norm_err",
+                  "nan", "inf", "unwritten", "repeats", "repeat_equal", "fresh_handle_equal", "distinct_outputs")
+INTEGER_COLUMNS = frozenset(("n", "workspace_bytes", "nan", "inf", "unwritten", "repeats", "repeat_equal",
+                             "fresh_handle_equal", "distinct_outputs"))
+TEXT_COLUMNS = ("status", "reason", "device", "timer", "mode", "precision_class", "hash", "hash_algo",
+                "chosen_algo", "explanation", "extra")
+_POS = {c: i for i, c in enumerate(RECORD_COLUMNS[2:])}
+_NUM_POS = [_POS[c] for c in NUMBER_COLUMNS]
+_TXT_POS = [_POS[c] for c in TEXT_COLUMNS]
+_SAMPLES_POS = _POS["samples"]
 RANKING_COLUMNS = ("run", "case_id", "direction", "dtype", "layout", "math", "source", "rank", "algo", "status",
                    "time_ms", "memory_bytes", "determinism", "math_reported")
 RUN_COLUMNS = ("run_id", "machine", "image", "image_id", "started", "night", "suite_revision", "hardware",
                "gpu_model", "sm", "source", "origin", "digest", "complete", "n_records", "n_ok", "n_rankings",
                "counts", "fingerprint", "options", "end_info")
+
+
+class UnpackableRecord(ValueError):
+    """A record value the store cannot keep (text where a number belongs); collect refuses the run."""
 
 
 class StoreError(Exception):
@@ -136,6 +156,29 @@ def samples_blob(samples: Sequence[float] | None) -> bytes | None:
     if _LITTLE:
         return array("f", samples).tobytes()  # ten times cheaper than numpy for a few dozen values
     return np.asarray(samples, dtype="<f4").tobytes()
+
+
+def pack_records(combo_ids: list[int], rows: list[tuple]) -> tuple:
+    """(n, combo, numbers, texts, sample_counts, samples) of run_records for the rows of one run: one SQLite
+    value per column group instead of one row per record, which is what makes a 10^7-record collect fit
+    two cores (binding 29 parameters per record costs more than parsing the record)."""
+    if len(set(combo_ids)) != len(combo_ids):  # a combination measured twice (a resumed run): the last one wins
+        last = {cid: i for i, cid in enumerate(combo_ids)}
+        keep = sorted(last.values())
+        combo_ids, rows = [combo_ids[i] for i in keep], [rows[i] for i in keep]
+    n = len(rows)
+    cols = list(zip(*rows, strict=True)) if rows else [()] * len(RECORD_COLUMNS[2:])
+    try:
+        numbers = np.array([cols[i] for i in _NUM_POS], dtype=np.float64) if n else np.empty((len(_NUM_POS), 0))
+    except (TypeError, ValueError):
+        bad = next(f"{c}={v!r}" for c, i in zip(NUMBER_COLUMNS, _NUM_POS, strict=True) for v in cols[i]
+                   if v is not None and not isinstance(v, (int, float)))
+        raise UnpackableRecord(f"a record has a non-numeric value where a number belongs ({bad[:80]})") from None
+    texts = _dumps_texts([[r[i] for i in _TXT_POS] for r in rows])
+    blobs = cols[_SAMPLES_POS]
+    counts = np.fromiter((len(b) // 4 if b else 0 for b in blobs), dtype="<i4", count=n)
+    return (n, np.asarray(combo_ids, dtype="<i4").tobytes(), numbers.astype("<f8").tobytes(), texts,
+            counts.tobytes(), b"".join(b for b in blobs if b))
 
 
 def samples_array(blob: bytes | None) -> np.ndarray:
@@ -231,10 +274,8 @@ class Store:
             by_key = {c[0]: c for c in parsed.combos}
             self._ids("combos", self._combo_ids, by_key, by_key)
             combo_ids = [self._combo_ids[c[0]] for c in parsed.combos]
-            # A journal may hold a combination twice (a resumed run re-measured it); the last record wins.
-            rows = {cid: (run_pk, cid, *rec) for cid, rec in zip(combo_ids, parsed.records, strict=True)}
-            self.db.executemany(f"INSERT INTO records VALUES ({','.join('?' * len(RECORD_COLUMNS))})",
-                                rows.values())
+            self.db.execute("INSERT INTO run_records VALUES (?,?,?,?,?,?,?)", (run_pk, *pack_records(combo_ids,
+                                                                                          parsed.records)))
             if parsed.rankings:
                 self.db.executemany(f"INSERT INTO rankings VALUES ({','.join('?' * len(RANKING_COLUMNS))})",
                                     [(run_pk, *r) for r in parsed.rankings])
@@ -276,21 +317,53 @@ class Store:
         return self.runs("id IN (SELECT id FROM runs r WHERE started = (SELECT max(started) FROM runs s "
                          "WHERE s.machine = r.machine AND s.image = r.image))")
 
+    def record_count(self) -> int:
+        return self.db.execute("SELECT coalesce(sum(n), 0) FROM run_records").fetchone()[0]
+
     def records(self, run_pk: int, *, with_samples: bool = True) -> list[dict[str, Any]]:
         """Records of one run joined with their combination, as dicts (samples as float64 arrays)."""
+        row = self.db.execute("SELECT n, combo, numbers, texts, sample_counts, samples FROM run_records WHERE run=?",
+                              (run_pk,)).fetchone()
+        if row is None:
+            return []
+        n, combo_blob, numbers, texts, counts_blob, samples_blob_ = row
+        combo_ids = np.frombuffer(combo_blob, "<i4").tolist()
         ccols = ("key", "case_id", "backend", "direction", "algo", "math", "dtype", "layout", "settings", "kind")
-        rcols = RECORD_COLUMNS[2:]
-        sql = (f"SELECT {','.join('c.' + c for c in ccols)}, r.combo, {','.join('r.' + c for c in rcols)} "
-               "FROM records r JOIN combos c ON c.id = r.combo WHERE r.run = ?")
+        combos: dict[int, dict[str, Any]] = {}
+        wanted = sorted(set(combo_ids))
+        for i in range(0, len(wanted), 500):
+            chunk = wanted[i:i + 500]
+            for r in self.db.execute(f"SELECT id, {','.join(ccols)} FROM combos WHERE id IN "
+                                     f"({','.join('?' * len(chunk))})", chunk):
+                combos[r[0]] = dict(zip(ccols, r[1:], strict=True))
+        num = np.frombuffer(numbers, "<f8").reshape(len(NUMBER_COLUMNS), n)
+        columns = {}
+        for j, c in enumerate(NUMBER_COLUMNS):
+            col = num[j]
+            vals = col.tolist()
+            nan = np.isnan(col)
+            if c in INTEGER_COLUMNS:
+                vals = [None if m else int(v) for v, m in zip(vals, nan.tolist(), strict=True)]
+            elif nan.any():
+                vals = [None if m else v for v, m in zip(vals, nan.tolist(), strict=True)]
+            columns[c] = vals
+        text_rows = _loads_texts(texts)
+        if with_samples:
+            counts = np.frombuffer(counts_blob, "<i4")
+            bounds = np.concatenate([[0], np.cumsum(counts)]).tolist()
+            allsamples = np.frombuffer(samples_blob_, "<f4").astype(np.float64)
         out = []
-        names = (*ccols, "combo", *rcols)
-        for row in self.db.execute(sql, (run_pk,)):
-            d = dict(zip(names, row, strict=True))
-            d["settings"] = json.loads(d["settings"])
-            if d["kind"] != "measurement":  # shown with the settings wherever a record is listed
-                d["settings"] = {"record": d["kind"], **d["settings"]}
+        for i, cid in enumerate(combo_ids):
+            c = combos[cid]
+            d = {**c, "combo": cid}
+            d["settings"] = json.loads(c["settings"])
+            if c["kind"] != "measurement":  # shown with the settings wherever a record is listed
+                d["settings"] = {"record": c["kind"], **d["settings"]}
+            d.update(zip(TEXT_COLUMNS, text_rows[i], strict=True))
+            for name, vals in columns.items():
+                d[name] = vals[i]
             d["extra"] = json.loads(d["extra"]) if d["extra"] else {}
-            d["samples"] = samples_array(d["samples"]) if with_samples else None
+            d["samples"] = allsamples[bounds[i]:bounds[i + 1]] if with_samples else None
             out.append(d)
         return out
 

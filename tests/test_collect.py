@@ -29,7 +29,7 @@ def _tree_digest(root):
 
 def _dump(db):
     with Store(db) as s:
-        return [list(s.db.execute(f"SELECT * FROM {t} ORDER BY 1, 2")) for t in ("runs", "combos", "records",
+        return [list(s.db.execute(f"SELECT * FROM {t} ORDER BY 1, 2")) for t in ("runs", "combos", "run_records",
                                                                                   "rankings", "run_vectors")]
 
 
@@ -77,7 +77,7 @@ def test_grown_journal_replaces_the_run(tmp_path):
     with Store(tmp_path / "s.sqlite") as st:
         (run,) = st.runs()
         assert run["n_records"] == 2 and run["complete"] == 1
-        assert st.db.execute("SELECT count(*) FROM records").fetchone()[0] == 2
+        assert st.record_count() == 2
 
 
 def test_torn_last_line_is_ignored(tmp_path):

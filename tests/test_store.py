@@ -1,6 +1,7 @@
 """The store: schema, idempotent ingest, columnar vectors, refusal of files that are not a convbench store."""
 
 import datetime as dt
+import re
 import sqlite3
 
 import numpy as np
@@ -42,7 +43,7 @@ def test_ingest_is_idempotent_and_vectors_match_records(tmp_path):
                 assert med == pytest.approx(r["median_ms"], rel=1e-6)
             assert (chosen >= 0) == (r["chosen_algo"] is not None)
         assert s.names()[int(v["chosen"][v["chosen"] >= 0][0])] == "ALGO_1"
-        assert s.db.execute("SELECT count(*) FROM records").fetchone()[0] == 3
+        assert s.record_count() == 3
 
 
 def test_indexes_serve_the_cross_machine_and_history_questions(tmp_path):
@@ -51,8 +52,9 @@ def test_indexes_serve_the_cross_machine_and_history_questions(tmp_path):
             "EXPLAIN QUERY PLAN SELECT id FROM runs WHERE machine=? AND image=? ORDER BY started", ("m", "i")))
         assert "runs_machine_image" in plan
         plan = " ".join(str(r) for r in s.db.execute(
-            "EXPLAIN QUERY PLAN SELECT median_ms FROM records WHERE run IN (1, 2, 3) AND combo=?", (1,)))
-        assert "PRIMARY KEY" in plan and "SCAN" not in plan
+            "EXPLAIN QUERY PLAN SELECT numbers FROM run_records WHERE run IN (1, 2, 3)"))
+        assert "PRIMARY KEY" in plan or "INTEGER PRIMARY KEY" in plan
+        assert "SCAN" not in plan
         plan = " ".join(str(r) for r in s.db.execute(
             "EXPLAIN QUERY PLAN SELECT id FROM runs WHERE gpu_model=? AND image=?", ("g", "i")))
         assert "runs_model_image" in plan
@@ -89,3 +91,39 @@ def test_latest_runs_picks_newest_per_machine_and_image(tmp_path):
         assert set(latest) == {("m1", "img1"), ("m1", "img2"), ("m2", "img1")}
         assert latest[("m1", "img1")]["night"] == "2026-01-03"
         assert latest[("m2", "img1")]["hardware"] == "cpu" and latest[("m1", "img2")]["gpu_model"] == "NVIDIA H200"
+
+
+def test_packed_records_read_back_exactly(tmp_path):
+    """run_records packs a run's records (float64 columns, JSON texts, float32 samples): every value a journal
+    wrote comes back, nulls stay null, integers stay integers, and a combination written twice keeps the last."""
+    from harness.records import dumps
+
+    first = record("a", median=1.0, samples=[1.0, 1.25, 0.75])
+    again = record("a", median=3.0, samples=[3.0, 3.5])
+    other = record("b", status="CUDNN_STATUS_NOT_SUPPORTED", reason="nope", explanation="why: <b>")
+    d = write_run(tmp_path / "r", "m1", "img1", T0, [first, other])
+    with open(d / "records.jsonl", "a") as f:
+        f.write(dumps(again) + "\n")
+    with Store(tmp_path / "s.sqlite") as s:
+        assert not collect(tmp_path / "s.sqlite", [d]).refused
+        (run,) = s.runs()
+        recs = {r["case_id"]: r for r in s.records(run["id"])}
+        assert s.record_count() == 2 and set(recs) == {"a", "b"}
+        a, b = recs["a"], recs["b"]
+        assert a["median_ms"] == 3.0 and list(a["samples"]) == [3.0, 3.5] and a["n"] == 2
+        assert a["repeat_equal"] == 1 and isinstance(a["repeats"], int) and a["hash"] == first.determinism.hash
+        assert b["median_ms"] is None and len(b["samples"]) == 0 and b["reason"] == "nope"
+        assert b["explanation"] == "why: <b>" and b["repeat_equal"] is None
+        assert s.records(run["id"], with_samples=False)[0]["samples"] is None
+
+
+@pytest.mark.parametrize("field", ["median_ms", "min_ms"])
+def test_text_where_a_number_belongs_refuses_the_run(tmp_path, field):
+    d = write_run(tmp_path / "r", "m1", "img1", T0, [record("a")])
+    text = re.sub(rf'"{field}": [0-9.e-]+', f'"{field}": "fast"', (d / "records.jsonl").read_text())
+    assert '"fast"' in text
+    (d / "records.jsonl").write_text(text)
+    s = collect(tmp_path / "s.sqlite", [d])
+    assert s.added == 0 and len(s.refused) == 1 and "fast" in s.refused[0] and "number" in s.refused[0]
+    with Store(tmp_path / "s.sqlite") as st:
+        assert st.runs() == [] and st.record_count() == 0
