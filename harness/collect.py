@@ -19,7 +19,9 @@ import multiprocessing as mp
 import operator
 import os
 import re
+import stat
 import tarfile
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from . import intake
 from .journal import END_FILE, JOURNAL_FILE, RUN_FILE
 from .records import DTYPES, LAYOUTS, MATHS, OK, SCHEMA_VERSION
 from .store import ParsedRun, Store, UnpackableRecord, samples_blob
@@ -37,7 +40,11 @@ try:  # three times faster on the fleet's ten million lines; the standard librar
 
     _loads = _fastjson.loads
 except ImportError:  # pragma: no cover - depends on the environment
-    _loads = json.loads
+    def _loads(line: bytes) -> Any:  # as strict as orjson: no NaN, Infinity, overflow or lone surrogates
+        d = json.loads(line, parse_constant=intake._no_constant, parse_float=intake._finite_float)
+        if b"\\u" in line:
+            intake.check_text(d, "record")
+        return d
 
 ASV_RESULTS_VERSION = 2
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
@@ -82,12 +89,13 @@ class Summary:
 
 # ---- discovery -------------------------------------------------------------------------------------------------
 
-def _read(path: Path) -> bytes | None:
-    return path.read_bytes() if path.exists() else None
+def _read(path: Path, limit: int = intake.MAX_META_BYTES) -> bytes | None:
+    return intake.read_optional(path, limit)  # regular files only: never a symlink, FIFO or device
 
 
 def _dir_run(path: Path) -> RawRun:
-    return RawRun(str(path), (path / RUN_FILE).read_bytes(), _read(path / JOURNAL_FILE) or b"", _read(path / END_FILE))
+    return RawRun(str(path), intake.read_file(path / RUN_FILE, intake.MAX_META_BYTES),
+                  _read(path / JOURNAL_FILE, intake.MAX_JOURNAL_BYTES) or b"", _read(path / END_FILE))
 
 
 def _asv_benchmarks_json(machine_dir: Path) -> bytes | None:
@@ -105,27 +113,44 @@ def _walk_dir(root: Path) -> Iterator[Any]:
             dirnames[:] = []
             yield ("dir", d)
         elif "machine.json" in filenames:
-            mj = (d / "machine.json").read_bytes()
-            bj = _asv_benchmarks_json(d)
+            try:
+                mj = intake.read_file(d / "machine.json", intake.MAX_META_BYTES)
+                bj = _asv_benchmarks_json(d)
+            except intake.Hostile as exc:
+                yield Refused(f"{d}: {exc}")
+                continue
             for name in sorted(filenames):
                 if name.endswith(".json") and name not in ("machine.json", "benchmarks.json"):
-                    yield AsvFile(str(d / name), (d / name).read_bytes(), mj, bj)
+                    try:
+                        yield AsvFile(str(d / name), intake.read_file(d / name, intake.MAX_META_BYTES), mj, bj)
+                    except intake.Hostile as exc:
+                        yield Refused(f"{d / name}: {exc}")
         else:
             for name in sorted(filenames):
                 if name.endswith(TAR_SUFFIXES):
-                    yield from _walk_tar(d / name)
+                    try:
+                        yield from _walk_tar(d / name)
+                    except Refused as exc:  # one bad tarball in a tree costs that tarball
+                        yield exc
 
 
 def _walk_tar(path: Path) -> Iterator[Any]:
     """Runs inside a tarball, streamed (no extraction): journal runs as soon as their three files are seen."""
     groups: dict[str, dict[str, bytes]] = {}
     jsons: dict[str, bytes] = {}
+    st = os.lstat(path) if os.path.lexists(path) else None
+    if st is None or not stat.S_ISREG(st.st_mode):
+        raise Refused(f"{path}: not a regular file (a symlink, FIFO or device is not read)")
     try:
         with tarfile.open(path, "r|*") as tar:
-            for member in tar:
-                if not member.isfile():
-                    continue
+            for n, member in enumerate(tar):
+                if n >= intake.MAX_TAR_MEMBERS:
+                    raise intake.Hostile(f"more than {intake.MAX_TAR_MEMBERS} members")
                 parent, _, base = member.name.rpartition("/")
+                intake.check_member(member, intake.MAX_JOURNAL_BYTES if base == JOURNAL_FILE
+                                    else intake.MAX_META_BYTES)
+                if not member.isfile() or not (base in (RUN_FILE, JOURNAL_FILE, END_FILE) or base.endswith(".json")):
+                    continue
                 f = tar.extractfile(member)
                 data = f.read() if f else b""
                 if base in (RUN_FILE, JOURNAL_FILE, END_FILE):
@@ -136,9 +161,13 @@ def _walk_tar(path: Path) -> Iterator[Any]:
                         del groups[parent]
                 elif base.endswith(".json"):
                     jsons[member.name] = data
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise Refused(f"{path}: not a readable tarball: {exc}") from None
+    except intake.Hostile as exc:
+        raise Refused(f"{path}: refused: {exc}") from None
+    except (tarfile.TarError, OSError, EOFError, ValueError) as exc:  # zlib/lzma errors are ValueErrors too
+        raise Refused(f"{path}: not a readable tarball: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     for parent, g in groups.items():
+        if RUN_FILE in g and JOURNAL_FILE not in g:
+            raise Refused(f"{path}:{parent}: run.json without records.jsonl (a truncated tarball?)")
         if RUN_FILE in g:
             yield RawRun(f"{path}:{parent}", g[RUN_FILE], g.get(JOURNAL_FILE, b""), g.get(END_FILE))
     for name, data in sorted(jsons.items()):
@@ -199,6 +228,7 @@ def _key(case, backend, direction, algo, math, dtype, layout, settings: dict[str
 
 
 _COMBO_MEMO: dict[tuple, tuple] = {}
+_KINDS = frozenset(("measurement", "autotune", "crosscheck", "repro"))
 
 
 def _combo(d: dict[str, Any]) -> tuple:
@@ -214,6 +244,9 @@ def _combo(d: dict[str, Any]) -> tuple:
         sig, hit = None, None
     if hit is None:
         vals = (d["case"], d["backend"], d["direction"], d["algo"], d["math"], d["dtype"], d["layout"])
+        if kind not in _KINDS or not all(type(v) is str and v for v in vals) or type(settings) is not dict:
+            raise ValueError(f"kind {str(kind)[:40]!r}, identity fields or settings of the wrong type "
+                             f"(kinds read: ranking, {', '.join(sorted(_KINDS))})")
         key = _key(*vals, settings)
         if kind != "measurement":  # autotune / crosscheck / repro records never overwrite the measurement
             key = f"{key}|kind={kind}"
@@ -241,17 +274,19 @@ def journal_digest(raw: RawRun) -> str:
 def journal_identity(raw: RawRun) -> tuple[dict[str, Any], str, str]:
     """(run.json, run_id, machine) after checking the run's schema version."""
     try:
-        meta = json.loads(raw.run_json)
-    except ValueError as exc:
-        raise Refused(f"{raw.origin}: run.json is not JSON ({exc})") from None
+        meta = intake.loads(raw.run_json, "run.json")
+    except intake.Hostile as exc:
+        raise Refused(f"{raw.origin}: {exc}") from None
     if not isinstance(meta, dict):
         raise Refused(f"{raw.origin}: run.json is not a JSON object")
-    if meta.get("schema") != SCHEMA_VERSION:
+    if meta.get("schema") != SCHEMA_VERSION or meta.get("schema") is True:
         raise Refused(f"{raw.origin}: run schema {meta.get('schema')!r} is not supported; this convbench reads "
                       f"schema {SCHEMA_VERSION} (collect it with the convbench version that wrote it)")
     for k in ("run_id", "machine", "started"):
         if not isinstance(meta.get(k), str):
             raise Refused(f"{raw.origin}: run.json lacks {k!r}")
+        if not meta[k] or len(meta[k]) > 256 or any(ord(ch) < 32 or ord(ch) == 127 for ch in meta[k]):
+            raise Refused(f"{raw.origin}: run.json {k!r} is empty, over 256 characters or has control characters")
     return meta, meta["run_id"], meta["machine"]
 
 
@@ -279,8 +314,10 @@ def parse_journal(raw: RawRun, meta: dict[str, Any] | None = None) -> ParsedRun:
     none7, none6 = (None,) * 7, (None,) * 6
     for lineno, line in enumerate(data.splitlines(), 1):
         try:
+            if len(line) > intake.MAX_LINE_BYTES:
+                raise ValueError(f"line is over {intake.MAX_LINE_BYTES >> 20} MiB")
             d = loads(line)
-            if d["schema"] != SCHEMA_VERSION:
+            if d["schema"] != SCHEMA_VERSION or d["schema"] is True:
                 raise Refused(f"{raw.origin}: records.jsonl line {lineno} has schema {d.get('schema')!r}; this "
                               f"convbench reads schema {SCHEMA_VERSION}")
             if d["kind"] == "ranking":
@@ -302,14 +339,17 @@ def parse_journal(raw: RawRun, meta: dict[str, Any] | None = None) -> ParsedRun:
                 hv = tuple(h.get(k) for k in _DET_FIELDS)
                 top = tuple(d.get(k) for k in _TOP_FIELDS)
             extra = top[6]
+            if extra and type(extra) is not dict:
+                raise TypeError("extra is not an object")
             rows.append((top[0], top[1], top[2], *tv[:6], blob(tv[6]), top[3], *av, *hv, top[4], top[5],
                          json.dumps(extra, sort_keys=True) if extra else None))
         except Refused:
             raise
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError) as exc:
             if not line.strip():
                 continue
-            raise Refused(f"{raw.origin}: records.jsonl line {lineno} is not a valid record ({exc!r})") from None
+            raise Refused(f"{raw.origin}: records.jsonl line {lineno} is not a valid record "
+                          f"({repr(exc)[:200]})") from None
     counts = dict(Counter(r[0] for r in rows))
     ok = np.array([r[0] == OK for r in rows], dtype=bool)
     try:
@@ -319,7 +359,10 @@ def parse_journal(raw: RawRun, meta: dict[str, Any] | None = None) -> ParsedRun:
         raise Refused(f"{raw.origin}: records.jsonl has text where a number belongs ({exc})") from None
     hashes = [_hash64(r[18]) for r in rows]
     chosen = [r[24] for r in rows]
-    end = json.loads(raw.end_json) if raw.end_json else None
+    try:
+        end = intake.loads(raw.end_json, "end.json") if raw.end_json else None
+    except intake.Hostile as exc:
+        raise Refused(f"{raw.origin}: {exc}") from None
     run = {"run_id": meta["run_id"], "machine": meta["machine"], "image": meta.get("image") or "native",
            "started": meta["started"], "night": _night(meta["started"]),
            "suite_revision": meta.get("suite_revision"), "source": "journal", "origin": raw.origin,
@@ -400,8 +443,8 @@ def parse_asv(f: AsvFile) -> ParsedRun:
         d = json.loads(f.data)  # asv writes NaN for skipped results, which only the stdlib parser accepts
         machine = json.loads(f.machine_json) if f.machine_json else {}
         benchmarks = json.loads(f.benchmarks_json) if f.benchmarks_json else {}
-    except ValueError as exc:
-        raise Refused(f"{f.origin}: not JSON ({exc})") from None
+    except (ValueError, RecursionError) as exc:
+        raise Refused(f"{f.origin}: not JSON ({str(exc)[:200]})") from None
     if not isinstance(d, dict) or not isinstance(d.get("results"), dict):
         raise Refused(f"{f.origin}: not an asv results file")
     if d.get("version") != ASV_RESULTS_VERSION:
@@ -513,7 +556,7 @@ def ingest_item(store: Store, item: Any, lock: Any = None) -> tuple[str, int]:
     if isinstance(item, tuple) and item[0] == "dir":
         try:
             item = _dir_run(item[1])
-        except OSError as exc:
+        except (OSError, intake.Hostile) as exc:
             raise Refused(f"{item[1]}: cannot read ({exc})") from None
     if isinstance(item, RawRun):
         meta, run_id, machine = journal_identity(item)
@@ -543,20 +586,38 @@ def _worker_init(path: str, lock) -> None:
     _worker_lock = lock
 
 
-def _worker(item: Any) -> tuple[str, int | str]:
+def _origin(item: Any) -> str:
+    return str(item[1]) if isinstance(item, tuple) else getattr(item, "origin", repr(item)[:200])
+
+
+def _ingest_or_refuse(store: Store, item: Any, lock: Any = None) -> tuple[str, int | str]:
+    """One item; whatever goes wrong with it (even a bug exposed by hostile input) refuses it, not the collect."""
     try:
-        return ingest_item(_worker_store, item, _worker_lock)
+        return ingest_item(store, item, lock)
     except Refused as exc:
         return "refused", str(exc)
+    except (Exception, RecursionError) as exc:  # noqa: BLE001 - one bad file must not end a nightly collect
+        text = str(exc).splitlines()[0][:200] if str(exc) else ""
+        return "refused", f"{_origin(item)}: cannot be collected ({type(exc).__name__}: {text})"
+
+
+def _worker(item: Any) -> tuple[str, int | str]:
+    return _ingest_or_refuse(_worker_store, item, _worker_lock)
 
 
 def collect(store_path: str | Path, paths: list[str | Path], jobs: int = 1,
             progress: Callable[[str], None] | None = None) -> Summary:
     """Collect every run under ``paths`` into the store at ``store_path``; ``jobs`` parser processes."""
     summary = Summary()
+    guard = threading.Lock()  # with --jobs, refusals come from the pool's feeder thread and from results
 
     def account(outcome: str, value: Any) -> None:
+        with guard:
+            _account(outcome, value)
+
+    def _account(outcome: str, value: Any) -> None:
         if outcome == "refused":
+            value = " ".join(str(value).splitlines())  # one line per refusal, whatever the input held
             summary.refused.append(value)
             if progress:
                 progress(f"refused: {value}")
@@ -572,10 +633,7 @@ def collect(store_path: str | Path, paths: list[str | Path], jobs: int = 1,
                 if isinstance(item, Refused):
                     account("refused", str(item))
                     continue
-                try:
-                    account(*ingest_item(store, item))
-                except Refused as exc:
-                    account("refused", str(exc))
+                account(*_ingest_or_refuse(store, item))
         finally:
             store.close()
         return summary

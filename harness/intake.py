@@ -1,0 +1,130 @@
+"""Reading untrusted result files: what ``collect`` may open, how much it may read, and what JSON it accepts.
+
+Result files arrive from a fleet of machines and images, so a file can be anything: a symlink to /dev/zero,
+a FIFO that never ends, a tarball member named ``../../etc/x``, a gzip bomb, JSON nested a million deep, or
+NaN where a time belongs. Every check here raises ``Hostile`` with a one-line reason; collect turns that into
+a refusal of the run or tarball, and goes on with the others.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+import tarfile
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+MAX_META_BYTES = 16 << 20  # run.json, end.json, asv machine/benchmarks files: a few KiB in practice
+MAX_JOURNAL_BYTES = int(os.environ.get("CONVBENCH_MAX_JOURNAL_BYTES", 4 << 30))  # one run's records.jsonl
+MAX_LINE_BYTES = 16 << 20  # one record (a record with 10^5 timing samples is about 1 MiB)
+MAX_TAR_MEMBERS = 100_000
+
+
+class Hostile(ValueError):
+    """Input that collect must not read or cannot trust; the message is one line."""
+
+
+def read_file(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file, not followed through a symlink, refused if larger than ``limit``."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise Hostile(f"{path.name}: cannot read ({exc.strerror})") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise Hostile(f"{path.name} is a symbolic link; collect reads only regular files")
+    if not stat.S_ISREG(st.st_mode):
+        raise Hostile(f"{path.name} is not a regular file ({_kind(st.st_mode)})")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise Hostile(f"{path.name}: cannot open ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped between lstat and open
+            raise Hostile(f"{path.name} is not a regular file")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise Hostile(f"{path.name} is larger than {limit >> 20} MiB")
+    return data
+
+
+def read_optional(path: Path, limit: int) -> bytes | None:
+    """As read_file, or None when nothing (not even a dangling link) is there."""
+    return read_file(path, limit) if os.path.lexists(path) else None
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a file"
+
+
+def check_member(member: tarfile.TarInfo, limit: int) -> None:
+    """A tarball member collect may read: a regular file under a relative, UTF-8 name, of sane size."""
+    name = member.name
+    if "\x00" in name or any(0xDC80 <= ord(ch) <= 0xDCFF for ch in name):
+        raise Hostile(f"member name {name.encode('utf-8', 'backslashreplace')[:80]!r} is not UTF-8")
+    if any(ord(ch) < 32 for ch in name):
+        raise Hostile(f"member name {name[:80]!r} has control characters")
+    parts = PurePosixPath(name).parts
+    if name.startswith("/") or ".." in parts:
+        raise Hostile(f"member {name[:120]!r} points outside the tarball (absolute or '..')")
+    if member.issym() or member.islnk():
+        raise Hostile(f"member {name[:120]!r} is a {'symbolic' if member.issym() else 'hard'} link")
+    if member.isdev() or member.isfifo():
+        raise Hostile(f"member {name[:120]!r} is a device or FIFO")
+    if member.isfile() and member.size > limit:
+        raise Hostile(f"member {name[:120]!r} is {member.size >> 20} MiB, over the {limit >> 20} MiB limit "
+                      "(a decompression bomb or not a convbench run)")
+
+
+def _no_constant(token: str) -> Any:
+    raise Hostile(f"{token} where a number belongs (JSON has no NaN or Infinity)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise Hostile(f"number {text[:40]} overflows a double")
+    return value
+
+
+def loads(data: bytes | str, what: str) -> Any:
+    """Strict JSON: UTF-8, finite numbers only, bounded nesting; any failure is a one-line ``Hostile``."""
+    if len(data) > MAX_LINE_BYTES and what != "records":
+        raise Hostile(f"{what} is larger than {MAX_LINE_BYTES >> 20} MiB")
+    try:
+        if isinstance(data, bytes):
+            data = data.decode("utf-8")
+        value = json.loads(data, parse_constant=_no_constant, parse_float=_finite_float)
+    except Hostile as exc:
+        raise Hostile(f"{what}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise Hostile(f"{what} is not UTF-8 (byte {exc.start})") from None
+    except RecursionError:
+        raise Hostile(f"{what} is nested too deeply") from None
+    except ValueError as exc:
+        raise Hostile(f"{what} is not JSON ({str(exc).splitlines()[0][:120]})") from None
+    check_text(value, what)
+    return value
+
+
+def check_text(value: Any, what: str, depth: int = 0) -> None:
+    """Refuse strings that cannot be stored or printed (lone surrogates from \\ud800-style escapes)."""
+    if depth > 64:
+        raise Hostile(f"{what} is nested too deeply")
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise Hostile(f"{what} holds a string that is not valid Unicode (a lone surrogate)") from None
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            check_text(k, what, depth + 1)
+            check_text(v, what, depth + 1)
+    elif isinstance(value, list):
+        for v in value:
+            check_text(v, what, depth + 1)

@@ -1,0 +1,119 @@
+"""A generated corpus of over 1000 hostile result sources fed to `convbench collect`: every one is refused with
+one line naming it, the process never crashes or hangs, memory stays bounded (decompression bombs), and
+nothing is written outside the store (checked by snapshotting the sandbox the command runs in)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ESCAPE = Path("/tmp/convbench-escape")  # where the traversal members of the corpus point
+
+
+def _corpus_module():
+    spec = importlib.util.spec_from_file_location("make_hostile_corpus", ROOT / "scripts" / "make_hostile_corpus.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    out = tmp_path_factory.mktemp("hostile") / "corpus"
+    mod = _corpus_module()
+    assert mod.main([str(out)]) == 0
+    items = json.loads((out / "manifest.json").read_text())
+    return out, items, mod
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    """Every entry under root (not following links): type, size and content hash of regular files."""
+    snap = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            st = p.lstat()
+            if p.is_symlink():
+                snap[str(p)] = "link:" + os.readlink(p)
+            elif p.is_file():
+                snap[str(p)] = f"file:{st.st_size}:" + hashlib.sha1(p.read_bytes()).hexdigest()
+            else:
+                snap[str(p)] = f"mode:{st.st_mode:o}"
+    return snap
+
+
+def _limit_memory():
+    resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))  # a bomb read into memory would die here
+
+
+def _collect(sandbox: Path, sources: list[str], *extra: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HOME=str(sandbox), TMPDIR=str(sandbox / "tmp"),
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "harness.cli", "collect", *sources, "--store",
+                           str(sandbox / "store" / "s.sqlite"), *extra], cwd=sandbox, env=env, capture_output=True,
+                          text=True, timeout=600, preexec_fn=_limit_memory)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_every_hostile_item_is_refused_in_one_line_and_nothing_escapes(tmp_path, corpus, jobs):
+    out, items, mod = corpus
+    assert len(items) >= 1000
+    sandbox = tmp_path / "sandbox"
+    (sandbox / "tmp").mkdir(parents=True)
+    (sandbox / "store").mkdir()
+    good = tmp_path / "good" / "hostile-host" / "run-good"  # one valid run among them is still collected
+    good.mkdir(parents=True)
+    (good / "run.json").write_bytes(json.dumps(mod.valid_meta("run-good")).encode())
+    (good / "records.jsonl").write_bytes(b"".join(mod.GOOD_LINES))
+    before_corpus, before_sandbox = _snapshot(out), _snapshot(sandbox)
+    assert not ESCAPE.exists()
+
+    sources = [str(out / it["path"].split("/")[0]) for it in items] + [str(tmp_path / "good")]
+    res = _collect(sandbox, sources, "--jobs", jobs)
+
+    assert res.returncode == 1, res.stderr[-2000:]
+    assert "Traceback" not in res.stderr and "Traceback" not in res.stdout
+    lines = res.stderr.splitlines()
+    assert lines and all(line.startswith("refused: ") for line in lines), [x for x in lines
+                                                                           if not x.startswith("refused: ")][:5]
+    assert all(len(line) < 600 for line in lines)
+    unrefused = []
+    for it in items:
+        top = str(out / it["path"].split("/")[0])
+        if not any(line.startswith(f"refused: {top}/") or line.startswith(f"refused: {top}:") for line in lines):
+            unrefused.append(it)
+    assert unrefused == []
+    assert f"1 runs added, 0 updated, 0 unchanged, 3 records read, {len(lines)} refused" in res.stdout
+    # nothing written outside the store: the corpus, the sandbox (but the store) and /tmp are as they were
+    assert _snapshot(out) == before_corpus
+    after = _snapshot(sandbox)
+    changed = {k for k in set(after) | set(before_sandbox) if after.get(k) != before_sandbox.get(k)}
+    assert changed and all(k.startswith(str(sandbox / "store")) for k in changed), sorted(changed)[:5]
+    assert not ESCAPE.exists()
+
+
+def test_single_hostile_sources_exit_1_with_one_line(tmp_path, corpus):
+    out, items, _ = corpus
+    by_category = {}
+    for it in items:
+        by_category.setdefault(it["category"], it)
+    sandbox = tmp_path / "sandbox"
+    (sandbox / "tmp").mkdir(parents=True)
+    (sandbox / "store").mkdir()
+    picked = [by_category[c] for c in ("symlink", "fifo", "tar-traversal", "decompression-bomb", "record-deep",
+                                       "run-json-nonfinite", "record-nonfinite")]
+    for it in picked:
+        res = _collect(sandbox, [str(out / it["path"])])
+        assert res.returncode == 1, (it, res.stderr)
+        assert len(res.stderr.splitlines()) == 1 and res.stderr.startswith("refused: "), (it, res.stderr)
+        assert "0 runs added" in res.stdout
