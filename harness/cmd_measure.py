@@ -124,7 +124,10 @@ def doctor(args) -> int:
 
 
 def list_cases(args) -> int:
-    ids = [c.id for c in catalogue.select(args.names)] if args.names else list(catalogue.CATALOGUE)
+    try:
+        ids = [c.id for c in catalogue.select(args.names)] if args.names else list(catalogue.CATALOGUE)
+    except catalogue.UnknownCase as exc:
+        raise UserError(str(exc)) from None
     for cid in ids:
         c = catalogue.CATALOGUE[cid]
         print(f"{cid:40s} {c.describe()}  [{c.note}]")
@@ -152,6 +155,8 @@ def sweep(args) -> int:
         cases = catalogue.select(args.cases or ("default" if gpu else "quick"))
     except catalogue.UnknownCase as exc:
         raise UserError(str(exc)) from None
+    if not cases:
+        raise UserError(f"--cases {args.cases!r} selects no case; `convbench cases` lists them")
     options = SweepOptions(directions=args.directions, dtypes=args.dtypes, layouts=args.layouts,
                            timing=TimingPolicy(cold=args.cold, budget_ms=args.budget_ms), repeats=args.repeats,
                            rankings=not args.no_rankings, device="cuda" if gpu else "cpu")
