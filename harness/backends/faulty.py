@@ -92,12 +92,15 @@ def _cuda_illegal_address() -> None:
     torch.empty(1, device="cuda")  # make the primary context current on this thread
     cuda = ctypes.CDLL("libcuda.so.1")
     module, func = ctypes.c_void_p(), ctypes.c_void_p()
-    if cuda.cuModuleLoadData(ctypes.byref(module), ctypes.c_char_p(_PTX)):
+    for target in (b"sm_50", b"sm_75"):  # the driver JIT-compiles the PTX for the GPU it runs on
+        if not cuda.cuModuleLoadData(ctypes.byref(module), ctypes.c_char_p(_PTX.replace(b"sm_50", target))):
+            break
+    else:
         raise RuntimeError("cuModuleLoadData failed for the poke kernel")
     if cuda.cuModuleGetFunction(ctypes.byref(func), module, b"poke"):
         raise RuntimeError("cuModuleGetFunction failed for the poke kernel")
     bad = ctypes.c_uint64(0x10)  # never mapped on the device
-    args = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.byref(bad), ctypes.c_void_p))
+    args = (ctypes.c_void_p * 1)(ctypes.addressof(bad))  # kernelParams: a pointer to each argument
     stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
     if cuda.cuLaunchKernel(func, 1, 1, 1, 1, 1, 1, 0, stream, args, None):
         raise RuntimeError("cuLaunchKernel failed for the poke kernel")
