@@ -341,6 +341,8 @@ def parse_journal(raw: RawRun, meta: dict[str, Any] | None = None) -> ParsedRun:
             extra = top[6]
             if extra and type(extra) is not dict:
                 raise TypeError("extra is not an object")
+            if type(top[0]) is not str:
+                raise TypeError("status is not text")
             rows.append((top[0], top[1], top[2], *tv[:6], blob(tv[6]), top[3], *av, *hv, top[4], top[5],
                          json.dumps(extra, sort_keys=True) if extra else None))
         except Refused:
