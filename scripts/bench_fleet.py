@@ -176,13 +176,24 @@ class TreeRSS:
         return self.peak
 
 
+CPU_SECONDS: dict[str, float] = {}
+
+
 def timed(cmd: list[str], **kw) -> tuple[float, int, str]:
+    """(wall s, peak RSS of the process tree, output); the tree's CPU seconds (user + sys of the command and its
+    workers, which the shared VM's other load does not inflate the way it inflates wall time) go to CPU_SECONDS."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
     rss = TreeRSS(proc.pid)
     out, _ = proc.communicate()
     wall = time.perf_counter() - t0
     peak = rss.stop()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU_SECONDS[cmd[-1] if cmd[0] != sys.executable else cmd[3]] = (after.ru_utime - before.ru_utime
+                                                                    + after.ru_stime - before.ru_stime)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{out[-3000:]}")
     return wall, peak, out
@@ -269,7 +280,8 @@ def main() -> int:
     fleet = work / "fleet"
     print(f"bench_fleet: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.node()} "
           f"({os.cpu_count()} CPUs, {platform.processor() or platform.machine()}), python "
-          f"{platform.python_version()}")
+          f"{platform.python_version()}, harness from {ROOT}, load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     try:
         import orjson  # noqa: F401
 
@@ -297,9 +309,12 @@ def main() -> int:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     c_wall, c_rss, c_out = timed(convbench("collect", str(fleet), "--store", str(store), "--jobs", str(args.jobs),
                                            "-q"), env=env)
-    print(f"collect: {c_wall:.1f} s, peak RSS {c_rss / 2**20:.0f} MiB (process tree) -- {c_out.strip()}")
+    print(f"collect: {c_wall:.1f} s, {CPU_SECONDS['collect']:.1f} CPU-s, peak RSS {c_rss / 2**20:.0f} MiB (process "
+          f"tree) -- {c_out.strip()}")
     r_wall, r_rss, r_out = timed(convbench("report", "--store", str(store), "--out", str(work / "site")), env=env)
-    print(f"report:  {r_wall:.1f} s, peak RSS {r_rss / 2**20:.0f} MiB -- {r_out.strip()}")
+    print(f"report:  {r_wall:.1f} s, {CPU_SECONDS['report']:.1f} CPU-s, peak RSS {r_rss / 2**20:.0f} MiB -- "
+          f"{r_out.strip()}")
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (other users of this machine)")
     total = c_wall + r_wall
     index = work / "site" / "index.html"
     site_size = sum(f.stat().st_size for f in (work / "site").rglob("*.html"))
