@@ -255,8 +255,10 @@ def gather(store: Store, title: str) -> dict[str, Any]:
 
     # nightly series and change points, per (machine, image)
     all_vectors = store.vectors([r["id"] for r in runs])
-    current = {key: current_records(store, [r for r in runs if (r["machine"], r["image"]) == key], all_vectors)
-               for key in latest}
+    runs_of: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in runs:
+        runs_of[(r["machine"], r["image"])].append(r)
+    current = {key: current_records(store, runs_of[key], all_vectors) for key in latest}
     series: list[Series] = []
     for m in machines:
         for img in m.images:
