@@ -550,12 +550,31 @@ def parse_asv(f: AsvFile) -> ParsedRun:
 
 # ---- collecting ------------------------------------------------------------------------------------------------
 
+def _dir_unchanged(store: Store, path: Path) -> bool:
+    """Whether a run directory's digest (run.json, journal length, end.json) is the stored one, from the journal's
+    size alone. Anything unusual (unreadable, not a regular file, another schema) answers False and takes the
+    full path, which reads, checks and refuses as usual."""
+    try:
+        run_json = intake.read_file(path / RUN_FILE, intake.MAX_META_BYTES)
+        st = os.lstat(path / JOURNAL_FILE) if os.path.lexists(path / JOURNAL_FILE) else None
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            return False
+        end = _read(path / END_FILE)
+        _, run_id, machine = journal_identity(RawRun(str(path), run_json, b"", end))
+    except (OSError, intake.Hostile, Refused):
+        return False
+    size = st.st_size if st is not None else 0
+    return store.digest_of(run_id, machine) == f"j:{_sha1(run_json)}:{size}:{_sha1(end)}"
+
+
 def ingest_item(store: Store, item: Any, lock: Any = None) -> tuple[str, int]:
     """Collect one discovered item: ('added'|'updated'|'unchanged', records read).
 
     Parsing happens outside ``lock`` and writing inside it, so parallel parsers overlap while one writes.
     """
     if isinstance(item, tuple) and item[0] == "dir":
+        if _dir_unchanged(store, item[1]):  # a nightly re-collect reads no journal it already holds
+            return "unchanged", 0
         try:
             item = _dir_run(item[1])
         except (OSError, intake.Hostile) as exc:
