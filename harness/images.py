@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .digest import sha256_file
+
 REPO = Path(__file__).resolve().parent.parent
 DOCKER_DIR = REPO / "docker"
 DEFAULT_MATRIX = DOCKER_DIR / "matrix.toml"
@@ -352,14 +354,6 @@ def _index_args(row: Row, log=print) -> list[str]:
             log(f"[{row.name}] extra index {url} does not answer from here; using pip's configured indexes "
                 "and find-links only (the lock's hashes still decide which files are accepted)")
     return args
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def wheel_pin(filename: str) -> tuple[str, str]:

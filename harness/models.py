@@ -16,7 +16,6 @@ activations stay O(1) through the 50 layers as in a trained network.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import zlib
@@ -26,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from .cases import Case
+from .digest import sha256_file
 
 BUILDER_VERSION = 1  # bump when a graph or its weights change: cached files are keyed by it
 OPSET = 17
@@ -377,14 +377,6 @@ def build_graph(model_id: str, params: dict[str, np.ndarray], batch: int):
     return model
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def conv_node_names(model) -> tuple[str, ...]:
     return tuple(n.name for n in model.graph.node if n.op_type == "Conv")
 
@@ -404,7 +396,7 @@ def build(model_id: str, batch: int = 1, directory: Path | None = None) -> Built
         onnx.save_model(model, str(tmp))
         os.replace(tmp, path)
     model = onnx.load(str(path), load_external_data=False)
-    return BuiltModel(model_id, path, batch, _sha256(path), conv_node_names(model))
+    return BuiltModel(model_id, path, batch, sha256_file(path), conv_node_names(model))
 
 
 def load_params(path: Path) -> dict[str, np.ndarray]:
@@ -512,4 +504,4 @@ def build_conv_case(case: Case, dtype: str, directory: Path | None = None) -> tu
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         onnx.save_model(model, str(tmp))
         os.replace(tmp, path)
-    return path, _sha256(path)
+    return path, sha256_file(path)
