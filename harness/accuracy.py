@@ -96,10 +96,15 @@ def torch_dtype(name: str):
     return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}[name]
 
 
-def _int_view(t):
+def int_view(t):
+    """The same bytes as integers: NaN payloads and signed zeros compare bit for bit."""
     import torch
 
     return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def bitwise_equal(a, b) -> bool:
+    return bool(int_view(a).equal(int_view(b)))
 
 
 def poison(t, dtype: str) -> None:
@@ -107,14 +112,14 @@ def poison(t, dtype: str) -> None:
     bits = POISON_BITS[dtype]
     width = t.element_size() * 8
     signed = bits - (1 << width) if bits >= 1 << (width - 1) else bits
-    _int_view(t).fill_(signed)
+    int_view(t).fill_(signed)
 
 
 def count_unwritten(t, dtype: str) -> int:
     bits = POISON_BITS[dtype]
     width = t.element_size() * 8
     signed = bits - (1 << width) if bits >= 1 << (width - 1) else bits
-    return int((_int_view(t) == signed).sum().item())
+    return int((int_view(t) == signed).sum().item())
 
 
 _MULT_CACHE: dict[tuple, object] = {}
@@ -128,7 +133,7 @@ def output_hash(t) -> str:
     """
     import torch
 
-    words = _int_view(t.contiguous()).reshape(-1).to(torch.int64)
+    words = int_view(t.contiguous()).reshape(-1).to(torch.int64)
     if t.element_size() < 8:
         words = words & ((1 << (8 * t.element_size())) - 1)
     n = words.numel()

@@ -80,7 +80,7 @@ def cudnn_find(cudnn, case: Case, direction: str, dtype: str, layout: str, math:
             ws_bytes = max(ws_bytes, session.bind(algo, math)[2])
         except (CudnnError, WorkspaceTooLarge):
             continue
-    ws = session._workspace(ws_bytes)
+    ws = session.workspace(ws_bytes)
     trials, winners, hashes = [], [], []
     for _ in range(k):
         handle = Handle(cudnn, session.stream.cuda_stream)
@@ -115,9 +115,7 @@ def cudnn_find(cudnn, case: Case, direction: str, dtype: str, layout: str, math:
     rec = _record(case, "cudnn", direction, math, dtype, layout, {"search": "cudnnFind", "trials": k}, hashes,
                   winners, {"trials": trials, "near_ties": _unique(near_ties), "max_abs_spread": spread})
     rec.explanation = explain_autotune(rec)
-    session.conv = None
-    session.desc.close()
-    session.handle.close()
+    session.close()
     return rec
 
 
@@ -216,9 +214,7 @@ def run(cases: list[Case], k: int, maths=("DEFAULT", "FMA"), dtype: str = "fp32"
                               matches, {"trials": [{"hash": h, "same_bits_as": m} for h, m in zip(hashes, matches, strict=True)]})
                 rec.explanation = explain_autotune(rec)
                 yield rec
-            session.conv = None
-            session.desc.close()
-            session.handle.close()
+            session.close()
 
 
 def crosscheck(case: Case, dtype: str = "fp32", layout: str = "NCHW") -> Record:
@@ -260,9 +256,7 @@ def crosscheck(case: Case, dtype: str = "fp32", layout: str = "NCHW") -> Record:
     elif best:
         rec.explanation = (f"F.conv2d differs from direct cuDNN with FMA math by {best[1]:.3g}; both are "
                            f"{acc_torch.precision_class}-class: a different algorithm or summation order")
-    session.conv = None
-    session.desc.close()
-    session.handle.close()
+    session.close()
     return rec
 
 

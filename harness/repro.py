@@ -58,11 +58,9 @@ def recompute(run_dir: Path) -> Iterator[Record]:
                     except (CudnnError, WorkspaceTooLarge) as exc:
                         yield _repro(r, None, ERROR, str(exc))
             finally:
-                session.conv = None
-                session.desc.close()
-                session.handle.close()
+                session.close()
         else:
-            call = torch_backend._prepare(case, direction, dtype, layout, members[0].device)[0]
+            call = torch_backend.prepare(case, direction, dtype, layout, members[0].device)[0]
             for r in members:
                 s = r.settings
                 with conv_settings(s.get("tf32"), s.get("benchmark"), s.get("deterministic")):

@@ -84,9 +84,7 @@ def main() -> int:
             print(f"{case.id:36s} {backend:5s} {algo:22s} {math:8s} do_bench {ref:8.4f} ms  cold/do_bench "
                   f"{row['cold_ratio']:.3f}  hot/do_bench {row['hot_ratio']:.3f}  spread cold {row['cold_spread']:.2%} "
                   f"hot {row['hot_spread']:.2%}  hot/cudagraph {row['hot_vs_cudagraph'] or float('nan'):.3f}", flush=True)
-        session.conv = None
-        session.desc.close()
-        session.handle.close()
+        session.close()
         torch.cuda.empty_cache()
     big = [r for r in rows if r["do_bench_ms"] >= 0.05]
     within = [r for r in big if abs(r["cold_ratio"] - 1) <= 0.03]

@@ -145,16 +145,14 @@ class ConvSession:
         self.ws_limit = min(options.workspace_limit, int(free * 0.8))
         self.timer = CudaTimer(options.timing)
 
-    def _workspace(self, nbytes: int) -> int:
+    def workspace(self, nbytes: int) -> int:
+        """Device pointer of a workspace of at least ``nbytes``, grown (never shrunk) as algorithms need."""
         if nbytes == 0:
             return 0
         if self.workspace is None or self.workspace.numel() < nbytes:
             self.workspace = None
             self.workspace = self.torch.empty(nbytes, dtype=self.torch.uint8, device="cuda")
         return self.workspace.data_ptr()
-
-    def _bitwise_equal(self, a, b) -> bool:
-        return bool(self.torch.equal(accuracy._int_view(a), accuracy._int_view(b)))
 
     def _run_checked(self, algo_id: int, ws: int, ws_bytes: int) -> None:
         accuracy.poison(self.out, self.dtype)
@@ -171,7 +169,7 @@ class ConvSession:
         if ws_bytes > self.ws_limit:
             raise WorkspaceTooLarge(f"needs {ws_bytes / 2**30:.2f} GiB of workspace; "
                                     f"limit {self.ws_limit / 2**30:.2f} GiB", ws_bytes)
-        return algo_id, self._workspace(ws_bytes), ws_bytes
+        return algo_id, self.workspace(ws_bytes), ws_bytes
 
     def output_hash(self, algo: str, math: str) -> str:
         """Hash of one run of ``algo`` under ``math`` (no timing, no reference)."""
@@ -210,7 +208,7 @@ class ConvSession:
         repeats = max(self.options.repeats, NONDETERMINISTIC_REPEATS) if documented else self.options.repeats
         for _ in range(repeats):
             self._run_checked(algo_id, ws, ws_bytes)
-            if not self._bitwise_equal(self.out, self.first):
+            if not accuracy.bitwise_equal(self.out, self.first):
                 repeat_equal = False
                 hashes.add(accuracy.output_hash(self.out))
         fresh = Handle(self.cudnn, self.stream.cuda_stream)
@@ -218,7 +216,7 @@ class ConvSession:
             fresh_conv = Conv(self.cudnn, fresh, self.desc, self.direction, self.ptrs)
             accuracy.poison(self.out, self.dtype)
             fresh_conv.run(algo_id, ws, ws_bytes)
-            fresh_equal = self._bitwise_equal(self.out, self.first)
+            fresh_equal = accuracy.bitwise_equal(self.out, self.first)
             if not fresh_equal:
                 hashes.add(accuracy.output_hash(self.out))
         finally:
@@ -234,7 +232,7 @@ class ConvSession:
     def rankings(self, math: str, max_ws: int) -> Iterator[Ranking]:
         self.desc.set_math(math)
         ws_bytes = min(max_ws, self.ws_limit)
-        ws = self._workspace(ws_bytes)
+        ws = self.workspace(ws_bytes)
         for source, call in (("get_v7", self.conv.get_v7), ("find", lambda: self.conv.find(ws, ws_bytes))):
             try:
                 rows = call()
@@ -261,6 +259,10 @@ class ConvSession:
                 for math in dict.fromkeys(c.math for c in combos):
                     yield from self.rankings(math, max_ws.get(math, 0))
         finally:
-            self.conv = None
-            self.desc.close()
-            self.handle.close()
+            self.close()
+
+    def close(self) -> None:
+        """Destroy the descriptors and handle; the buffers go with the session."""
+        self.conv = None
+        self.desc.close()
+        self.handle.close()

@@ -106,7 +106,7 @@ class TorchBackend:
             key = (combo.direction, combo.dtype, combo.layout)
             if key not in cache:
                 cache.clear()
-                cache[key] = self._prepare(case, *key, device)
+                cache[key] = self.prepare(case, *key, device)
             t0 = time.perf_counter()
             try:
                 with conv_settings(settings.get("tf32"), settings.get("benchmark"), settings.get("deterministic")):
@@ -119,7 +119,8 @@ class TorchBackend:
         if cuda:
             torch.cuda.empty_cache()
 
-    def _prepare(self, case: Case, direction: str, dtype: str, layout: str, device: str):
+    def prepare(self, case: Case, direction: str, dtype: str, layout: str, device: str):
+        """(call, float64 reference, bound, reduction length) for one case, direction, dtype and layout."""
         import torch
         import torch.nn.functional as F
 
@@ -163,7 +164,7 @@ class TorchBackend:
             repeat_equal = True
             for _ in range(options.repeats):
                 again = call()
-                if not torch.equal(accuracy._int_view(again), accuracy._int_view(first)):
+                if not accuracy.bitwise_equal(again, first):
                     repeat_equal = False
                     hashes.add(accuracy.output_hash(again))
             rec.determinism = Determinism(hash=first_hash, hash_algo=accuracy.HASH_ALGO, repeats=options.repeats,
