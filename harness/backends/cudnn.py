@@ -140,7 +140,7 @@ class ConvSession:
         self.desc = ConvDescriptors(cudnn, case, dtype, layout)
         self.conv = Conv(cudnn, self.handle, self.desc, direction, ptrs)
         self.ptrs = ptrs
-        self.workspace = None
+        self._ws_buffer = None
         free, _ = torch.cuda.mem_get_info()
         self.ws_limit = min(options.workspace_limit, int(free * 0.8))
         self.timer = CudaTimer(options.timing)
@@ -149,10 +149,10 @@ class ConvSession:
         """Device pointer of a workspace of at least ``nbytes``, grown (never shrunk) as algorithms need."""
         if nbytes == 0:
             return 0
-        if self.workspace is None or self.workspace.numel() < nbytes:
-            self.workspace = None
-            self.workspace = self.torch.empty(nbytes, dtype=self.torch.uint8, device="cuda")
-        return self.workspace.data_ptr()
+        if self._ws_buffer is None or self._ws_buffer.numel() < nbytes:
+            self._ws_buffer = None
+            self._ws_buffer = self.torch.empty(nbytes, dtype=self.torch.uint8, device="cuda")
+        return self._ws_buffer.data_ptr()
 
     def _run_checked(self, algo_id: int, ws: int, ws_bytes: int) -> None:
         accuracy.poison(self.out, self.dtype)
