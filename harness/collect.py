@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import gc
 import hashlib
 import io
 import itertools
@@ -295,6 +296,9 @@ _TIME_FIELDS = ("median_ms", "iqr_ms", "min_ms", "n", "timer", "mode", "samples_
 _ACC_FIELDS = ("max_abs", "rel_l2", "max_norm_err", "nan", "inf", "unwritten", "precision_class")
 _DET_FIELDS = ("hash", "hash_algo", "repeats", "repeat_equal", "fresh_handle_equal", "distinct_outputs")
 _TOP_FIELDS = ("status", "reason", "device", "workspace_bytes", "chosen_algo", "explanation", "extra")
+_REC_FIELDS = ("schema", "kind", "case", "backend", "direction", "algo", "math", "dtype", "layout", "settings",
+               "time", "accuracy", "determinism", *_TOP_FIELDS)
+_GET_REC = operator.itemgetter(*_REC_FIELDS)
 _GET_TIME, _GET_ACC, _GET_DET, _GET_TOP = (operator.itemgetter(*f) for f in (_TIME_FIELDS, _ACC_FIELDS, _DET_FIELDS,
                                                                            _TOP_FIELDS))
 
@@ -309,7 +313,7 @@ def parse_journal(raw: RawRun, meta: dict[str, Any] | None = None) -> ParsedRun:
     if data and not data.endswith(b"\n"):
         data = data[:data.rfind(b"\n") + 1]  # a torn last line: the run was killed mid-write
     empty: dict[str, Any] = {}
-    loads, combo, blob = _loads, _combo, samples_blob
+    loads, combo, blob, memo, get_rec = _loads, _combo, samples_blob, _COMBO_MEMO, _GET_REC
     get_time, get_acc, get_det, get_top = _GET_TIME, _GET_ACC, _GET_DET, _GET_TOP
     none7, none6 = (None,) * 7, (None,) * 6
     for lineno, line in enumerate(data.splitlines(), 1):
@@ -317,34 +321,50 @@ def parse_journal(raw: RawRun, meta: dict[str, Any] | None = None) -> ParsedRun:
             if len(line) > intake.MAX_LINE_BYTES:
                 raise ValueError(f"line is over {intake.MAX_LINE_BYTES >> 20} MiB")
             d = loads(line)
-            if d["schema"] != SCHEMA_VERSION or d["schema"] is True:
-                raise Refused(f"{raw.origin}: records.jsonl line {lineno} has schema {d.get('schema')!r}; this "
-                              f"convbench reads schema {SCHEMA_VERSION}")
-            if d["kind"] == "ranking":
-                rankings.append((d["case"], d["direction"], d["dtype"], d["layout"], d["math"], d["source"],
-                                 d["rank"], d["algo"], d["status"], d["time_ms"], d["memory_bytes"],
-                                 d["determinism"], d["math_reported"]))
-                continue
-            combos.append(combo(d))
-            t, a, h = d["time"], d["accuracy"], d["determinism"]
-            try:  # one C call per part when every field is there (records.dumps writes them all)
-                tv = get_time(t) if t else none7
-                av = get_acc(a) if a else none7
-                hv = get_det(h) if h else none6
-                top = get_top(d)
-            except KeyError:  # a record written by hand or by another tool: missing fields are None
-                t, a, h = t or empty, a or empty, h or empty
-                tv = tuple(t.get(k) for k in _TIME_FIELDS)
-                av = tuple(a.get(k) for k in _ACC_FIELDS)
-                hv = tuple(h.get(k) for k in _DET_FIELDS)
-                top = tuple(d.get(k) for k in _TOP_FIELDS)
-            extra = top[6]
+            try:  # fast path: every field there, combination seen before; anything else takes the full path
+                (schema, kind, case, backend, direction, algo, math_, dtype, layout, settings, t, a, h, status,
+                 reason, device, workspace, chosen_algo, explanation, extra) = get_rec(d)
+                fast = schema == SCHEMA_VERSION and schema is not True and kind != "ranking"
+                if fast:
+                    c = memo.get((case, backend, direction, algo, math_, dtype, layout,
+                                  tuple(sorted(settings.items())) if settings else (), kind))
+                    if c is None:
+                        c = combo(d)
+                    tv = get_time(t) if t else none7
+                    av = get_acc(a) if a else none7
+                    hv = get_det(h) if h else none6
+            except (KeyError, TypeError, AttributeError):
+                fast = False
+            if not fast:
+                if d["schema"] != SCHEMA_VERSION or d["schema"] is True:
+                    raise Refused(f"{raw.origin}: records.jsonl line {lineno} has schema {d.get('schema')!r}; "
+                                  f"this convbench reads schema {SCHEMA_VERSION}")
+                if d["kind"] == "ranking":
+                    rankings.append((d["case"], d["direction"], d["dtype"], d["layout"], d["math"], d["source"],
+                                     d["rank"], d["algo"], d["status"], d["time_ms"], d["memory_bytes"],
+                                     d["determinism"], d["math_reported"]))
+                    continue
+                c = combo(d)
+                t, a, h = d["time"], d["accuracy"], d["determinism"]
+                try:  # one C call per part when every field is there (records.dumps writes them all)
+                    tv = get_time(t) if t else none7
+                    av = get_acc(a) if a else none7
+                    hv = get_det(h) if h else none6
+                    status, reason, device, workspace, chosen_algo, explanation, extra = get_top(d)
+                except KeyError:  # a record written by hand or by another tool: missing fields are None
+                    t, a, h = t or empty, a or empty, h or empty
+                    tv = tuple(t.get(k) for k in _TIME_FIELDS)
+                    av = tuple(a.get(k) for k in _ACC_FIELDS)
+                    hv = tuple(h.get(k) for k in _DET_FIELDS)
+                    status, reason, device, workspace, chosen_algo, explanation, extra = (d.get(k)
+                                                                                         for k in _TOP_FIELDS)
             if extra and type(extra) is not dict:
                 raise TypeError("extra is not an object")
-            if type(top[0]) is not str:
+            if type(status) is not str:
                 raise TypeError("status is not text")
-            rows.append((top[0], top[1], top[2], *tv[:6], blob(tv[6]), top[3], *av, *hv, top[4], top[5],
-                         json.dumps(extra, sort_keys=True) if extra else None))
+            combos.append(c)
+            rows.append((status, reason, device, *tv[:6], blob(tv[6]), workspace, *av, *hv, chosen_algo,
+                         explanation, json.dumps(extra, sort_keys=True) if extra else None))
         except Refused:
             raise
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError) as exc:
@@ -352,15 +372,16 @@ def parse_journal(raw: RawRun, meta: dict[str, Any] | None = None) -> ParsedRun:
                 continue
             raise Refused(f"{raw.origin}: records.jsonl line {lineno} is not a valid record "
                           f"({repr(exc)[:200]})") from None
-    counts = dict(Counter(r[0] for r in rows))
-    ok = np.array([r[0] == OK for r in rows], dtype=bool)
+    cols = list(zip(*rows, strict=True)) if rows else [()] * 27
+    counts = dict(Counter(cols[0]))
+    ok = np.array([s == OK for s in cols[0]], dtype=bool)
     try:
-        med = np.array([r[3] for r in rows], dtype=np.float64)  # None becomes NaN
-        err = np.array([r[13] for r in rows], dtype=np.float64)
+        med = np.array(cols[3], dtype=np.float64)  # None becomes NaN
+        err = np.array(cols[13], dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise Refused(f"{raw.origin}: records.jsonl has text where a number belongs ({exc})") from None
-    hashes = [_hash64(r[18]) for r in rows]
-    chosen = [r[24] for r in rows]
+    hashes = [_hash64(x) for x in cols[18]]
+    chosen = list(cols[24])
     try:
         end = intake.loads(raw.end_json, "end.json") if raw.end_json else None
     except intake.Hostile as exc:
@@ -603,6 +624,7 @@ _worker_lock = None
 
 def _worker_init(path: str, lock) -> None:
     global _worker_store, _worker_lock
+    gc.set_threshold(50_000, 20, 100)  # a parser allocates millions of short-lived tuples and no cycles
     _worker_store = Store(path)
     _worker_lock = lock
 
