@@ -41,9 +41,14 @@ def read_file(path: Path, limit: int) -> bytes:
     except OSError as exc:
         raise Hostile(f"{path.name}: cannot open ({exc.strerror})") from None
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped between lstat and open
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # swapped between lstat and open
             raise Hostile(f"{path.name} is not a regular file")
-        data = f.read(limit + 1)
+        # sized by the file, not the limit: read(limit + 1) allocates (and maps) the whole limit, 4 GiB per journal
+        want = min(limit, st.st_size) + 1
+        data = f.read(want)
+        if len(data) == want and want <= limit:  # the file grew since fstat
+            data += f.read(limit + 1 - want)
     if len(data) > limit:
         raise Hostile(f"{path.name} is larger than {limit >> 20} MiB")
     return data

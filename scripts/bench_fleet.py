@@ -274,6 +274,8 @@ def main() -> int:
     ap.add_argument("--asv-machines", type=int, default=2, help="asv publish subset: machines (0: skip)")
     ap.add_argument("--asv-nights", type=int, default=30, help="asv publish subset: nights")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--baseline", default=None, help="another checkout's root (e.g. `git archive OLD harness | tar "
+                    "-x -C DIR`): its collect + report run first on the same fleet, for a before/after in one run")
     args = ap.parse_args()
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="convbench-fleet-"))
@@ -306,6 +308,22 @@ def main() -> int:
     store = work / "fleet.sqlite"
     for suffix in ("", "-wal", "-shm"):
         Path(f"{store}{suffix}").unlink(missing_ok=True)
+    if args.baseline:  # the same fleet, the same machine state, the code before: printed next to the figures below
+        base_env = dict(os.environ, PYTHONPATH=str(Path(args.baseline).resolve()))
+        print(f"baseline: harness from {args.baseline}, load average "
+              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        b_wall, b_rss, _ = timed(convbench("collect", str(fleet), "--store", str(store), "--jobs", str(args.jobs),
+                                           "-q"), env=base_env)
+        b_cpu = CPU_SECONDS["collect"]
+        br_wall, br_rss, _ = timed(convbench("report", "--store", str(store), "--out", str(work / "site-base")),
+                                   env=base_env)
+        b_rcpu = CPU_SECONDS["report"]
+        print(f"baseline collect: {b_wall:.1f} s, {b_cpu:.1f} CPU-s, peak RSS {b_rss / 2**20:.0f} MiB; report: "
+              f"{br_wall:.1f} s, {b_rcpu:.1f} CPU-s, peak RSS {br_rss / 2**20:.0f} MiB; collect + "
+              f"report {b_wall + br_wall:.1f} s, {b_cpu + b_rcpu:.1f} CPU-s")
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{store}{suffix}").unlink(missing_ok=True)
+        subprocess.run(["sync"], check=False)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     c_wall, c_rss, c_out = timed(convbench("collect", str(fleet), "--store", str(store), "--jobs", str(args.jobs),
                                            "-q"), env=env)
@@ -323,6 +341,11 @@ def main() -> int:
     print(f"collect + report: {total:.1f} s = {total / 60:.2f} x the 60 s target; peak RSS "
           f"{max(c_rss, r_rss) / 2**30:.2f} GiB = {max(c_rss, r_rss) / 2**31:.2f} x the 2 GiB target; index "
           f"{index.stat().st_size / 5e6:.3f} x the 5 MB target")
+    if args.baseline:
+        cpu = CPU_SECONDS["collect"] + CPU_SECONDS["report"]
+        print(f"after / baseline: wall {total / (b_wall + br_wall):.2f} (collect {c_wall / b_wall:.2f}, report "
+              f"{r_wall / br_wall:.2f}); CPU {cpu / (b_cpu + b_rcpu):.2f} (collect "
+              f"{CPU_SECONDS['collect'] / b_cpu:.2f}, report {CPU_SECONDS['report'] / b_rcpu:.2f})")
     s_wall, _, s_out = timed(convbench("collect", str(fleet), "--store", str(store), "--jobs", str(args.jobs),
                                        "-q"), env=env)
     print(f"re-collect (nothing new): {s_wall:.1f} s -- {s_out.strip()}")
