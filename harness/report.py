@@ -13,6 +13,7 @@ the per-topic and per-machine pages, and long tables are capped with the count o
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import hashlib
 import json
 import math
@@ -673,6 +674,17 @@ def environment() -> jinja2.Environment:
 
 def build(store: Store, out: Path, *, title: str = "convbench fleet report") -> list[Path]:
     """Render every page into ``out``; returns the paths written."""
+    # gather holds millions of long-lived objects that the default thresholds traverse again and again: 29% of
+    # a 10^7-record report's CPU time went to the cyclic collector (measured 2026-11-29: 9.9 -> 7.7 s, same RSS)
+    thresholds = gc.get_threshold()
+    gc.set_threshold(50_000, 20, 100)
+    try:
+        return _build(store, out, title)
+    finally:
+        gc.set_threshold(*thresholds)
+
+
+def _build(store: Store, out: Path, title: str) -> list[Path]:
     out = Path(out)
     (out / "machines").mkdir(parents=True, exist_ok=True)
     g = gather(store, title)
