@@ -107,19 +107,20 @@ def bitwise_equal(a, b) -> bool:
     return bool(int_view(a).equal(int_view(b)))
 
 
-def poison(t, dtype: str) -> None:
-    """Fill ``t`` with the poison NaN of its dtype, bit for bit."""
+def _poison_word(t, dtype: str) -> int:
+    """The poison pattern as the signed integer of ``t``'s element width (what int_view holds)."""
     bits = POISON_BITS[dtype]
     width = t.element_size() * 8
-    signed = bits - (1 << width) if bits >= 1 << (width - 1) else bits
-    int_view(t).fill_(signed)
+    return bits - (1 << width) if bits >= 1 << (width - 1) else bits
+
+
+def poison(t, dtype: str) -> None:
+    """Fill ``t`` with the poison NaN of its dtype, bit for bit."""
+    int_view(t).fill_(_poison_word(t, dtype))
 
 
 def count_unwritten(t, dtype: str) -> int:
-    bits = POISON_BITS[dtype]
-    width = t.element_size() * 8
-    signed = bits - (1 << width) if bits >= 1 << (width - 1) else bits
-    return int((int_view(t) == signed).sum().item())
+    return int((int_view(t) == _poison_word(t, dtype)).sum().item())
 
 
 _MULT_CACHE: dict[tuple, object] = {}

@@ -41,12 +41,8 @@ def median_rel_stderr(samples: list[float]) -> float:
 
 
 def summarize(samples: list[float], mode: str, timer: str, keep: int) -> Timing:
-    if len(samples) >= 4:
-        q1, med, q3 = statistics.quantiles(samples, n=4)
-        med = statistics.median(samples)
-    else:
-        med = statistics.median(samples)
-        q1 = q3 = med
+    med = statistics.median(samples)
+    q1, _, q3 = statistics.quantiles(samples, n=4) if len(samples) >= 4 else (med, med, med)
     step = max(1, len(samples) // keep)
     return Timing(median_ms=med, iqr_ms=q3 - q1, n=len(samples), mode=mode, timer=timer,
                   min_ms=min(samples), samples_ms=[round(s, 6) for s in samples[::step][:keep]])
