@@ -9,6 +9,7 @@ classes, else a new run directory under CONVBENCH_RESULTS or <repo>/results).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -22,11 +23,15 @@ from harness import cases as catalogue  # noqa: E402  (no torch, no CUDA)
 from harness.fingerprint import gpus  # noqa: E402
 
 
-def case_ids() -> list[str]:
-    wanted = os.environ.get("CONVBENCH_CASES")
-    if not wanted:
+@functools.cache
+def _selected(wanted: str | None) -> tuple[str, ...]:
+    if not wanted:  # NVML creates no CUDA context; asked once per import, not once per class
         wanted = "default" if gpus()[0] else "quick"
-    return [c.id for c in catalogue.select(wanted)]
+    return tuple(c.id for c in catalogue.select(wanted))
+
+
+def case_ids() -> list[str]:
+    return list(_selected(os.environ.get("CONVBENCH_CASES")))
 
 
 def results_root() -> Path:
