@@ -41,9 +41,8 @@ def results_root() -> Path:
 def run_sweep(backend: str, direction: str) -> dict:
     """Measure every combination of ``backend`` in ``direction``; index what the journal holds for asv.
 
-    The table is read back from the run journal rather than collected while measuring, so a second asv
-    class over the same combinations (the numerics summaries) reads the records the first one made
-    instead of measuring them again, and records made by isolated worker processes count too.
+    The table is read back from the run journal rather than collected while measuring: records made by
+    isolated worker processes count, and so do those a shared run (`convbench bench`) already holds.
     """
     from harness import sweep
     from harness.backends import SweepOptions
