@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness import accuracy, cases
+from harness.backends.cudnn import NONDETERMINISTIC_MIN_REPEATS
 from harness.backends.cudnn_lib import ALGOS, DOCUMENTED_NONDETERMINISTIC, MATH
 from harness.explain import explain
 from harness.records import OK, Record
@@ -112,7 +113,7 @@ def test_documented_nondeterministic_algorithms_are_shown_and_no_others():
         documented = (r.direction, r.algo) in DOCUMENTED_NONDETERMINISTIC
         assert bool(r.extra.get("documented_nondeterministic")) == documented
         if documented:
-            assert r.determinism.repeats >= 20
+            assert r.determinism.repeats >= NONDETERMINISTIC_MIN_REPEATS
     assert all("documented as non-deterministic" in r.explanation for r in unstable)
 
 

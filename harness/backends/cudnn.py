@@ -46,7 +46,14 @@ def arch_reason(dtype: str, sm: tuple[int, int]) -> str | None:
     return None
 
 
+# Algorithms documented as non-deterministic are repeated up to NONDETERMINISTIC_REPEATS times; a slow one stops
+# early once it has run NONDETERMINISTIC_MIN_REPEATS times and spent NONDETERMINISTIC_BUDGET_S on repeats. On the
+# H200 (2026-11-29, 540 records of 9 cases) every documented algorithm slower than 5 ms was bitwise stable over
+# 20 repeats; the unstable ones were all fast (they keep all 20) and showed 3 to 22 distinct outputs in 22 runs.
+# The record carries the count it ran.
 NONDETERMINISTIC_REPEATS = 20
+NONDETERMINISTIC_MIN_REPEATS = 8
+NONDETERMINISTIC_BUDGET_S = 0.25
 
 
 class WorkspaceTooLarge(Exception):
@@ -206,11 +213,17 @@ class ConvSession:
         repeat_equal = True
         # Algorithms documented as non-deterministic are repeated enough to show it where it happens.
         repeats = max(self.options.repeats, NONDETERMINISTIC_REPEATS) if documented else self.options.repeats
-        for _ in range(repeats):
+        floor = max(self.options.repeats, NONDETERMINISTIC_MIN_REPEATS)
+        t0, done = time.perf_counter(), 0
+        while done < repeats:
             self._run_checked(algo_id, ws, ws_bytes)
+            done += 1
             if not accuracy.bitwise_equal(self.out, self.first):
                 repeat_equal = False
                 hashes.add(accuracy.output_hash(self.out))
+            if documented and done >= floor and time.perf_counter() - t0 > NONDETERMINISTIC_BUDGET_S:
+                break
+        repeats = done
         fresh = Handle(self.cudnn, self.stream.cuda_stream)
         try:
             fresh_conv = Conv(self.cudnn, fresh, self.desc, self.direction, self.ptrs)
