@@ -195,7 +195,7 @@ def bench(args) -> int:
     except catalogue.UnknownCase as exc:
         raise UserError(str(exc)) from None
     if not gpu:
-        print("no GPU here: running the CPU backends (PyTorch on the CPU) on the quick catalogue; "
+        print(f"no GPU here: running the CPU backends (PyTorch on the CPU) on {names!r} ({len(cases)} cases); "
               "the cuDNN combinations are recorded as skipped with the reason", flush=True)
     backends = ["cudnn", "torch"]
     _, _, libraries = sweep_mod.load_backends(backends)

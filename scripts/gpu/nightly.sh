@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# The whole GPU job for one lent machine, in two stages that each fit one 10-minute call:
-#   stage a: the default forward sweep through asv (timed), fresh-process repro, timing fidelity, GPU tests
-#   stage b: autotuner stability (K=5), the onnxruntime grid and its profiler check, a backward sweep
-# Usage (repo root, wheels installed on PYTHONPATH): OUT=dir bash scripts/gpu/nightly.sh a|b
-# Everything lands under $OUT as it is made, so a stage cut short still returns what it measured.
+# The whole GPU job for one lent machine, in stages that each fit one 10-minute call:
+#   fwd    a real kernel fault under the worker watchdog, then the default forward sweep through asv (timed)
+#   bwd    the default backward sweep (backward-data and backward-filter) through asv (timed)
+#   check  the backward run replayed in a fresh process (hashes compared), the GPU tests
+#   ort    the default onnxruntime grid through asv (timed), its GPU tests, latency vs onnxruntime's profiler
+# Usage (repo root, asv and onnxruntime on PYTHONPATH): OUT=dir bash scripts/gpu/nightly.sh STAGE
+# Everything lands under $OUT as it is made, so a stage cut short still returns what it measured;
+# results stay under /tmp/convbench-results while the machine is warm, so `check` finds `bwd`'s run.
 set -uo pipefail
-stage=${1:?stage a or b}
+stage=${1:?stage: fwd, bwd, check or ort}
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD}
 OUT=${OUT:-/tmp/convbench-out}; mkdir -p "$OUT"
 RES=/tmp/convbench-results; mkdir -p "$RES"
@@ -16,31 +19,38 @@ git config --global --add safe.directory '*'
 rm -rf .git && git init -q -b main && git add -A &&
   git -c user.email=gpu@convbench -c user.name=gpu commit -qm "snapshot of ${CONVBENCH_REVISION:-the working tree}"
 t() { local s=$(date +%s); "$@"; local rc=$?; echo "[timing] $* : $(( $(date +%s) - s )) s (rc=$rc)"; return $rc; }
-pack() { tar czf "$OUT/results-$stage.tgz" -C "$RES" . 2>/dev/null; }
+newest() { ls -td "$RES/$CONVBENCH_MACHINE"/*/ | head -1; }
+# One tarball per stage: its run directory and asv's results (cuDNN API logs left out: tens of MB).
+pack() { tar czf "$OUT/$stage-run.tgz" --exclude=cudnn_logs -C "$RES" "${1#$RES/}" asv-results 2>/dev/null; }
+asv_copy() { mkdir -p "$RES/asv-results" && cp -r .asv/results/. "$RES/asv-results/"; }
 case $stage in
-a)
-  python3 -m harness.cli doctor
+fwd)
+  python3 -m harness.cli doctor > "$OUT/doctor.txt" 2>&1; head -30 "$OUT/doctor.txt"
+  t env CONVBENCH_TEST_BACKENDS=1 timeout 120 python3 -m pytest -q -s -rs tests/test_worker.py -k real_kernel_fault \
+    > "$OUT/kernel-fault.log" 2>&1; tail -15 "$OUT/kernel-fault.log"
   t python3 -m harness.cli bench --results "$RES" -b "CudnnForward|TorchForward" 2>&1 | tail -3
-  pack
-  run=$(ls -d "$RES/$CONVBENCH_MACHINE"/*/ | tail -1)
-  python3 scripts/run_breakdown.py "$run"
-  t python3 -m harness.cli repro "$run" 2>&1 | tail -5
-  pack
-  mkdir -p "$RES/asv-results" && cp -r .asv/results/. "$RES/asv-results/" && pack
-  t timeout 200 python3 scripts/bench_fidelity.py --json "$OUT/fidelity.json" > "$OUT/fidelity.log" 2>&1
-  tail -14 "$OUT/fidelity.log"
-  t timeout 120 python3 -m pytest -q -m gpu tests/test_gpu.py tests/test_ort_gpu.py -rs 2>&1 | tail -5
+  run=$(newest); asv_copy; pack "$run"
+  python3 scripts/run_breakdown.py "$run" | tee "$OUT/fwd-breakdown.txt"
   ;;
-b)
-  t timeout 160 python3 -m harness.cli autotune --cases default -k 5 --results "$RES" 2>&1 | tail -25
-  pack
-  t timeout 250 python3 -m harness.ort_grid --out "$RES" --parallel 8 2>&1 | tail -25
-  pack
-  t timeout 40 python3 -m pytest -q -m gpu tests/test_ort_gpu.py -rs 2>&1 | tail -4
-  t timeout 60 python3 scripts/bench_ort.py > "$OUT/bench_ort.log" 2>&1; tail -8 "$OUT/bench_ort.log"
-  t timeout 60 python3 -m harness.cli sweep --results "$RES" --directions bwd_data,bwd_filter \
-    --cases seed.c64,resnet50.layer4.1.conv2.n32 2>&1 | tail -3
-  pack
+bwd)
+  t env CONVBENCH_DIRECTIONS=bwd_data,bwd_filter timeout 575 python3 -m harness.cli bench --results "$RES" \
+    -b "Backward" 2>&1 | tail -3
+  run=$(newest); asv_copy; pack "$run"
+  python3 scripts/run_breakdown.py "$run" | tee "$OUT/bwd-breakdown.txt"
   ;;
+check)
+  run=$(newest)
+  t timeout 300 python3 -m harness.cli repro "$run" 2>&1 | tail -8
+  pack "$run"
+  t timeout 200 python3 -m pytest -q -m gpu tests/test_gpu.py -rs 2>&1 | tail -8
+  ;;
+ort)
+  t timeout 400 python3 -m harness.cli bench --cases seed.c8 --results "$RES" -b OrtModels 2>&1 | tail -3
+  run=$(newest); asv_copy; pack "$run"
+  python3 -m harness.ort_grid --summarize "$run" 2>/dev/null | tail -30
+  t timeout 100 python3 -m pytest -q -m gpu tests/test_ort_gpu.py -rs 2>&1 | tail -6
+  t timeout 80 python3 scripts/bench_ort.py --skip-grid > "$OUT/bench_ort.log" 2>&1; tail -10 "$OUT/bench_ort.log"
+  ;;
+*) echo "unknown stage $stage: fwd, bwd, check or ort" >&2; exit 2 ;;
 esac
 ls -la "$OUT"
