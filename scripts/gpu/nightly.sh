@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole GPU job for one lent machine, in stages that each fit one 10-minute call:
-#   fwd    a real kernel fault under the worker watchdog, then the default forward sweep through asv (timed)
+#   fwd    the default forward sweep through asv (timed), then a real kernel fault under the worker watchdog
 #   bwd    the default backward sweep (backward-data and backward-filter) through asv (timed)
 #   check  the backward run replayed in a fresh process (hashes compared), the GPU tests
 #   ort    the default onnxruntime grid through asv (timed), its GPU tests, latency vs onnxruntime's profiler
@@ -26,11 +26,11 @@ asv_copy() { mkdir -p "$RES/asv-results" && cp -r .asv/results/. "$RES/asv-resul
 case $stage in
 fwd)
   python3 -m harness.cli doctor > "$OUT/doctor.txt" 2>&1; head -30 "$OUT/doctor.txt"
-  t env CONVBENCH_TEST_BACKENDS=1 timeout 120 python3 -m pytest -q -s -rs tests/test_worker.py -k real_kernel_fault \
-    > "$OUT/kernel-fault.log" 2>&1; tail -15 "$OUT/kernel-fault.log"
   t python3 -m harness.cli bench --results "$RES" -b "CudnnForward|TorchForward" 2>&1 | tail -3
   run=$(newest); asv_copy; pack "$run"
   python3 scripts/run_breakdown.py "$run" | tee "$OUT/fwd-breakdown.txt"
+  t env CONVBENCH_TEST_BACKENDS=1 timeout 120 python3 -m pytest -q -s -rs tests/test_worker.py -k real_kernel_fault \
+    > "$OUT/kernel-fault.log" 2>&1; tail -15 "$OUT/kernel-fault.log"
   ;;
 bwd)
   t env CONVBENCH_DIRECTIONS=bwd_data,bwd_filter timeout 575 python3 -m harness.cli bench --results "$RES" \
