@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
+import time
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -136,6 +137,29 @@ class UnpackableRecord(ValueError):
     """A record value the store cannot keep (text where a number belongs); collect refuses the run."""
 
 
+
+def _statements(script: str) -> list[str]:
+    """Split an SQL script into statements (semicolons inside comments or strings do not split)."""
+    out, current = [], ""
+    for line in script.splitlines(keepends=True):
+        current += line
+        if sqlite3.complete_statement(current):
+            out.append(current.strip())
+            current = ""
+    return out
+
+
+def _when_unlocked(statement, wait_s: float = 60.0):
+    """Run ``statement`` (a callable), retrying while another connection holds the lock it needs."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return statement()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
 class StoreError(Exception):
     """The store file cannot be used (not a convbench store, or a newer store schema)."""
 
@@ -197,7 +221,9 @@ class Store:
             self.db = sqlite3.connect(self.path, isolation_level=None, timeout=60)
             self.db.execute("PRAGMA foreign_keys = ON")
             if self.path != ":memory:":
-                self.db.execute("PRAGMA journal_mode = WAL")
+                # Switching a new file to WAL can answer "locked" without waiting while another collect
+                # creates the same store (SQLite skips the busy handler there): wait for it here.
+                _when_unlocked(lambda: self.db.execute("PRAGMA journal_mode = WAL"))
             self.db.execute("PRAGMA synchronous = NORMAL")
             self.db.execute("PRAGMA wal_autocheckpoint = 16384")  # 64 MiB between checkpoints (fsyncs)
             self.db.execute("PRAGMA cache_size = -65536")
@@ -208,18 +234,33 @@ class Store:
         self._name_ids: dict[str, int] = {}
 
     def _init_schema(self) -> None:
+        """Check the schema; create it in one write transaction, so two collects creating one store agree."""
+        if self._check_schema():
+            return
+        _when_unlocked(lambda: self.db.execute("BEGIN IMMEDIATE"))
+        try:
+            if not self._check_schema():  # nobody created it while this connection waited
+                for statement in _statements(_DDL):  # not executescript: it would commit first
+                    self.db.execute(statement)
+                self.db.execute("INSERT INTO meta VALUES ('store_schema', ?)", (str(STORE_SCHEMA),))
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+
+    def _check_schema(self) -> bool:
+        """True for a store of this schema, False for an empty file; StoreError for anything else."""
         tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if tables and "meta" not in tables:
             raise StoreError(f"{self.path} is an SQLite file but not a convbench store")
-        if "meta" in tables:
-            row = self.db.execute("SELECT value FROM meta WHERE key='store_schema'").fetchone()
-            version = int(row[0]) if row else None
-            if version != STORE_SCHEMA:
-                raise StoreError(f"{self.path} has store schema {version}; this convbench reads {STORE_SCHEMA} "
-                                 "(collect the runs again into a new store)")
-            return
-        self.db.executescript(_DDL)
-        self.db.execute("INSERT OR REPLACE INTO meta VALUES ('store_schema', ?)", (str(STORE_SCHEMA),))
+        if "meta" not in tables:
+            return False
+        row = self.db.execute("SELECT value FROM meta WHERE key='store_schema'").fetchone()
+        version = int(row[0]) if row else None
+        if version != STORE_SCHEMA:
+            raise StoreError(f"{self.path} has store schema {version}; this convbench reads {STORE_SCHEMA} "
+                             "(collect the runs again into a new store)")
+        return True
 
     def close(self) -> None:
         if self.path != ":memory:":
