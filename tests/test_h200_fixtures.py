@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness import accuracy, cases
-from harness.backends.cudnn import NONDETERMINISTIC_MIN_REPEATS
-from harness.backends.cudnn_lib import ALGOS, DOCUMENTED_NONDETERMINISTIC, MATH
+from harness.backends.cudnn_lib import ALGOS, MATH
 from harness.explain import explain
 from harness.records import OK, Record
 
@@ -103,20 +102,6 @@ def test_autotuner_flips_between_numerically_different_algorithms():
     assert all(len(r.extra["trials"]) == 5 for r in find)
 
 
-def test_documented_nondeterministic_algorithms_are_shown_and_no_others():
-    recs = _load("h200-bwd-seed")[1] + _load("h200-bwd-resnet50")[1]
-    ok = [r for r in _measurements(recs, backend="cudnn") if r.status == OK]
-    unstable = [r for r in ok if not (r.determinism.repeat_equal and r.determinism.fresh_handle_equal)]
-    assert unstable
-    assert {(r.direction, r.algo) for r in unstable} <= DOCUMENTED_NONDETERMINISTIC
-    for r in ok:
-        documented = (r.direction, r.algo) in DOCUMENTED_NONDETERMINISTIC
-        assert bool(r.extra.get("documented_nondeterministic")) == documented
-        if documented:
-            assert r.determinism.repeats >= NONDETERMINISTIC_MIN_REPEATS
-    assert all("documented as non-deterministic" in r.explanation for r in unstable)
-
-
 def test_fresh_process_reproduces_every_forward_output(fwd):
     _, recs = fwd
     repro = [r for r in recs if r["kind"] == "repro"]
@@ -126,7 +111,7 @@ def test_fresh_process_reproduces_every_forward_output(fwd):
 
 
 def test_every_unexpected_record_carries_an_explanation(fwd):
-    recs = fwd[1] + _load("h200-bwd-seed")[1] + _load("h200-bwd-resnet50")[1]
+    recs = fwd[1] + _load("h200-bwd-default")[1]
     for r in _measurements(recs):
         unexpected = r.status != OK or (r.accuracy and r.accuracy.precision_class not in
                                         (accuracy.expected_class(r.dtype), "fp32"))
