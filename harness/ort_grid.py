@@ -85,7 +85,7 @@ def _setting(s: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m harness.ort_grid", description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, type=Path, help="results directory (a run directory is made inside)")
+    ap.add_argument("--out", type=Path, help="results directory (a run directory is made inside; required to measure)")
     ap.add_argument("--models", default=",".join(models.MODELS), help="comma-separated: resnet50, mobilenetv2")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--batch", type=int, default=1)
@@ -102,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.summarize:
         return summarize(args.summarize)
+    if args.out is None:
+        ap.error("--out is required (or --summarize RUN_DIR to read a run)")
     wanted = [m for m in args.models.split(",") if m]
     try:
         for m in wanted:
