@@ -29,7 +29,9 @@ def run_grid() -> dict:
     from harness.journal import Journal
 
     backend = OrtBackend()
-    cuda = backend.cuda_reason() is None and bool(fingerprint.gpus()[0])
+    # A GPU host asks for the CUDA EP even when this onnxruntime lacks it: those settings become skipped
+    # records that say why (e.g. the CPU-only onnxruntime wheel), not settings that silently never ran.
+    cuda = bool(fingerprint.gpus()[0])
     opts = ModelOptions(device="cuda" if cuda else "cpu")
     shared = sweep.shared_run()
     journal = Journal(shared) if shared else Journal.create(
@@ -41,6 +43,7 @@ def run_grid() -> dict:
             drift = (rec.extra.get("drift") or {}).get("image", {}).get("all", {})
             table[(model, _label(rec), rec.settings["io"])] = {
                 "status": rec.status,
+                "reason": rec.reason,
                 "latency_s": rec.time.median_ms / 1e3 if rec.time else None,
                 "session_create_s": (rec.extra.get("session_create_ms") or math.nan) / 1e3,
                 "first_inference_s": (rec.extra.get("first_inference_ms") or math.nan) / 1e3,
@@ -69,7 +72,8 @@ class OrtModels:
         # asv turns NotImplementedError into "n/a" only when setup raises it; from a track_ it is a failure.
         row = cache.get((model, setting, "iobinding"))
         if row is None or row["status"] != "ok":
-            raise NotImplementedError(row["status"] if row else "setting not run on this machine")
+            raise NotImplementedError(f"{row['status']}: {row['reason']}" if row else
+                                      "setting not run on this machine (no GPU)")
 
     def _v(self, cache, model, setting, field, io="iobinding"):
         row = cache.get((model, setting, io))

@@ -118,6 +118,9 @@ def doctor(args) -> int:
             import torch
 
             detail = " on CUDA" if torch.cuda.is_available() else " on the CPU only"
+        elif name == "ort" and not why:
+            cuda_why = backend.cuda_reason()
+            detail = " on CUDA and the CPU" if not cuda_why else f" on the CPU EP only: {cuda_why}"
         print(f"  backend {name:6s} {'can run' + detail if not why else 'cannot run: ' + why}")
         usable += why is None
     return 0 if usable else EXIT_ENVIRONMENT

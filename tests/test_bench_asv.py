@@ -48,3 +48,34 @@ def test_bench_runs_the_asv_suite_on_the_cpu(tmp_path):
         assert sorted(measured) == pytest.approx(medians)  # asv reports exactly what the records hold
     finally:
         shutil.rmtree(asv_dir, ignore_errors=True)
+
+
+def test_ort_class_on_a_gpu_host_without_the_cuda_ep_journals_why(tmp_path, monkeypatch):
+    """Seen on the H200: asv's environment did not see onnxruntime-gpu, and every CUDA setting went n/a
+    with no word in the journal. Now each becomes a skipped record naming the cause, and asv says it too."""
+    pytest.importorskip("onnxruntime")
+    from benchmarks import bench_ort
+    from harness import fingerprint
+    from harness.backends import ort
+    from harness.journal import JOURNAL_FILE, iter_journal
+
+    if ort.OrtBackend().cuda_reason() is None:
+        pytest.skip("this onnxruntime has the CUDA EP")
+    monkeypatch.setattr(fingerprint, "gpus", lambda: ([{"index": 0, "name": "a GPU seen by NVML"}], None))
+    monkeypatch.setattr(fingerprint, "take", lambda index=None: {"gpu": {"index": index}})
+
+    class CudaOnly(ort.ModelOptions):  # the CPU EP cross-check is not what this test is about
+        def __init__(self, **kw):
+            super().__init__(**kw, cpu_ep=False)
+
+    monkeypatch.setattr(ort, "ModelOptions", CudaOnly)
+    monkeypatch.setattr(bench_ort, "MODELS", ["resnet50"])
+    monkeypatch.setenv("CONVBENCH_RESULTS", str(tmp_path))
+    monkeypatch.delenv("CONVBENCH_RUN_DIR", raising=False)
+    table = bench_ort.run_grid()
+    assert len(table) == 12 * 2 and {row["status"] for row in table.values()} == {"skipped"}
+    (journal,) = tmp_path.rglob(JOURNAL_FILE)
+    recs = list(iter_journal(journal))
+    assert len(recs) == 24 and all("no CUDA EP" in r["reason"] for r in recs)
+    with pytest.raises(NotImplementedError, match="skipped: this onnxruntime .* has no CUDA EP"):
+        bench_ort.OrtModels().setup(table, "resnet50", bench_ort.SETTINGS[0])
