@@ -171,6 +171,19 @@ def sweep(args) -> int:
     return 0
 
 
+def asv_env(base: dict[str, str], **extra: str) -> dict[str, str]:
+    """The environment for `asv run`: ``base`` plus ``extra``, with PYTHONPATH carried as ASV_PYTHONPATH.
+
+    asv drops PYTHONPATH from its benchmark processes and keeps ASV_PYTHONPATH. Without this a host whose
+    onnxruntime-gpu (or torch) lives on PYTHONPATH benchmarks another install than the one doctor reports
+    (seen on the H200: every CUDA setting of onnxruntime went n/a).
+    """
+    env = dict(base, **extra)
+    if base.get("PYTHONPATH") and "ASV_PYTHONPATH" not in base:
+        env["ASV_PYTHONPATH"] = base["PYTHONPATH"]
+    return env
+
+
 def bench(args) -> int:
     """Run the asv suite with one shared run journal; asv keeps its results, the journal keeps everything."""
     import subprocess
@@ -205,8 +218,8 @@ def bench(args) -> int:
     options = SweepOptions(device="cuda" if gpu else "cpu")
     results = args.results.resolve()
     journal = sweep_mod.new_journal(results, options, cases, backends, libraries)
-    env = dict(os.environ, CONVBENCH_RUN_DIR=str(journal.path), CONVBENCH_CASES=",".join(c.id for c in cases),
-               CONVBENCH_RESULTS=str(results))
+    env = asv_env(os.environ, CONVBENCH_RUN_DIR=str(journal.path), CONVBENCH_CASES=",".join(c.id for c in cases),
+                  CONVBENCH_RESULTS=str(results))
     machine = journal.meta["machine"]
     log_path = journal.path / "asv.log"
     t0 = time.perf_counter()

@@ -79,3 +79,12 @@ def test_ort_class_on_a_gpu_host_without_the_cuda_ep_journals_why(tmp_path, monk
     assert len(recs) == 24 and all("no CUDA EP" in r["reason"] for r in recs)
     with pytest.raises(NotImplementedError, match="skipped: this onnxruntime .* has no CUDA EP"):
         bench_ort.OrtModels().setup(table, "resnet50", bench_ort.SETTINGS[0])
+
+
+def test_asv_keeps_the_pythonpath_that_convbench_runs_with():
+    from harness.cmd_measure import asv_env
+
+    env = asv_env({"PYTHONPATH": "/opt/ort-gpu:/x", "HOME": "/h"}, CONVBENCH_CASES="seed")
+    assert env["ASV_PYTHONPATH"] == "/opt/ort-gpu:/x" and env["CONVBENCH_CASES"] == "seed" and env["HOME"] == "/h"
+    assert asv_env({"PYTHONPATH": "/a", "ASV_PYTHONPATH": "/b"})["ASV_PYTHONPATH"] == "/b"  # the user's wins
+    assert "ASV_PYTHONPATH" not in asv_env({"HOME": "/h"})
