@@ -136,3 +136,14 @@ def fixture_records(kinds: tuple[str, ...] | None = None) -> list[tuple[dict[str
                 if kinds is None or d.get("kind") in kinds:
                     out.append((runs[parent], d))
     return out
+
+
+def newest_per_combination(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[tuple[dict[str, Any], dict]]:
+    """Of (run.json, record) pairs, the newest record of every combination per machine and image: what the
+    report's pages show as current (a later run of the same combination replaces an earlier one)."""
+    newest: dict[tuple, tuple[dict[str, Any], dict[str, Any]]] = {}
+    for run, d in sorted(pairs, key=lambda p: p[0]["started"]):
+        key = (run["machine"], run["image"], d["case"], d["backend"], d["direction"], d["algo"], d["math"],
+               d["dtype"], d["layout"], json.dumps(d["settings"], sort_keys=True))
+        newest[key] = (run, d)
+    return list(newest.values())
