@@ -26,6 +26,7 @@ from .errors import UserError
 from .explain import explain
 from .journal import JOURNAL_FILE, RUN_FILE, Journal, iter_journal
 from .records import OK
+from .slicetime import SliceClock
 
 
 def _cuda_device() -> tuple[bool, str | None]:
@@ -162,12 +163,15 @@ def run(cases: list[Case], backend_names: list[str], options: SweepOptions, resu
 
 def _in_process(journal: Journal, backend: Any, case: Case, combos: list, options: SweepOptions):
     """The slice in this process (no isolation): each record journaled before it is handed on."""
+    clock = SliceClock(backend.name, case.id)
     for rec in backend.run(case, combos, options):
+        clock.tick(rec)
         if rec.kind == "measurement":
             worker.classify(rec)
             rec.explanation = explain(rec)
         journal.append(rec)
         yield rec
+    clock.write(journal.path)
 
 
 def summarize(journal: Journal, cuda: bool, seconds: float) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from .cases import Case
 from .explain import explain
 from .journal import JOURNAL_FILE, Journal, _drop_torn_tail
 from .records import CRASHED, ERROR, OOM, TIMEOUT, Ranking, Record
+from .slicetime import SliceClock
 
 DEFAULT_TIMEOUT_S = 600.0  # no new record for this long: the watchdog ends the worker
 DEFAULT_RETRIES = 2
@@ -113,8 +114,10 @@ def _run_slice(msg: dict[str, Any]) -> tuple:
     journal = Journal(Path(msg["run_dir"]))
     backend = resolve_backend(msg["backend"])
     _limit_memory(msg.get("memory_limit"))
+    clock = SliceClock(msg["backend"], msg["case"].id)
     try:
         for rec in backend.run(msg["case"], msg["combos"], msg["options"]):
+            clock.tick(rec)
             broken = None
             if rec.kind == "measurement":
                 classify(rec)
@@ -137,6 +140,7 @@ def _run_slice(msg: dict[str, Any]) -> tuple:
         kind = OOM if any(w in f"{type(exc).__name__} {exc}" for w in _OOM_WORDS) else ERROR
         return ("failed", kind, _one_line(f"{type(exc).__name__}: {exc}"), True)
     _close(journal)
+    clock.write(journal.path)
     broken = _cuda_broken()
     if broken:  # the last record was fine, yet the context is not: do not hand it another slice
         return ("done", broken)

@@ -1,4 +1,5 @@
-"""Where a run's wall time went: measuring each record vs the rest (references, rankings, asv, start-up).
+"""Where a run's wall time went: measuring each record, and per slice rankings and operands/references (from
+slices.jsonl), against the run's total (the rest: asv, start-up).
 
     python3 scripts/run_breakdown.py RUN_DIR
 """
@@ -9,6 +10,9 @@ import collections
 import json
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness import slicetime  # noqa: E402
 
 
 def main(run_dir: str) -> int:
@@ -27,9 +31,21 @@ def main(run_dir: str) -> int:
         print(f"{kind:12s} {who or '-':10s} {n:7d} records")
     for backend, s in sorted(wall.items()):
         print(f"measuring {backend:10s} {s:8.1f} s")
+    slices = slicetime.read(run)
+    per: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for line in slices:
+        for k in ("seconds", "measure_s", "rankings_s", "other_s", "records"):
+            per[line["backend"]][k] += line[k]
+        per[line["backend"]]["slices"] += 1
+    for backend, c in sorted(per.items()):
+        print(f"slices   {backend:10s} {c['seconds']:8.1f} s in {c['slices']} slices: measuring {c['measure_s']:.1f} s, "
+              f"rankings {c['rankings_s']:.1f} s, operands/references/sessions {c['other_s']:.1f} s")
     if total is not None:
         rest = total - sum(wall.values())
         print(f"run total            {total:8.1f} s; everything else (references, rankings, asv, start-up) {rest:.1f} s")
+        if slices:
+            outside = total - sum(c["seconds"] for c in per.values())
+            print(f"outside the slices   {outside:8.1f} s (asv's processes, worker start-up, fingerprint, summaries)")
     return 0
 
 

@@ -74,3 +74,30 @@ def test_repro_in_a_fresh_process_matches(tmp_path):
     repro = list(recompute(journal.path))
     assert repro and all(r.kind == "repro" for r in repro)
     assert all(r.extra["fresh_process_equal"] is True for r in repro)
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_every_slice_says_where_its_time_went(tmp_path, isolate):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from harness import slicetime
+
+    journal = _run(tmp_path, isolate=isolate)
+    lines = slicetime.read(journal.path)
+    recs = [d for d in iter_journal(journal.path / JOURNAL_FILE) if d["kind"] == "measurement"]
+    assert sorted((x["backend"], x["case"]) for x in lines) == sorted({(r["backend"], r["case"]) for r in recs})
+    for x in lines:
+        mine = [r for r in recs if (r["backend"], r["case"]) == (x["backend"], x["case"])]
+        assert x["records"] == len(mine) and x["rankings_s"] == 0  # no cuDNN rankings without a GPU
+        walls = sum((r["extra"] or {}).get("wall_ms", 0) for r in mine) / 1e3
+        assert x["measure_s"] <= walls + 1e-3 and x["measure_s"] <= x["seconds"]
+        assert x["measure_s"] + x["rankings_s"] + x["other_s"] == pytest.approx(x["seconds"], abs=1e-3)
+        if x["backend"] == "torch":
+            assert x["measure_s"] > 0 and x["measure_s"] == pytest.approx(walls, rel=0.05, abs=1e-3)
+    end = json.loads((journal.path / "end.json").read_text())
+    assert sum(x["seconds"] for x in lines) <= end["seconds"] + 0.1
+    script = Path(__file__).resolve().parents[1] / "scripts" / "run_breakdown.py"
+    out = subprocess.run([sys.executable, str(script), str(journal.path)], capture_output=True, text=True, check=True)
+    assert "slices   torch" in out.stdout and "outside the slices" in out.stdout
