@@ -5,6 +5,7 @@ Layout (the unit that ``collect`` ingests, alone or tarred):
     <results>/<machine>/<run_id>/run.json       who/where/what: fingerprint, options, suite revision
     <results>/<machine>/<run_id>/records.jsonl  one record or ranking per line, appended and fsynced
     <results>/<machine>/<run_id>/end.json       written last: clocks after, counts; absent if interrupted
+    <results>/<machine>/<run_id>/slices.jsonl   where each slice's time went (harness/slicetime.py; not ingested)
 
 A run is identified by (machine, image, start time, suite revision) and its directory is created with
 O_EXCL semantics, so two runs never write into each other. Resuming reopens a run directory and skips
