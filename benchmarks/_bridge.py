@@ -24,9 +24,15 @@ from harness.fingerprint import gpus  # noqa: E402
 
 
 @functools.cache
+def on_gpu() -> bool:
+    """Whether NVML sees a GPU (no CUDA context is made); asked once per import, not once per class."""
+    return bool(gpus()[0])
+
+
+@functools.cache
 def _selected(wanted: str | None) -> tuple[str, ...]:
-    if not wanted:  # NVML creates no CUDA context; asked once per import, not once per class
-        wanted = "default" if gpus()[0] else "quick"
+    if not wanted:
+        wanted = "default" if on_gpu() else "quick"
     return tuple(c.id for c in catalogue.select(wanted))
 
 

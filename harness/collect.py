@@ -523,6 +523,8 @@ def parse_asv(f: AsvFile) -> ParsedRun:
                 pdict = {k: (v.strip("'\"") if isinstance(v, str) else v)
                          for k, v in zip(param_names, combo, strict=False)}
                 fields = {k: str(pdict.pop(k)) for k in _RECORD_FIELDS if k in pdict}
+                if "dtype" not in fields and "precision" in pdict:  # PyTorch's classes: "fp32/tf32", "fp16", ...
+                    fields["dtype"] = str(pdict["precision"]).partition("/")[0]
                 settings = {"asv_benchmark": name, **pdict}
                 backend = fields.get("backend") or (module[6:] if module.startswith("bench_") else module)
                 vals = (fields.get("case", name), backend, fields.get("direction", direction or "-"),

@@ -40,8 +40,8 @@ def test_bench_runs_the_asv_suite_on_the_cpu(tmp_path):
         track = data["results"]["bench_torch.TorchForward.track_time"]
         values = track[names.index("result")]
         measured = [v for v in values if v is not None and v == v]  # asv stores n/a as NaN
-        # Only the "cpu" setting column runs on a CPU: one value per case x dtype x layout.
-        assert len(measured) == 2 * 3 * 2 and all(0 < v < 1 for v in measured)
+        # On a CPU the grid is one setting per case x dtype x layout, and no parameter set is n/a.
+        assert len(measured) == len(values) == 2 * 3 * 2 and all(0 < v < 1 for v in measured)
         journal = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
         medians = sorted(r["time"]["median_ms"] / 1e3 for r in journal
                          if r["backend"] == "torch" and r["status"] == "ok")
@@ -88,3 +88,28 @@ def test_asv_keeps_the_pythonpath_that_convbench_runs_with():
     assert env["ASV_PYTHONPATH"] == "/opt/ort-gpu:/x" and env["CONVBENCH_CASES"] == "seed" and env["HOME"] == "/h"
     assert asv_env({"PYTHONPATH": "/a", "ASV_PYTHONPATH": "/b"})["ASV_PYTHONPATH"] == "/b"  # the user's wins
     assert "ASV_PYTHONPATH" not in asv_env({"HOME": "/h"})
+
+
+def test_torch_asv_parameters_match_the_h200_records_one_to_one():
+    """Every asv parameter set of the PyTorch classes names a record of the real H200 runs and every record
+    has one: no parameter set is n/a by construction (each costs asv about 10 ms)."""
+    import itertools
+    import tarfile
+
+    from benchmarks import _bridge, bench_torch
+
+    for fixture, directions in (("h200-fwd-asv", ("fwd",)), ("h200-bwd-default", ("bwd_data", "bwd_filter"))):
+        with tarfile.open(ROOT / "tests" / "fixtures" / "runs" / f"{fixture}.tar.gz") as tar:
+            member = next(m for m in tar.getmembers() if m.name.endswith("records.jsonl"))
+            recs = [json.loads(line) for line in tar.extractfile(member)]
+        for direction in directions:
+            torch = [r for r in recs if r["kind"] == "measurement" and r["backend"] == "torch"
+                     and r["direction"] == direction]
+            have = {_bridge.param_key(r) for r in torch}
+            cases = sorted({r["case"] for r in torch})
+            precisions, settings = bench_torch.GPU_GRID
+            want = {bench_torch._key(c, p, lay, s)
+                    for c, p, lay, s in itertools.product(cases, precisions, ("NCHW", "NHWC"), settings)}
+            complete = {k for k in have if sum(1 for x in have if x[0] == k[0]) == 32}  # cases the run finished
+            assert {k for k in want if any(c[0] == k[0] for c in complete)} == complete, (fixture, direction)
+            assert have <= want

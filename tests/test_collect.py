@@ -213,3 +213,25 @@ def test_real_asv_results_agree_with_the_journal_of_the_same_run(tmp_path):
         assert r["median_ms"] == pytest.approx(j["median_ms"], rel=1e-9)
         assert r["rel_l2"] == pytest.approx(j["rel_l2"], rel=1e-9)
         assert r["repeat_equal"] == j["repeat_equal"]
+
+
+def test_asv_precision_parameter_gives_the_dtype(tmp_path):
+    """PyTorch's asv classes name the operand precision ("fp32/tf32", "fp32/ieee", "fp16"...): the stored dtype is
+    its format, and the precision stays in the settings."""
+    res = _asv_tree(tmp_path)
+    name = "bench_torch.TorchForward.track_time"
+    bench = json.loads((res / "benchmarks.json").read_text())
+    bench[name] = {"param_names": ["case", "precision", "layout", "setting"], "unit": "seconds", "type": "track"}
+    (res / "benchmarks.json").write_text(json.dumps(bench))
+    path = next((res / "gpu-box").glob("0123*.json"))
+    data = json.loads(path.read_text())
+    data["results"][name] = [[0.001, 0.002, 0.003], [["'seed.c8'"], ["'fp32/tf32'", "'fp32/ieee'", "'fp16'"],
+                                                     ["'NCHW'"], ["'benchmark=False,deterministic=False'"]], "v1"]
+    path.write_text(json.dumps(data))
+    assert collect(tmp_path / "s.sqlite", [res]).added == 1
+    with Store(tmp_path / "s.sqlite") as st:
+        (run,) = st.runs()
+        got = sorted((r["dtype"], r["settings"]["precision"], r["median_ms"]) for r in st.records(run["id"])
+                     if r["case_id"] == "seed.c8")
+    assert got == [("fp16", "fp16", pytest.approx(3.0)), ("fp32", "fp32/ieee", pytest.approx(2.0)),
+                   ("fp32", "fp32/tf32", pytest.approx(1.0))]
