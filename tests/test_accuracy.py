@@ -111,3 +111,25 @@ def test_backward_references_match_autograd(direction):
     want = x.grad if direction == "bwd_data" else w.grad
     assert torch.allclose(ref, want, rtol=1e-12, atol=1e-12)
     assert (scale >= ref.abs() - 1e-12).all()
+
+
+def test_a_sweep_leaves_the_shared_operands_as_drawn(tmp_path):
+    """host_inputs shares one draw between the six dtype x layout sessions of a case: nothing may write into it."""
+    import dataclasses
+
+    from harness import cases, sweep
+    from harness.backends import SweepOptions
+    from harness.measure import TimingPolicy
+
+    case = cases.get("quick.seed")
+    opts = SweepOptions(device="cpu", timing=TimingPolicy(budget_ms=1.0, min_samples=3, max_samples=5),
+                        directions=("fwd", "bwd_data", "bwd_filter"))
+    for direction in opts.directions:
+        sweep.run([case], ["torch"], dataclasses.replace(opts, directions=(direction,)), tmp_path,
+                  log=lambda m: None, isolate=False)
+        shared = accuracy.host_inputs(case, direction)
+        assert shared["x"] is accuracy.host_inputs(case, direction)["x"]  # the draw is shared, not repeated
+        fresh = dict(accuracy._drawn.__wrapped__(case, direction))
+        assert shared.keys() == fresh.keys()
+        for k in fresh:
+            assert torch.equal(torch.from_numpy(shared[k]), torch.from_numpy(fresh[k])), (direction, k)
