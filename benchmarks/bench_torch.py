@@ -1,6 +1,6 @@
 """PyTorch's F.conv2d under its conv settings grid (TF32, cudnn.benchmark, cudnn.deterministic).
 
-As for cuDNN: per direction, the time of every combination, and per (case, dtype, setting) the worst
+As for cuDNN: per direction, the time of every combination, and per (case, precision, setting) the worst
 error and the unstable combinations, both from one sweep (one shared setup_cache).
 """
 

@@ -137,7 +137,6 @@ class UnpackableRecord(ValueError):
     """A record value the store cannot keep (text where a number belongs); collect refuses the run."""
 
 
-
 def _statements(script: str) -> list[str]:
     """Split an SQL script into statements (semicolons inside comments or strings do not split)."""
     out, current = [], ""
@@ -156,9 +155,11 @@ def _when_unlocked(statement, wait_s: float = 60.0):
         try:
             return statement()
         except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
+            lock_error = "locked" in str(exc) or "busy" in str(exc)
+            if not lock_error or time.monotonic() > deadline:
                 raise
             time.sleep(0.02)
+
 
 class StoreError(Exception):
     """The store file cannot be used (not a convbench store, or a newer store schema)."""
