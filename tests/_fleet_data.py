@@ -27,6 +27,26 @@ def fixture_tarballs() -> list[Path]:
     return sorted(FIXTURES.glob("*.tar.gz")) if FIXTURES.is_dir() else []
 
 
+def run_tarball(name: str) -> tuple[dict[str, Any], dict[str, Any] | None, list[dict[str, Any]]]:
+    """(run.json, end.json or None, record lines) of the one run in tests/fixtures/runs/<name>.tar.gz."""
+    meta = end = None
+    recs: list[dict[str, Any]] = []
+    with tarfile.open(FIXTURES / f"{name}.tar.gz") as tar:
+        for m in tar.getmembers():
+            if m.name.endswith("run.json"):
+                meta = json.load(tar.extractfile(m))
+            elif m.name.endswith("end.json"):
+                end = json.load(tar.extractfile(m))
+            elif m.name.endswith("records.jsonl"):
+                recs = [json.loads(line) for line in tar.extractfile(m)]
+    return meta, end, recs
+
+
+def records_of(recs: list[dict[str, Any]], kind: str = "measurement", **match: Any) -> list[Record]:
+    """The records of ``kind`` whose fields equal ``match``, as Record objects."""
+    return [Record.from_dict(r) for r in recs if r["kind"] == kind and all(r[k] == v for k, v in match.items())]
+
+
 def sweep_cpu_runs(results: Path, n: int = 2, dtypes: str = "fp32,bf16") -> list[Path]:
     """Real CPU runs of the quick cases (torch backend) into ``results``; about a second each."""
     for _ in range(n):

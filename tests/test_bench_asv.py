@@ -94,14 +94,13 @@ def test_torch_asv_parameters_match_the_h200_records_one_to_one():
     """Every asv parameter set of the PyTorch classes names a record of the real H200 runs and every record
     has one: no parameter set is n/a by construction (each costs asv about 10 ms)."""
     import itertools
-    import tarfile
+
+    from _fleet_data import run_tarball
 
     from benchmarks import _bridge, bench_torch
 
     for fixture, directions in (("h200-fwd-asv", ("fwd",)), ("h200-bwd-default", ("bwd_data", "bwd_filter"))):
-        with tarfile.open(ROOT / "tests" / "fixtures" / "runs" / f"{fixture}.tar.gz") as tar:
-            member = next(m for m in tar.getmembers() if m.name.endswith("records.jsonl"))
-            recs = [json.loads(line) for line in tar.extractfile(member)]
+        _, _, recs = run_tarball(fixture)
         for direction in directions:
             torch = [r for r in recs if r["kind"] == "measurement" and r["backend"] == "torch"
                      and r["direction"] == direction]

@@ -9,52 +9,30 @@ records or the catalogue.
 from __future__ import annotations
 
 import collections
-import json
-import tarfile
-from pathlib import Path
 
 import pytest
+from _fleet_data import records_of, run_tarball
 
 from harness import cases
 from harness.backends.cudnn import NONDETERMINISTIC_MIN_REPEATS, NONDETERMINISTIC_REPEATS
 from harness.backends.cudnn_lib import ALGOS, DOCUMENTED_NONDETERMINISTIC, MATH
 from harness.explain import explain
-from harness.records import OK, Record
+from harness.records import OK
 
-RUNS = Path(__file__).parent / "fixtures" / "runs"
 CUDA = "CUDAExecutionProvider"
 CONV_NODES = {"model.resnet50": 53, "model.mobilenetv2": 52}  # torchvision's Conv layers (test_models checks)
 
-
-def _load(name: str) -> tuple[dict, dict | None, list[dict]]:
-    meta = end = None
-    recs: list[dict] = []
-    with tarfile.open(RUNS / f"{name}.tar.gz") as tar:
-        for m in tar.getmembers():
-            if m.name.endswith("run.json"):
-                meta = json.load(tar.extractfile(m))
-            elif m.name.endswith("end.json"):
-                end = json.load(tar.extractfile(m))
-            elif m.name.endswith("records.jsonl"):
-                recs = [json.loads(line) for line in tar.extractfile(m)]
-    return meta, end, recs
-
-
 @pytest.fixture(scope="module")
 def bwd():
-    return _load("h200-bwd-default")
-
-
-def _records(recs, kind="measurement", **match):
-    return [Record.from_dict(r) for r in recs if r["kind"] == kind and all(r[k] == v for k, v in match.items())]
+    return run_tarball("h200-bwd-default")
 
 
 def test_forward_asv_run_is_complete_and_every_combination_a_record():
-    meta, end, recs = _load("h200-fwd-asv")
+    meta, end, recs = run_tarball("h200-fwd-asv")
     assert meta["fingerprint"]["gpu"]["name"] == "NVIDIA H200" and meta["suite_revision"] == "d5f972a"
     assert end["asv_returncode"] == 0
     assert end["ok"] == sum(1 for r in recs if r["kind"] == "measurement" and r["status"] == OK)
-    cudnn = _records(recs, backend="cudnn")
+    cudnn = records_of(recs, backend="cudnn")
     want = {(c.id, a, m, d, lay) for c in cases.select("default") for a in ALGOS["fwd"] for m in MATH
             for d in ("fp32", "fp16", "bf16") for lay in ("NCHW", "NHWC")}
     assert {(r.case, r.algo, r.math, r.dtype, r.layout) for r in cudnn} == want
@@ -63,7 +41,7 @@ def test_forward_asv_run_is_complete_and_every_combination_a_record():
 
 def test_backward_every_cudnn_combination_of_the_default_set_is_a_record(bwd):
     _, _, recs = bwd
-    cudnn = _records(recs, backend="cudnn")
+    cudnn = records_of(recs, backend="cudnn")
     want = {(c.id, dr, a, m, d, lay) for c in cases.select("default") for dr in ("bwd_data", "bwd_filter")
             for a in ALGOS[dr] for m in MATH for d in ("fp32", "fp16", "bf16") for lay in ("NCHW", "NHWC")}
     assert {(r.case, r.direction, r.algo, r.math, r.dtype, r.layout) for r in cudnn} == want
@@ -75,7 +53,7 @@ def test_backward_every_cudnn_combination_of_the_default_set_is_a_record(bwd):
 
 def test_documented_nondeterministic_algorithms_are_shown_and_no_others(bwd):
     _, _, recs = bwd
-    ok = [r for r in _records(recs, backend="cudnn") if r.status == OK]
+    ok = [r for r in records_of(recs, backend="cudnn") if r.status == OK]
     unstable = [r for r in ok if not (r.determinism.repeat_equal and r.determinism.fresh_handle_equal)]
     assert unstable and {(r.direction, r.algo) for r in unstable} <= DOCUMENTED_NONDETERMINISTIC
     for r in ok:
@@ -92,8 +70,8 @@ def test_documented_nondeterministic_algorithms_are_shown_and_no_others(bwd):
 
 def test_a_fresh_process_differs_only_where_the_sweep_already_saw_nondeterminism(bwd):
     _, _, recs = bwd
-    sweep = {r.key(): r for r in _records(recs, backend="cudnn") if r.status == OK}
-    repro = _records(recs, kind="repro")
+    sweep = {r.key(): r for r in records_of(recs, backend="cudnn") if r.status == OK}
+    repro = records_of(recs, kind="repro")
     assert len(repro) > len(sweep) / 2
     outcome = collections.Counter()
     for r in repro:
@@ -110,7 +88,7 @@ def test_a_fresh_process_differs_only_where_the_sweep_already_saw_nondeterminism
 
 def test_torch_backward_is_reproducible_whenever_deterministic_is_set(bwd):
     _, _, recs = bwd
-    torch = [r for r in _records(recs, backend="torch") if r.status == OK]
+    torch = [r for r in records_of(recs, backend="torch") if r.status == OK]
     assert {r.direction for r in torch} == {"bwd_data", "bwd_filter"}
     unstable = [r for r in torch if not (r.determinism.repeat_equal and r.determinism.fresh_handle_equal is not False)]
     assert unstable and all(r.settings["deterministic"] is False for r in unstable)
@@ -119,13 +97,13 @@ def test_torch_backward_is_reproducible_whenever_deterministic_is_set(bwd):
 
 @pytest.fixture(scope="module")
 def ort():
-    return _load("h200-ort-asv")
+    return run_tarball("h200-ort-asv")
 
 
 def test_ort_grid_through_asv_is_complete(ort):
     meta, end, recs = ort
     assert meta["fingerprint"]["software"]["onnxruntime"] == "1.31.1" and end["asv_returncode"] == 0
-    records = _records(recs, backend="ort")
+    records = records_of(recs, backend="ort")
     keys = {(r.case, r.settings["provider"], r.settings.get("cudnn_conv_algo_search"), r.settings.get("use_tf32"),
              r.settings.get("cudnn_conv_use_max_workspace"), r.settings["io"]) for r in records}
     want = {(m, CUDA, s, t, w, io) for m in CONV_NODES for s in ("EXHAUSTIVE", "HEURISTIC", "DEFAULT")
@@ -137,7 +115,7 @@ def test_ort_grid_through_asv_is_complete(ort):
 
 def test_ort_every_conv_node_is_mapped_to_the_engine_it_ran(ort):
     _, _, recs = ort
-    for r in _records(recs, backend="ort"):
+    for r in records_of(recs, backend="ort"):
         if r.settings["provider"] != CUDA:
             continue
         nodes = r.extra["node_algos"]
@@ -151,7 +129,7 @@ def test_ort_every_conv_node_is_mapped_to_the_engine_it_ran(ort):
 def test_ort_no_setting_drifts_and_tf32_is_what_changes_the_bits(ort):
     _, _, recs = ort
     hashes = collections.defaultdict(set)
-    for r in _records(recs, backend="ort"):
+    for r in records_of(recs, backend="ort"):
         for d in r.extra["drift"].values():
             assert (d["in_process"]["distinct"], d["fresh_process"]["distinct"], d["all"]["distinct"]) == (1, 1, 1)
         if r.settings["provider"] == CUDA:

@@ -5,39 +5,24 @@ expectation is derived from the records or from the catalogue, none is typed in 
 """
 
 import collections
-import json
-import tarfile
-from pathlib import Path
 
 import pytest
+from _fleet_data import records_of, run_tarball
 
 from harness import accuracy, cases
 from harness.backends.cudnn_lib import ALGOS, MATH
 from harness.explain import explain
-from harness.records import OK, Record
-
-RUNS = Path(__file__).parent / "fixtures" / "runs"
+from harness.records import OK
 
 
 def _load(name: str) -> tuple[dict, list[dict]]:
-    with tarfile.open(RUNS / f"{name}.tar.gz") as tar:
-        meta, recs = None, []
-        for m in tar.getmembers():
-            if m.name.endswith("run.json"):
-                meta = json.load(tar.extractfile(m))
-            elif m.name.endswith("records.jsonl"):
-                recs = [json.loads(line) for line in tar.extractfile(m)]
+    meta, _, recs = run_tarball(name)
     return meta, recs
 
 
 @pytest.fixture(scope="module")
 def fwd():
     return _load("h200-fwd-default")
-
-
-def _measurements(recs, **match):
-    return [Record.from_dict(r) for r in recs if r["kind"] == "measurement"
-            and all(r[k] == v for k, v in match.items())]
 
 
 def test_fingerprint_is_the_h200_and_the_loaded_cudnn(fwd):
@@ -51,7 +36,7 @@ def test_fingerprint_is_the_h200_and_the_loaded_cudnn(fwd):
 
 def test_every_forward_combination_of_the_default_set_is_a_record(fwd):
     _, recs = fwd
-    cudnn = _measurements(recs, backend="cudnn")
+    cudnn = records_of(recs, backend="cudnn")
     want = {(c.id, a, m, d, lay) for c in cases.select("default") for a in ALGOS["fwd"] for m in MATH
             for d in ("fp32", "fp16", "bf16") for lay in ("NCHW", "NHWC")}
     assert {(r.case, r.algo, r.math, r.dtype, r.layout) for r in cudnn} == want
@@ -65,7 +50,7 @@ def test_every_forward_combination_of_the_default_set_is_a_record(fwd):
 
 def test_seed_report_1_tf32_explains_the_difference(fwd):
     _, recs = fwd
-    seed = _measurements(recs, case="seed.c64", dtype="fp32", layout="NCHW")
+    seed = records_of(recs, case="seed.c64", dtype="fp32", layout="NCHW")
     torch_default = [r for r in seed if r.backend == "torch" and r.settings.get("tf32") is True]
     fma = [r for r in seed if r.backend == "cudnn" and r.math == "FMA" and r.status == OK]
     assert torch_default and fma
@@ -89,7 +74,7 @@ def test_crosscheck_record_answers_seed_report_1_directly():
 
 def test_autotuner_flips_between_numerically_different_algorithms():
     _, recs = _load("h200-autotune")
-    tuned = [Record.from_dict(r) for r in recs if r["kind"] == "autotune"]
+    tuned = records_of(recs, kind="autotune")
     find = [r for r in tuned if r.settings.get("search") == "cudnnFind"]
     assert len(find) == len(cases.select("default")) * 2  # DEFAULT and FMA math, NCHW
     flips = [r for r in find if len(r.extra["winners"]) > 1 and r.determinism.distinct_outputs > 1]
@@ -112,7 +97,7 @@ def test_fresh_process_reproduces_every_forward_output(fwd):
 
 def test_every_unexpected_record_carries_an_explanation(fwd):
     recs = fwd[1] + _load("h200-bwd-default")[1]
-    for r in _measurements(recs):
+    for r in records_of(recs):
         unexpected = r.status != OK or (r.accuracy and r.accuracy.precision_class not in
                                         (accuracy.expected_class(r.dtype), "fp32"))
         if unexpected:
@@ -122,7 +107,7 @@ def test_every_unexpected_record_carries_an_explanation(fwd):
 
 def test_precision_classes_separate_on_real_data(fwd):
     _, recs = fwd
-    fp32 = [r for r in _measurements(recs, dtype="fp32") if r.status == OK]
+    fp32 = [r for r in records_of(recs, dtype="fp32") if r.status == OK]
     by_class = collections.defaultdict(list)
     for r in fp32:
         by_class[r.accuracy.precision_class].append(r.accuracy.rel_l2)
