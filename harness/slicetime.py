@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .journal import iter_journal
+
 SLICES_FILE = "slices.jsonl"
 
 
@@ -52,14 +54,5 @@ class SliceClock:
 
 
 def read(run_dir: Path) -> list[dict[str, Any]]:
-    """The slice lines of a run (none for runs made before this file existed); a torn last line is skipped."""
-    path = Path(run_dir) / SLICES_FILE
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
+    """The slice lines of a run (none for runs made before this file existed); a torn last line is left out."""
+    return list(iter_journal(Path(run_dir) / SLICES_FILE))

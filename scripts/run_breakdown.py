@@ -13,6 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import slicetime  # noqa: E402
+from harness.journal import JOURNAL_FILE, iter_journal  # noqa: E402
 
 
 def main(run_dir: str) -> int:
@@ -20,8 +21,7 @@ def main(run_dir: str) -> int:
     end = json.loads((run / "end.json").read_text()) if (run / "end.json").exists() else {}
     wall = collections.Counter()
     count = collections.Counter()
-    for line in (run / "records.jsonl").read_text().splitlines():
-        rec = json.loads(line)
+    for rec in iter_journal(run / JOURNAL_FILE):  # an interrupted run's torn last line is left out
         count[(rec.get("kind"), rec.get("backend", rec.get("source")))] += 1
         ms = (rec.get("extra") or {}).get("wall_ms")
         if ms is not None:
