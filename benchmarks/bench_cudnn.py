@@ -8,7 +8,7 @@ the default job; the backward ones run when CONVBENCH_DIRECTIONS names them.
 
 import os
 
-from ._bridge import case_ids, check, run_sweep, summary, value
+from ._bridge import BITWISE_STABLE, REL_L2, TIME_S, case_ids, check, run_sweep, summary, value
 
 ALGOS = {
     "fwd": ("IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING", "WINOGRAD",
@@ -29,7 +29,7 @@ class _Time:
         check(cache, (case, algo, math, dtype, layout, "-"))
 
     def track_time(self, cache, case, algo, math, dtype, layout):
-        return value(cache, (case, algo, math, dtype, layout, "-"), "time_s")
+        return value(cache, (case, algo, math, dtype, layout, "-"), TIME_S)
 
     track_time.unit = "seconds"
 
@@ -43,15 +43,15 @@ class _Numerics:
         return lambda key: key[0] == case and key[2] == math and key[3] == dtype
 
     def setup(self, cache, case, math, dtype):
-        summary(cache, self._group(case, math, dtype), "rel_l2", max)
+        summary(cache, self._group(case, math, dtype), REL_L2, max)
 
     def track_worst_rel_l2_error(self, cache, case, math, dtype):
-        return summary(cache, self._group(case, math, dtype), "rel_l2", max)
+        return summary(cache, self._group(case, math, dtype), REL_L2, max)
 
     track_worst_rel_l2_error.unit = "relative L2 error vs float64 (worst algo/layout)"
 
     def track_unstable_combinations(self, cache, case, math, dtype):
-        return summary(cache, self._group(case, math, dtype), "bitwise_stable", lambda v: len(v) - sum(v))
+        return summary(cache, self._group(case, math, dtype), BITWISE_STABLE, lambda v: len(v) - sum(v))
 
     track_unstable_combinations.unit = "combinations not bitwise reproducible"
 

@@ -6,7 +6,7 @@ error and the unstable combinations, both from one sweep (one shared setup_cache
 
 import os
 
-from ._bridge import case_ids, check, on_gpu, run_sweep, summary, value
+from ._bridge import BITWISE_STABLE, REL_L2, TIME_S, case_ids, check, on_gpu, run_sweep, summary, value
 
 DIRECTIONS = os.environ.get("CONVBENCH_DIRECTIONS", "fwd").split(",")
 # asv's parameters are a product, PyTorch's grid is not: TF32 applies to fp32 only. So the operand precision
@@ -38,7 +38,7 @@ class _Time:
         check(cache, _key(case, precision, layout, setting))
 
     def track_time(self, cache, case, precision, layout, setting):
-        return value(cache, _key(case, precision, layout, setting), "time_s")
+        return value(cache, _key(case, precision, layout, setting), TIME_S)
 
     track_time.unit = "seconds"
 
@@ -54,15 +54,15 @@ class _Numerics:
         return lambda key: key in keys
 
     def setup(self, cache, case, precision, setting):
-        summary(cache, self._group(case, precision, setting), "rel_l2", max)
+        summary(cache, self._group(case, precision, setting), REL_L2, max)
 
     def track_worst_rel_l2_error(self, cache, case, precision, setting):
-        return summary(cache, self._group(case, precision, setting), "rel_l2", max)
+        return summary(cache, self._group(case, precision, setting), REL_L2, max)
 
     track_worst_rel_l2_error.unit = "relative L2 error vs float64 (worst layout)"
 
     def track_unstable_combinations(self, cache, case, precision, setting):
-        return summary(cache, self._group(case, precision, setting), "bitwise_stable", lambda v: len(v) - sum(v))
+        return summary(cache, self._group(case, precision, setting), BITWISE_STABLE, lambda v: len(v) - sum(v))
 
     track_unstable_combinations.unit = "combinations not bitwise reproducible"
 
