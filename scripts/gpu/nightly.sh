@@ -4,11 +4,13 @@
 #   bwd    the default backward sweep (backward-data and backward-filter) through asv (timed)
 #   check  the backward run replayed in a fresh process (hashes compared), the GPU tests
 #   ort    the default onnxruntime grid through asv (timed), its GPU tests, latency vs onnxruntime's profiler
+#   probe  diagnosis, not the nightly job: a profiled in-process backward sweep of four heavy cases, and the timer
+#          policies beside do_bench on the calls that missed the fidelity targets (scripts/timing_probe.py)
 # Usage (repo root, asv and onnxruntime on PYTHONPATH): OUT=dir bash scripts/gpu/nightly.sh STAGE
 # Everything lands under $OUT as it is made, so a stage cut short still returns what it measured;
 # results stay under /tmp/convbench-results while the machine is warm, so `check` finds `bwd`'s run.
 set -uo pipefail
-stage=${1:?stage: fwd, bwd, check or ort}
+stage=${1:?stage: fwd, bwd, check, ort or probe}
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD}
 OUT=${OUT:-/tmp/convbench-out}; mkdir -p "$OUT"
 RES=/tmp/convbench-results; mkdir -p "$RES"
@@ -51,6 +53,17 @@ ort)
   t timeout 100 python3 -m pytest -q -m gpu tests/test_ort_gpu.py -rs 2>&1 | tail -6
   t timeout 80 python3 scripts/bench_ort.py --skip-grid > "$OUT/bench_ort.log" 2>&1; tail -10 "$OUT/bench_ort.log"
   ;;
-*) echo "unknown stage $stage: fwd, bwd, check or ort" >&2; exit 2 ;;
+probe)
+  t timeout 300 python3 -m cProfile -o "$OUT/bwd-sweep.prof" -m harness.cli sweep --no-isolate --results "$RES" \
+    --cases seed.c64,resnet50.conv1.n32,resnet50.layer1.1.conv1.n32,resnet50.layer3.1.conv2.n32 \
+    --directions bwd_data,bwd_filter 2>&1 | tail -2
+  run=$(newest); pack "$run"
+  python3 scripts/run_breakdown.py "$run" | tee "$OUT/probe-breakdown.txt"
+  python3 -c "import pstats,sys; p=pstats.Stats(sys.argv[1]); p.sort_stats('tottime').print_stats(30); \
+    p.sort_stats('cumulative').print_stats(45)" "$OUT/bwd-sweep.prof" > "$OUT/bwd-sweep-profile.txt"
+  grep -A32 "Ordered by: internal" "$OUT/bwd-sweep-profile.txt" | cut -c1-150
+  t timeout 240 python3 scripts/timing_probe.py --json "$OUT/timing-probe.json" 2>&1 | tee "$OUT/timing-probe.log"
+  ;;
+*) echo "unknown stage $stage: fwd, bwd, check, ort or probe" >&2; exit 2 ;;
 esac
 ls -la "$OUT"
