@@ -8,7 +8,7 @@ the default job; the backward ones run when CONVBENCH_DIRECTIONS names them.
 
 import os
 
-from ._bridge import BITWISE_STABLE, REL_L2, TIME_S, case_ids, check, run_sweep, summary, value
+from ._bridge import BITWISE_STABLE, REL_L2, TIME_S, case_ids, check, run_sweep, settle, summary, value
 
 ALGOS = {
     "fwd": ("IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING", "WINOGRAD",
@@ -113,3 +113,5 @@ if "bwd_filter" in DIRECTIONS:
 
         params = [case_ids(), MATHS, DTYPES]
         setup_cache = _bwd_filter
+
+settle()

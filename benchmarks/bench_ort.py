@@ -9,7 +9,7 @@ Models: CONVBENCH_ORT_MODELS (default resnet50,mobilenetv2).
 import math
 import os
 
-from ._bridge import results_root
+from ._bridge import results_root, settle
 
 MODELS = [m for m in os.environ.get("CONVBENCH_ORT_MODELS", "resnet50,mobilenetv2").split(",") if m]
 SETTINGS = [f"{s},tf32={t},ws={w}" for s in ("EXHAUSTIVE", "HEURISTIC", "DEFAULT") for t in (0, 1) for w in (0, 1)]
@@ -114,3 +114,5 @@ class OrtModels:
         return self._v(cache, model, setting, "max_spread")
 
     track_max_spread.unit = "max elementwise spread across runs"
+
+settle()

@@ -6,7 +6,18 @@ error and the unstable combinations, both from one sweep (one shared setup_cache
 
 import os
 
-from ._bridge import BITWISE_STABLE, REL_L2, TIME_S, case_ids, check, on_gpu, run_sweep, summary, value
+from ._bridge import (
+    BITWISE_STABLE,
+    REL_L2,
+    TIME_S,
+    case_ids,
+    check,
+    on_gpu,
+    run_sweep,
+    settle,
+    summary,
+    value,
+)
 
 DIRECTIONS = os.environ.get("CONVBENCH_DIRECTIONS", "fwd").split(",")
 # asv's parameters are a product, PyTorch's grid is not: TF32 applies to fp32 only. So the operand precision
@@ -114,3 +125,5 @@ if "bwd_filter" in DIRECTIONS:
         """Backward-filter: worst error and unstable combinations per case/precision/setting."""
 
         setup_cache = _bwd_filter
+
+settle()

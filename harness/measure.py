@@ -20,7 +20,9 @@ from .records import Timing
 @dataclass(frozen=True)
 class TimingPolicy:
     warmup_ms: float = 1.0  # at least one call always runs untimed first
-    min_samples: int = 7
+    # At least four batches: with one batch of 8 the medians of 50-140 us calls moved by up to 4 % between reruns
+    # on the H200; with 32 samples by at most 1.05 % (scripts/timing_probe.py, 2026-11-29, docs/performance.md).
+    min_samples: int = 32
     max_samples: int = 200
     budget_ms: float = 30.0  # device time spent sampling one combination, warm-up excluded
     noise_target: float = 0.005  # stop once the median's relative standard error is below this
