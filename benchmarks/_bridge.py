@@ -42,7 +42,8 @@ def settle() -> None:
 
     asv's forkserver imports the suite once and forks one process per parameter set; a collection in that child
     walks every inherited object and so copies the parent's pages. Frozen, the child's collections see only its
-    own objects: 3,744 all-n/a parameter sets took 32.3 s before and 28.7 s after on the dev VM (2026-11-29).
+    own objects: 3,744 all-n/a parameter sets took 30.5 and 32.1 s without, 29.5 and 29.0 s with (dev VM,
+    2026-11-29, runs alternated): a small gain, but one line.
     """
     gc.freeze()
 
