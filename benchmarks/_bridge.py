@@ -67,19 +67,22 @@ def run_sweep(backend: str, direction: str) -> dict:
     """Measure every combination of ``backend`` in ``direction``; index what the journal holds for asv.
 
     The table is read back from the run journal rather than collected while measuring: records made by
-    isolated worker processes count, and so do those a shared run (`convbench bench`) already holds.
+    isolated worker processes count, and so do those a shared run (`convbench bench`) already holds. When
+    `convbench bench` has swept this backend and direction itself (CONVBENCH_SWEPT), nothing is measured here.
     """
     from harness import sweep
     from harness.backends import SweepOptions
     from harness.backends.cudnn import cuda_unavailable_reason
     from harness.journal import JOURNAL_FILE, iter_journal
 
-    gpu = cuda_unavailable_reason() is None
-    opts = SweepOptions(directions=(direction,), device="cuda" if gpu else "cpu")
-    cases = catalogue.select(case_ids())
-    journal = sweep.run(cases, [backend], opts, results_root())
+    swept = f"{backend}:{direction}" in os.environ.get("CONVBENCH_SWEPT", "").split(",")
+    run_dir = sweep.shared_run() if swept else None  # measured before asv started: read it, no CUDA here
+    if run_dir is None:
+        gpu = cuda_unavailable_reason() is None
+        opts = SweepOptions(directions=(direction,), device="cuda" if gpu else "cpu")
+        run_dir = sweep.run(catalogue.select(case_ids()), [backend], opts, results_root()).path
     table: dict = {}
-    for rec in iter_journal(journal.path / JOURNAL_FILE):
+    for rec in iter_journal(run_dir / JOURNAL_FILE):
         if rec.get("kind") != "measurement" or rec["backend"] != backend or rec["direction"] != direction:
             continue
         acc, det, tim = rec.get("accuracy"), rec.get("determinism"), rec.get("time")

@@ -72,8 +72,9 @@ def _bwd_filter(self):
     return run_sweep("cudnn", "bwd_filter")
 
 
-for _cache in (_fwd, _bwd_data, _bwd_filter):
+for _cache, _direction in ((_fwd, "fwd"), (_bwd_data, "bwd_data"), (_bwd_filter, "bwd_filter")):
     _cache.timeout = 3600
+    _cache.sweeps = ("cudnn", _direction)  # what `convbench bench` measures before asv starts
 
 if "fwd" in DIRECTIONS:
     class CudnnForward(_Time):

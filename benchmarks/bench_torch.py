@@ -90,8 +90,9 @@ def _bwd_filter(self):
     return run_sweep("torch", "bwd_filter")
 
 
-for _cache in (_fwd, _bwd_data, _bwd_filter):
+for _cache, _direction in ((_fwd, "fwd"), (_bwd_data, "bwd_data"), (_bwd_filter, "bwd_filter")):
     _cache.timeout = 3600
+    _cache.sweeps = ("torch", _direction)  # what `convbench bench` measures before asv starts
 
 if "fwd" in DIRECTIONS:
     class TorchForward(_Time):

@@ -184,8 +184,42 @@ def asv_env(base: dict[str, str], **extra: str) -> dict[str, str]:
     return env
 
 
+def asv_sweeps(root: Path, regexes: list[str]) -> dict[str, tuple[str, ...]]:
+    """backend -> directions that the asv classes selected by ``regexes`` (asv's -b; none: all) get from a sweep.
+
+    Read from the suite itself: each sweeping setup_cache is tagged ``sweeps = (backend, direction)``, and a class
+    is selected when a regex matches one of its benchmark names ("bench_cudnn.CudnnForward.track_time"), as in asv.
+    Importing the suite touches no CUDA; CONVBENCH_DIRECTIONS decides which classes exist, as it does for asv.
+    """
+    import importlib
+    import re
+    import sys
+
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    patterns = [re.compile(r) for r in regexes]
+    wanted: dict[str, set[str]] = {}
+    for path in sorted((root / "benchmarks").glob("bench_*.py")):
+        module = importlib.import_module(f"benchmarks.{path.stem}")
+        for cls_name, cls in vars(module).items():
+            sweeps = getattr(getattr(cls, "setup_cache", None), "sweeps", None)
+            if not isinstance(cls, type) or sweeps is None:
+                continue
+            names = [f"{path.stem}.{cls_name}.{m}" for m in dir(cls) if m.startswith(("track_", "time_"))]
+            if not patterns or any(p.search(n) for p in patterns for n in names):
+                wanted.setdefault(sweeps[0], set()).add(sweeps[1])
+    order = {d: i for i, d in enumerate(DIRECTIONS)}
+    return {b: tuple(sorted(ds, key=order.__getitem__)) for b, ds in wanted.items()}
+
+
 def bench(args) -> int:
-    """Run the asv suite with one shared run journal; asv keeps its results, the journal keeps everything."""
+    """Run the asv suite with one shared run journal; asv keeps its results, the journal keeps everything.
+
+    The sweeps that the selected classes read are measured first, here, in one sweep (one worker process, case
+    by case, each case's operands drawn once for every backend and direction); asv's setup_cache then only reads
+    the journal. Each class sweeping on its own cost a process, a torch import and a CUDA context per class, and
+    drew every case's operands again.
+    """
     import subprocess
     import sys
     import time
@@ -218,25 +252,36 @@ def bench(args) -> int:
     options = SweepOptions(device="cuda" if gpu else "cpu")
     results = args.results.resolve()
     journal = sweep_mod.new_journal(results, options, cases, backends, libraries)
+    t0 = time.perf_counter()
+    wanted = asv_sweeps(root, args.bench)
+    # One sweep over the union of what the classes read (a selection that mixes directions across backends
+    # measures a little more than asv shows; every record is kept all the same).
+    directions = tuple(d for d in DIRECTIONS if any(d in ds for ds in wanted.values()))
+    swept = [f"{b}:{d}" for b in wanted for d in directions]
+    if wanted:
+        sweep_mod.run(cases, list(wanted), SweepOptions(device=options.device, directions=directions), results,
+                      into=journal.path)
+    sweep_s = time.perf_counter() - t0
     env = asv_env(os.environ, CONVBENCH_RUN_DIR=str(journal.path), CONVBENCH_CASES=",".join(c.id for c in cases),
-                  CONVBENCH_RESULTS=str(results))
+                  CONVBENCH_RESULTS=str(results), CONVBENCH_SWEPT=",".join(swept))
     machine = journal.meta["machine"]
     log_path = journal.path / "asv.log"
-    t0 = time.perf_counter()
     with open(log_path, "w") as log:
         subprocess.run([sys.executable, "-m", "asv", "machine", "--yes", "--machine", machine], cwd=root, env=env,
                        stdout=log, stderr=subprocess.STDOUT)
         cmd = [sys.executable, "-m", "asv", "run", "-E", f"existing:{sys.executable}", "--machine", machine,
-               "--set-commit-hash", head.stdout.strip(), "--show-stderr"]
+               "--set-commit-hash", head.stdout.strip(), "--show-stderr", "--durations", "all"]
         for regex in args.bench:
             cmd += ["-b", regex]
         print(f"asv run for {len(cases)} cases on {machine}; asv's output goes to {log_path}", flush=True)
         rc = subprocess.run(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
-    summary = sweep_mod.summarize(journal, gpu, time.perf_counter() - t0)
-    summary.update(asv_returncode=rc, asv_results=str(root / ".asv" / "results" / machine))
+    seconds = time.perf_counter() - t0
+    summary = sweep_mod.summarize(journal, gpu, seconds)
+    summary.update(asv_returncode=rc, asv_results=str(root / ".asv" / "results" / machine),
+                   sweep_seconds=round(sweep_s, 1), asv_seconds=round(seconds - sweep_s, 1))
     journal.finish(summary)
-    print(f"run written to {journal.path} ({summary['seconds']} s, {summary['ok']} records ok, "
-          f"counts {summary['counts']}); asv exit code {rc}")
+    print(f"run written to {journal.path} ({summary['seconds']} s: sweep {sweep_s:.1f} s, asv "
+          f"{seconds - sweep_s:.1f} s; {summary['ok']} records ok, counts {summary['counts']}); asv exit code {rc}")
     return 0 if rc == 0 else 1
 
 

@@ -79,23 +79,30 @@ class CudaTimer:
         fn()
         stream.synchronize()
         t0 = time.perf_counter()
-        host_s = []
+        host_s, warm = [], []
         while (time.perf_counter() - t0) * 1e3 < policy.warmup_ms or not host_s:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             h = time.perf_counter()
+            start.record(stream)
             fn()
+            end.record(stream)
             host_s.append(time.perf_counter() - h)
-            stream.synchronize()
+            end.synchronize()
+            warm.append(start.elapsed_time(end))
+        # A batch never outlasts a quarter of the budget: a 44 ms call is sampled 3 times, not 8 (one batch of
+        # 8 was ten times the budget). The warm-up's event time bounds the call's device time from above.
+        batch = max(1, min(policy.batch, int(policy.budget_ms / 4 / max(min(warm), 1e-3))))
         # A spacer kernel keeps the device busy while the host enqueues the whole batch, so each event pair
         # brackets device work only. Without it a call whose host side (e.g. cuDNN's legacy-API dispatch) is
         # slower than its kernel is timed with the host's overhead included: measured on the H200,
         # 2026-11-29, up to 3.2x do_bench's median for 35 us 1x1 convolutions.
-        spacer_cycles = int(min(2e-3, 1.5 * policy.batch * statistics.median(host_s) + 20e-6) * SPACER_CLOCK_HZ)
+        spacer_cycles = int(min(2e-3, 1.5 * batch * statistics.median(host_s) + 20e-6) * SPACER_CLOCK_HZ)
         samples: list[float] = []
         spent = 0.0
         while not _enough(samples, spent, policy):
             torch.cuda._sleep(spacer_cycles)
             pairs = []
-            for _ in range(policy.batch):
+            for _ in range(batch):
                 if self._flush is not None:
                     self._flush.zero_()
                 start = torch.cuda.Event(enable_timing=True)
@@ -105,9 +112,9 @@ class CudaTimer:
                 end.record(stream)
                 pairs.append((start, end))
             end.synchronize()
-            batch = [s.elapsed_time(e) for s, e in pairs]
-            samples.extend(batch)
-            spent += sum(batch)
+            times = [s.elapsed_time(e) for s, e in pairs]
+            samples.extend(times)
+            spent += sum(times)
         return summarize(samples, "cold" if policy.cold else "hot", "cuda_event", policy.keep_samples)
 
 

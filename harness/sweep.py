@@ -107,8 +107,11 @@ def run(cases: list[Case], backend_names: list[str], options: SweepOptions, resu
         resume: Path | None = None, log: Callable[[str], None] | None = None,
         on_record: Callable[[Any], None] | None = None, isolate: bool | None = None,
         timeout_s: float = worker.DEFAULT_TIMEOUT_S, retries: int = worker.DEFAULT_RETRIES,
-        memory_limit: int | None = None) -> Journal:
-    """Measure cases x backends into a (new, resumed or shared) run; ``isolate=None`` means: on CUDA only."""
+        memory_limit: int | None = None, into: Path | None = None) -> Journal:
+    """Measure cases x backends into a (new, resumed or shared) run; ``isolate=None`` means: on CUDA only.
+
+    ``into`` (or CONVBENCH_RUN_DIR) names a run that another command owns: it is written and left unfinished.
+    """
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     cuda, uuid = _cuda_device()
     if options.device == "cuda" and not cuda:
@@ -118,7 +121,7 @@ def run(cases: list[Case], backend_names: list[str], options: SweepOptions, resu
     if isolate is None:
         isolate = options.device == "cuda"
     backends, unavailable, libraries = load_backends(backend_names)
-    shared = shared_run() if resume is None else None
+    shared = into or (shared_run() if resume is None else None)
     journal = Journal(resume or shared) if (resume or shared) else new_journal(results, options, cases,
                                                                                 backend_names, libraries)
     lock = lock_run(journal.path)
@@ -128,10 +131,12 @@ def run(cases: list[Case], backend_names: list[str], options: SweepOptions, resu
         counts: Counter[str] = Counter()
         t0 = time.perf_counter()
         done = journal.done_keys()
-        for name, backend in backends.items():
+        for name in backends:
             if unavailable[name]:
                 log(f"{name}: not available here ({unavailable[name]}); its combinations are recorded as skipped")
-            for case in cases:
+        # Case by case, each backend in turn: the case's operands, drawn once, serve every backend.
+        for case in cases:
+            for name, backend in backends.items():
                 combos = [c for c in backend.combos(case, options) if c.key(case, name) not in done]
                 if not combos:
                     continue

@@ -116,6 +116,16 @@ def test_findings_for_each_kind(tmp_path):
     assert not any(f.case == "t" and f.kind != "time" for f in found.values())
 
 
+def test_distinct_outputs_matter_only_when_a_stable_call_becomes_unstable(tmp_path):
+    base = [record("was_stable"), record("unstable", repeat_equal=False, distinct=4)]
+    head = [record("was_stable", repeat_equal=False, distinct=3), record("unstable", repeat_equal=False, distinct=9)]
+    with _store_with(tmp_path, base, head) as s:
+        found = [(f.case, f.evidence) for f in compare_records(_recs(s, "base"), _recs(s, "head"))
+                 if f.kind == "determinism"]
+    assert ("was_stable", "distinct outputs 1 -> 3") in found
+    assert not any(case == "unstable" for case, _ in found)  # 4 -> 9 is the same instability counted again
+
+
 def test_cross_machine_ratios_and_bitwise(tmp_path):
     base = [record("a", median=2.0, hash_="aa" * 16), record("b", median=1.0, err=1e-7, cls="fp32")]
     head = [record("a", median=1.0, hash_="aa" * 16), record("b", median=1.0, err=2e-4, cls="tf32",
