@@ -4,13 +4,14 @@
 #   bwd    the default backward sweep (backward-data and backward-filter) through asv (timed)
 #   check  the backward run replayed in a fresh process (hashes compared), the GPU tests
 #   ort    the default onnxruntime grid through asv (timed), its GPU tests, latency vs onnxruntime's profiler
+#   fidelity  the suite's timer against triton's do_bench (scripts/bench_fidelity.py), FIDELITY_TIMEOUT s at most
 #   probe  diagnosis, not the nightly job: a profiled in-process backward sweep of four heavy cases, and the timer
 #          policies beside do_bench on the calls that missed the fidelity targets (scripts/timing_probe.py)
 # Usage (repo root, asv and onnxruntime on PYTHONPATH): OUT=dir bash scripts/gpu/nightly.sh STAGE
 # Everything lands under $OUT as it is made, so a stage cut short still returns what it measured;
 # results stay under /tmp/convbench-results while the machine is warm, so `check` finds `bwd`'s run.
 set -uo pipefail
-stage=${1:?stage: fwd, bwd, check, ort or probe}
+stage=${1:?stage: fwd, bwd, check, ort, fidelity or probe}
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD}
 OUT=${OUT:-/tmp/convbench-out}; mkdir -p "$OUT"
 RES=/tmp/convbench-results; mkdir -p "$RES"
@@ -56,6 +57,10 @@ ort)
   t timeout 100 python3 -m pytest -q -m gpu tests/test_ort_gpu.py -rs 2>&1 | tail -6
   t timeout 80 python3 scripts/bench_ort.py --skip-grid > "$OUT/bench_ort.log" 2>&1; tail -10 "$OUT/bench_ort.log"
   ;;
+fidelity)
+  t timeout "${FIDELITY_TIMEOUT:-300}" python3 scripts/bench_fidelity.py --json "$OUT/fidelity.json" \
+    > "$OUT/fidelity.log" 2>&1; tail -22 "$OUT/fidelity.log"
+  ;;
 probe)
   t timeout 300 python3 -m cProfile -o "$OUT/bwd-sweep.prof" -m harness.cli sweep --no-isolate --results "$RES" \
     --cases seed.c64,resnet50.conv1.n32,resnet50.layer1.1.conv1.n32,resnet50.layer3.1.conv2.n32 \
@@ -67,6 +72,6 @@ probe)
   grep -A32 "Ordered by: internal" "$OUT/bwd-sweep-profile.txt" | cut -c1-150
   t timeout 240 python3 scripts/timing_probe.py --json "$OUT/timing-probe.json" 2>&1 | tee "$OUT/timing-probe.log"
   ;;
-*) echo "unknown stage $stage: fwd, bwd, check, ort or probe" >&2; exit 2 ;;
+*) echo "unknown stage $stage: fwd, bwd, check, ort, fidelity or probe" >&2; exit 2 ;;
 esac
 ls -la "$OUT"
