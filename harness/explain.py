@@ -61,16 +61,29 @@ def _accuracy(rec: Record) -> str | None:
     return f"precision class {got}, expected {want} for {rec.dtype}"
 
 
+TORCH_NONDETERMINISTIC = ("PyTorch with cudnn.deterministic=False lets cuDNN pick an algorithm documented as "
+                          "non-deterministic (atomics, e.g. BWD_FILTER_ALGO_0/3, BWD_DATA_ALGO_0); "
+                          "cudnn.deterministic=True rules them out")
+
+
+def nondeterminism_cause(rec: Record) -> str | None:
+    """The documented reason a call may give different bits run to run, or None when none applies."""
+    if rec.extra.get("documented_nondeterministic"):
+        return "algorithm documented as non-deterministic (atomics)"
+    if rec.backend == "torch" and rec.direction != "fwd" and rec.settings.get("deterministic") is False:
+        return TORCH_NONDETERMINISTIC
+    return None
+
+
 def _determinism(rec: Record) -> str | None:
     det = rec.determinism
     if det is None:
         return None
-    documented = rec.extra.get("documented_nondeterministic")
     if det.repeat_equal is False or det.fresh_handle_equal is False:
         where = "repeats in place" if det.repeat_equal is False else "a fresh handle"
-        if documented:
-            return (f"algorithm documented as non-deterministic (atomics): {det.distinct_outputs} distinct outputs "
-                    f"over {where}")
+        cause = nondeterminism_cause(rec)
+        if cause:
+            return f"{cause}: {det.distinct_outputs} distinct outputs over {where}"
         return f"non-deterministic although not documented so: {det.distinct_outputs} distinct outputs over {where}"
     return None
 

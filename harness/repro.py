@@ -16,6 +16,7 @@ from .backends import SweepOptions
 from .backends.cudnn import ConvSession, CudnnBackend, CudnnError, WorkspaceTooLarge
 from .backends.pytorch import TorchBackend, conv_settings
 from .cases import get
+from .explain import nondeterminism_cause
 from .journal import JOURNAL_FILE, iter_journal
 from .records import ERROR, OK, Determinism, Record
 
@@ -30,9 +31,9 @@ def _repro(rec: Record, digest: str | None, status: str = OK, reason: str | None
         out.determinism = Determinism(hash=digest, hash_algo=accuracy.HASH_ALGO, repeats=1, repeat_equal=None,
                                       fresh_handle_equal=None)
         if digest != sweep_hash:
-            documented = rec.extra.get("documented_nondeterministic")
+            cause = nondeterminism_cause(rec)
             out.explanation = ("a fresh process computed different bits" +
-                               (" (algorithm documented as non-deterministic)" if documented else
+                               (f" ({cause})" if cause else
                                 ": run-to-run variation not explained by a documented non-deterministic algorithm"))
     return out
 

@@ -99,7 +99,7 @@ def test_torch_asv_parameters_match_the_h200_records_one_to_one():
 
     from benchmarks import _bridge, bench_torch
 
-    for fixture, directions in (("h200-fwd-asv", ("fwd",)), ("h200-bwd-default", ("bwd_data", "bwd_filter"))):
+    for fixture, directions in (("h200-fwd-asv", ("fwd",)), ("h200-bwd-asv", ("bwd_data", "bwd_filter"))):
         _, _, recs = run_tarball(fixture)
         for direction in directions:
             torch = [r for r in recs if r["kind"] == "measurement" and r["backend"] == "torch"
