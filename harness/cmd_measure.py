@@ -190,6 +190,7 @@ def asv_sweeps(root: Path, regexes: list[str]) -> dict[str, tuple[str, ...]]:
     Read from the suite itself: each sweeping setup_cache is tagged ``sweeps = (backend, direction)``, and a class
     is selected when a regex matches one of its benchmark names ("bench_cudnn.CudnnForward.track_time"), as in asv.
     Importing the suite touches no CUDA; CONVBENCH_DIRECTIONS decides which classes exist, as it does for asv.
+    A regex that selects no benchmark at all is the user's error, said before anything runs.
     """
     import importlib
     import re
@@ -197,17 +198,28 @@ def asv_sweeps(root: Path, regexes: list[str]) -> dict[str, tuple[str, ...]]:
 
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
-    patterns = [re.compile(r) for r in regexes]
+    try:
+        patterns = [re.compile(r) for r in regexes]
+    except re.error as exc:
+        raise UserError(f"-b {exc.pattern!r} is not a regular expression: {exc}") from None
     wanted: dict[str, set[str]] = {}
+    selected = False
     for path in sorted((root / "benchmarks").glob("bench_*.py")):
-        module = importlib.import_module(f"benchmarks.{path.stem}")
+        name = f"benchmarks.{path.stem}"  # (re)imported: its classes depend on CONVBENCH_DIRECTIONS now
+        module = importlib.reload(sys.modules[name]) if name in sys.modules else importlib.import_module(name)
         for cls_name, cls in vars(module).items():
-            sweeps = getattr(getattr(cls, "setup_cache", None), "sweeps", None)
-            if not isinstance(cls, type) or sweeps is None:
+            if not isinstance(cls, type) or cls.__module__ != module.__name__:
                 continue
             names = [f"{path.stem}.{cls_name}.{m}" for m in dir(cls) if m.startswith(("track_", "time_"))]
-            if not patterns or any(p.search(n) for p in patterns for n in names):
+            if not names or (patterns and not any(p.search(n) for p in patterns for n in names)):
+                continue
+            selected = True
+            sweeps = getattr(getattr(cls, "setup_cache", None), "sweeps", None)
+            if sweeps is not None:
                 wanted.setdefault(sweeps[0], set()).add(sweeps[1])
+    if not selected:
+        raise UserError(f"-b {' -b '.join(regexes)} selects no benchmark of the suite (directions "
+                        f"{os.environ.get('CONVBENCH_DIRECTIONS', 'fwd')}; CONVBENCH_DIRECTIONS adds classes)")
     order = {d: i for i, d in enumerate(DIRECTIONS)}
     return {b: tuple(sorted(ds, key=order.__getitem__)) for b, ds in wanted.items()}
 
@@ -247,20 +259,19 @@ def bench(args) -> int:
     if not gpu:
         print(f"no GPU here: running the CPU backends (PyTorch on the CPU) on {names!r} ({len(cases)} cases); "
               "the cuDNN combinations are recorded as skipped with the reason", flush=True)
-    backends = ["cudnn", "torch"]
-    _, _, libraries = sweep_mod.load_backends(backends)
-    options = SweepOptions(device="cuda" if gpu else "cpu")
-    results = args.results.resolve()
-    journal = sweep_mod.new_journal(results, options, cases, backends, libraries)
-    t0 = time.perf_counter()
     wanted = asv_sweeps(root, args.bench)
     # One sweep over the union of what the classes read (a selection that mixes directions across backends
     # measures a little more than asv shows; every record is kept all the same).
     directions = tuple(d for d in DIRECTIONS if any(d in ds for ds in wanted.values()))
     swept = [f"{b}:{d}" for b in wanted for d in directions]
+    backends = ["cudnn", "torch"]
+    _, _, libraries = sweep_mod.load_backends(backends)
+    options = SweepOptions(device="cuda" if gpu else "cpu", directions=directions or ("fwd",))
+    results = args.results.resolve()
+    journal = sweep_mod.new_journal(results, options, cases, backends, libraries)
+    t0 = time.perf_counter()
     if wanted:
-        sweep_mod.run(cases, list(wanted), SweepOptions(device=options.device, directions=directions), results,
-                      into=journal.path)
+        sweep_mod.run(cases, list(wanted), options, results, into=journal.path)
     sweep_s = time.perf_counter() - t0
     env = asv_env(os.environ, CONVBENCH_RUN_DIR=str(journal.path), CONVBENCH_CASES=",".join(c.id for c in cases),
                   CONVBENCH_RESULTS=str(results), CONVBENCH_SWEPT=",".join(swept))

@@ -28,6 +28,9 @@ def test_bench_runs_the_asv_suite_on_the_cpu(tmp_path):
     end = json.loads((run_dir / "end.json").read_text())
     # every class of the suite ran without a failure; the conv records are the torch CPU ones
     assert end["asv_returncode"] == 0 and end["counts"]["skipped"] == 2 * 192
+    # measured before asv started, in one sweep: asv's setup_cache only read the journal
+    assert end["sweep_seconds"] + end["asv_seconds"] == pytest.approx(end["seconds"], abs=0.2)
+    assert "cudnn quick.seed" in res.stderr and "torch quick.grouped" in res.stderr
     torch_ok = [r for r in (json.loads(x) for x in (run_dir / "records.jsonl").read_text().splitlines())
                 if r["backend"] == "torch" and r["status"] == "ok"]
     assert len(torch_ok) == 2 * 3 * 2
@@ -48,6 +51,26 @@ def test_bench_runs_the_asv_suite_on_the_cpu(tmp_path):
         assert sorted(measured) == pytest.approx(medians)  # asv reports exactly what the records hold
     finally:
         shutil.rmtree(asv_dir, ignore_errors=True)
+
+
+def test_bench_sweeps_what_the_selected_classes_read(monkeypatch):
+    """`convbench bench -b` maps asv's selection to the sweep it measures first; a selection of nothing is an error."""
+    from harness.cli import UserError
+    from harness.cmd_measure import asv_sweeps
+
+    monkeypatch.delenv("CONVBENCH_DIRECTIONS", raising=False)
+    assert asv_sweeps(ROOT, []) == {"cudnn": ("fwd",), "torch": ("fwd",)}
+    assert asv_sweeps(ROOT, ["CudnnForward"]) == {"cudnn": ("fwd",)}
+    assert asv_sweeps(ROOT, ["OrtModels"]) == {}  # selected, but it does its own work in setup_cache
+    with pytest.raises(UserError, match="selects no benchmark"):
+        asv_sweeps(ROOT, ["CudnnBackwardData"])  # a backward class exists only with CONVBENCH_DIRECTIONS
+    monkeypatch.setenv("CONVBENCH_DIRECTIONS", "bwd_data,bwd_filter")
+    assert asv_sweeps(ROOT, ["Backward"]) == {"cudnn": ("bwd_data", "bwd_filter"), "torch": ("bwd_data", "bwd_filter")}
+    assert asv_sweeps(ROOT, [r"TorchBackwardFilter\."]) == {"torch": ("bwd_filter",)}
+    with pytest.raises(UserError, match="not a regular expression"):
+        asv_sweeps(ROOT, ["Cudnn("])
+    monkeypatch.delenv("CONVBENCH_DIRECTIONS")
+    asv_sweeps(ROOT, [])  # leave the suite's modules imported as the other tests expect them
 
 
 def test_ort_class_on_a_gpu_host_without_the_cuda_ep_journals_why(tmp_path, monkeypatch):
