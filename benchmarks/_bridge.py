@@ -1,10 +1,11 @@
-"""Bridge between asv and the sweep: run one sweep per class in setup_cache, hand asv its numbers.
+"""Bridge between asv and the sweep: each class's setup_cache gets its sweep's records, asv gets their numbers.
 
 asv imports this suite in processes that must not touch CUDA and forks one process per parameter
 combination, so nothing here imports torch or initialises CUDA at import time: the cases are chosen from
-NVML (which creates no CUDA context) or from CONVBENCH_CASES, and all GPU work happens in setup_cache,
-whose records go to the run journal (CONVBENCH_RUN_DIR when `convbench bench` shares one run between
-classes, else a new run directory under CONVBENCH_RESULTS or <repo>/results).
+NVML (which creates no CUDA context) or from CONVBENCH_CASES. Under `convbench bench` the sweep has run before
+asv started (CONVBENCH_SWEPT names what it measured, CONVBENCH_RUN_DIR the run), and setup_cache only reads the
+journal; under a plain `asv run` each setup_cache sweeps itself into a new run directory under
+CONVBENCH_RESULTS or <repo>/results.
 """
 
 from __future__ import annotations
