@@ -40,6 +40,8 @@ def main(run_dir: str) -> int:
     for backend, c in sorted(per.items()):
         print(f"slices   {backend:10s} {c['seconds']:8.1f} s in {c['slices']} slices: measuring {c['measure_s']:.1f} s, "
               f"rankings {c['rankings_s']:.1f} s, operands/references/sessions {c['other_s']:.1f} s")
+    if "sweep_seconds" in end:  # `convbench bench`: the sweep first, then asv
+        print(f"sweep before asv     {end['sweep_seconds']:8.1f} s; asv run {end['asv_seconds']:.1f} s")
     if total is not None:
         rest = total - sum(wall.values())
         print(f"run total            {total:8.1f} s; everything else (references, rankings, asv, start-up) {rest:.1f} s")
