@@ -16,9 +16,11 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD}
 OUT=${OUT:-/tmp/convbench-out}; mkdir -p "$OUT"
 RES=/tmp/convbench-results; mkdir -p "$RES"
 export CONVBENCH_MACHINE=${CONVBENCH_MACHINE:-h200-lent-gpu0}
-# Bytecode in a writable place that outlives each process: where the interpreter's site-packages has no .pyc
-# (the lent machine), every process that imports torch compiled about 1,270 modules again (5.9 s in the profile).
+# Bytecode written to a place that outlives each process. On the lent machine (2026-11-29) torch's package
+# directory is writable yet had no __pycache__ after two imports, and a profiled process compiled 1,274 modules
+# on import (5.9 s): bytecode is not being written there. The gain of this was not measured separately.
 export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-/tmp/convbench-pycache}
+unset PYTHONDONTWRITEBYTECODE
 # asv records results per commit of branch main: the copied tree gets a one-commit repository of its own;
 # the real suite revision travels in CONVBENCH_REVISION.
 git config --global --add safe.directory '*'
