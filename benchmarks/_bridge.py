@@ -74,7 +74,6 @@ def run_sweep(backend: str, direction: str) -> dict:
     from harness import sweep
     from harness.backends import SweepOptions
     from harness.backends.cudnn import cuda_unavailable_reason
-    from harness.journal import JOURNAL_FILE, iter_journal
 
     swept = f"{backend}:{direction}" in os.environ.get("CONVBENCH_SWEPT", "").split(",")
     run_dir = sweep.shared_run() if swept else None  # measured before asv started: read it, no CUDA here
@@ -82,6 +81,13 @@ def run_sweep(backend: str, direction: str) -> dict:
         gpu = cuda_unavailable_reason() is None
         opts = SweepOptions(directions=(direction,), device="cuda" if gpu else "cpu")
         run_dir = sweep.run(catalogue.select(case_ids()), [backend], opts, results_root()).path
+    return read_table(run_dir, backend, direction)
+
+
+def read_table(run_dir: Path, backend: str, direction: str) -> dict:
+    """The table asv's classes read: one row per journaled combination of ``backend`` in ``direction``."""
+    from harness.journal import JOURNAL_FILE, iter_journal
+
     table: dict = {}
     for rec in iter_journal(run_dir / JOURNAL_FILE):
         if rec.get("kind") != "measurement" or rec["backend"] != backend or rec["direction"] != direction:

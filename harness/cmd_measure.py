@@ -6,6 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
+from . import asvselect
 from . import cases as catalogue
 from .backends import BACKENDS, SweepOptions
 from .cli import EXIT_ENVIRONMENT, UserError
@@ -184,46 +185,6 @@ def asv_env(base: dict[str, str], **extra: str) -> dict[str, str]:
     return env
 
 
-def asv_sweeps(root: Path, regexes: list[str]) -> dict[str, tuple[str, ...]]:
-    """backend -> directions that the asv classes selected by ``regexes`` (asv's -b; none: all) get from a sweep.
-
-    Read from the suite itself: each sweeping setup_cache is tagged ``sweeps = (backend, direction)``, and a class
-    is selected when a regex matches one of its benchmark names ("bench_cudnn.CudnnForward.track_time"), as in asv.
-    Importing the suite touches no CUDA; CONVBENCH_DIRECTIONS decides which classes exist, as it does for asv.
-    A regex that selects no benchmark at all is the user's error, said before anything runs.
-    """
-    import importlib
-    import re
-    import sys
-
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    try:
-        patterns = [re.compile(r) for r in regexes]
-    except re.error as exc:
-        raise UserError(f"-b {exc.pattern!r} is not a regular expression: {exc}") from None
-    wanted: dict[str, set[str]] = {}
-    selected = False
-    for path in sorted((root / "benchmarks").glob("bench_*.py")):
-        name = f"benchmarks.{path.stem}"  # (re)imported: its classes depend on CONVBENCH_DIRECTIONS now
-        module = importlib.reload(sys.modules[name]) if name in sys.modules else importlib.import_module(name)
-        for cls_name, cls in vars(module).items():
-            if not isinstance(cls, type) or cls.__module__ != module.__name__:
-                continue
-            names = [f"{path.stem}.{cls_name}.{m}" for m in dir(cls) if m.startswith(("track_", "time_"))]
-            if not names or (patterns and not any(p.search(n) for p in patterns for n in names)):
-                continue
-            selected = True
-            sweeps = getattr(getattr(cls, "setup_cache", None), "sweeps", None)
-            if sweeps is not None:
-                wanted.setdefault(sweeps[0], set()).add(sweeps[1])
-    if not selected:
-        raise UserError(f"-b {' -b '.join(regexes)} selects no benchmark of the suite (directions "
-                        f"{os.environ.get('CONVBENCH_DIRECTIONS', 'fwd')}; CONVBENCH_DIRECTIONS adds classes)")
-    order = {d: i for i, d in enumerate(DIRECTIONS)}
-    return {b: tuple(sorted(ds, key=order.__getitem__)) for b, ds in wanted.items()}
-
-
 def bench(args) -> int:
     """Run the asv suite with one shared run journal; asv keeps its results, the journal keeps everything.
 
@@ -259,7 +220,7 @@ def bench(args) -> int:
     if not gpu:
         print(f"no GPU here: running the CPU backends (PyTorch on the CPU) on {names!r} ({len(cases)} cases); "
               "the cuDNN combinations are recorded as skipped with the reason", flush=True)
-    wanted = asv_sweeps(root, args.bench)
+    wanted = asvselect.sweeps(root, args.bench)
     # One sweep over the union of what the classes read (a selection that mixes directions across backends
     # measures a little more than asv shows; every record is kept all the same).
     directions = tuple(d for d in DIRECTIONS if any(d in ds for ds in wanted.values()))
@@ -273,6 +234,7 @@ def bench(args) -> int:
     if wanted:
         sweep_mod.run(cases, list(wanted), options, results, into=journal.path)
     sweep_s = time.perf_counter() - t0
+    regexes, n_sets, n_left_out = asvselect.selection(root, args.bench, journal.path)
     env = asv_env(os.environ, CONVBENCH_RUN_DIR=str(journal.path), CONVBENCH_CASES=",".join(c.id for c in cases),
                   CONVBENCH_RESULTS=str(results), CONVBENCH_SWEPT=",".join(swept))
     machine = journal.meta["machine"]
@@ -282,10 +244,12 @@ def bench(args) -> int:
                        stdout=log, stderr=subprocess.STDOUT)
         cmd = [sys.executable, "-m", "asv", "run", "-E", f"existing:{sys.executable}", "--machine", machine,
                "--set-commit-hash", head.stdout.strip(), "--show-stderr", "--durations", "all"]
-        for regex in args.bench:
+        for regex in regexes:
             cmd += ["-b", regex]
-        print(f"asv run for {len(cases)} cases on {machine}; asv's output goes to {log_path}", flush=True)
-        rc = subprocess.run(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+        print(f"asv run for {len(cases)} cases on {machine}: {n_sets} parameter sets, {n_left_out} left out as "
+              f"n/a (no data in this run); asv's output goes to {log_path}", flush=True)
+        rc = (subprocess.run(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT).returncode if n_sets
+              else 0)
     seconds = time.perf_counter() - t0
     summary = sweep_mod.summarize(journal, gpu, seconds)
     summary.update(asv_returncode=rc, asv_results=str(root / ".asv" / "results" / machine),

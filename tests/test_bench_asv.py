@@ -55,8 +55,8 @@ def test_bench_runs_the_asv_suite_on_the_cpu(tmp_path):
 
 def test_bench_sweeps_what_the_selected_classes_read(monkeypatch):
     """`convbench bench -b` maps asv's selection to the sweep it measures first; a selection of nothing is an error."""
+    from harness.asvselect import sweeps as asv_sweeps
     from harness.cli import UserError
-    from harness.cmd_measure import asv_sweeps
 
     monkeypatch.delenv("CONVBENCH_DIRECTIONS", raising=False)
     assert asv_sweeps(ROOT, []) == {"cudnn": ("fwd",), "torch": ("fwd",)}
@@ -135,3 +135,54 @@ def test_torch_asv_parameters_match_the_h200_records_one_to_one():
             complete = {k for k in have if sum(1 for x in have if x[0] == k[0]) == 32}  # cases the run finished
             assert {k for k in want if any(c[0] == k[0] for c in complete)} == complete, (fixture, direction)
             assert have <= want
+
+
+def test_asv_runs_exactly_the_parameter_sets_that_have_data(tmp_path, monkeypatch):
+    """On the H200 forward run, the -b selection handed to asv picks, by asv's own matching, each cuDNN time set
+    whose combination ran and no other; every PyTorch set; numerics groups with data."""
+    pytest.importorskip("asv")
+    import ast
+    import itertools
+    import tarfile
+
+    from _fleet_data import FIXTURES, run_tarball
+    from asv.benchmarks import Benchmarks
+
+    from harness import asvselect
+
+    _, _, recs = run_tarball("h200-fwd-asv")
+    with tarfile.open(FIXTURES / "h200-fwd-asv.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    run_dir = next(tmp_path.glob("*/*/records.jsonl")).parent
+    cases = sorted({r["case"] for r in recs})
+    monkeypatch.setenv("CONVBENCH_CASES", ",".join(cases))
+    monkeypatch.delenv("CONVBENCH_DIRECTIONS", raising=False)
+    from benchmarks import _bridge
+
+    on_gpu = _bridge.on_gpu
+    _bridge.on_gpu = lambda: True  # the suite as a GPU host imports it: PyTorch's GPU grid
+    try:
+        regexes, n_run, n_left = asvselect.selection(ROOT, ["CudnnForward|TorchForward"], run_dir)
+        # asv's Benchmarks applies -b to "name(repr, repr, ...)", with params as its discovery writes them
+        listed = []
+        for _, cls, names in asvselect.suite_benchmarks(ROOT):
+            for name in names:
+                listed.append({"name": name, "params": [[repr(v) for v in p] for p in getattr(cls, "params", [])]})
+    finally:
+        _bridge.on_gpu = on_gpu
+        list(asvselect.suite_benchmarks(ROOT))  # re-imported as this host sees it
+    conf = type("Conf", (), {"benchmark_dir": str(ROOT / "benchmarks")})()
+    chosen = Benchmarks(conf, listed, regex=regexes).benchmark_selection
+    ok = sum(1 for r in recs if r["kind"] == "measurement" and r["backend"] == "cudnn" and r["status"] == "ok")
+    assert len(chosen["bench_cudnn.CudnnForward.track_time"]) == ok == 1956
+    all_cudnn = len(cases) * 8 * 4 * 3 * 2
+    assert n_left == all_cudnn - ok  # the numerics groups all had data
+    assert len(chosen["bench_torch.TorchForward.track_time"]) == len(cases) * 4 * 2 * 4
+    assert sum(len(v or [0]) for k, v in chosen.items() if "Forward" in k) == n_run
+    assert all(len(r) < asvselect.MAX_REGEX_CHARS for r in regexes)
+    # and each chosen cuDNN set is one whose record is ok
+    params = next(b for b in listed if b["name"] == "bench_cudnn.CudnnForward.track_time")["params"]
+    product = list(itertools.product(*params))
+    picked = {tuple(ast.literal_eval(v) for v in product[i]) for i in chosen["bench_cudnn.CudnnForward.track_time"]}
+    assert picked == {(r["case"], r["algo"], r["math"], r["dtype"], r["layout"]) for r in recs
+                      if r["kind"] == "measurement" and r["backend"] == "cudnn" and r["status"] == "ok"}
