@@ -190,8 +190,8 @@ def bench(args) -> int:
 
     The sweeps that the selected classes read are measured first, here, in one sweep (one worker process, case
     by case, each case's operands drawn once for every backend and direction); asv's setup_cache then only reads
-    the journal. Each class sweeping on its own cost a process, a torch import and a CUDA context per class, and
-    drew every case's operands again.
+    the journal, and asv is given only the parameter sets that have data (asvselect). Each class sweeping on its
+    own cost a process, a torch import and a CUDA context per class, and drew every case's operands again.
     """
     import subprocess
     import sys
