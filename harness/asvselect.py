@@ -25,22 +25,36 @@ from .records import DIRECTIONS
 MAX_REGEX_CHARS = 100_000  # one argv string may hold 128 KiB on Linux
 
 
-def suite_benchmarks(root: Path) -> Iterator[tuple[str, type, list[str]]]:
+def suite_benchmarks(root: Path, cases: list[str] | None = None) -> Iterator[tuple[str, type, list[str]]]:
     """(module stem, class, its benchmark names) for every benchmark class of the suite, freshly imported.
 
-    Re-imported on each call: which classes exist depends on CONVBENCH_DIRECTIONS, as it does for asv.
+    Re-imported on each call, with CONVBENCH_CASES set to ``cases`` while it imports: which classes exist depends
+    on CONVBENCH_DIRECTIONS, and their parameters on CONVBENCH_CASES, as they do for asv.
     """
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
-    for path in sorted((root / "benchmarks").glob("bench_*.py")):
-        name = f"benchmarks.{path.stem}"
-        module = importlib.reload(sys.modules[name]) if name in sys.modules else importlib.import_module(name)
+    modules = []
+    before = os.environ.get("CONVBENCH_CASES")
+    try:
+        if cases is not None:
+            os.environ["CONVBENCH_CASES"] = ",".join(cases)
+        for path in sorted((root / "benchmarks").glob("bench_*.py")):
+            name = f"benchmarks.{path.stem}"
+            reloaded = importlib.reload(sys.modules[name]) if name in sys.modules else importlib.import_module(name)
+            modules.append((path.stem, reloaded))
+    finally:
+        if cases is not None:
+            if before is None:
+                os.environ.pop("CONVBENCH_CASES", None)
+            else:
+                os.environ["CONVBENCH_CASES"] = before
+    for stem, module in modules:
         for cls_name, cls in vars(module).items():
             if not isinstance(cls, type) or cls.__module__ != module.__name__:
                 continue
-            names = [f"{path.stem}.{cls_name}.{m}" for m in dir(cls) if m.startswith(("track_", "time_"))]
+            names = [f"{stem}.{cls_name}.{m}" for m in dir(cls) if m.startswith(("track_", "time_"))]
             if names:
-                yield path.stem, cls, names
+                yield stem, cls, names
 
 
 def _patterns(regexes: list[str]) -> list[re.Pattern]:
@@ -82,11 +96,12 @@ def sweeps(root: Path, regexes: list[str]) -> dict[str, tuple[str, ...]]:
     return {b: tuple(sorted(ds, key=order.__getitem__)) for b, ds in wanted.items()}
 
 
-def selection(root: Path, regexes: list[str], run_dir: Path) -> tuple[list[str], int, int]:
+def selection(root: Path, regexes: list[str], run_dir: Path, cases: list[str]) -> tuple[list[str], int, int]:
     """(asv -b regexes, parameter sets asv will run, sets left out because the suite would call them n/a).
 
-    A set is left out when its class reads a sweep of ``run_dir`` and the class's own ``setup`` refuses it with
-    NotImplementedError. With nothing left out and no user regex, the regex list is empty: asv runs everything.
+    The suite is imported for ``cases``, as asv will see it. A set is left out when its class reads a sweep of
+    ``run_dir`` and the class's own ``setup`` refuses it with NotImplementedError. With nothing left out and no
+    user regex, the regex list is empty: asv runs everything.
     """
     from benchmarks import _bridge
 
@@ -94,7 +109,7 @@ def selection(root: Path, regexes: list[str], run_dir: Path) -> tuple[list[str],
     out: list[str] = []
     run = skipped = 0
     tables: dict[tuple[str, str], dict[Any, Any]] = {}
-    for _, cls, names in suite_benchmarks(root):
+    for _, cls, names in suite_benchmarks(root, cases):
         tag = getattr(getattr(cls, "setup_cache", None), "sweeps", None)
         has_data: dict[tuple, bool] = {}  # setup is per class: its methods share the answer
         for name in names:

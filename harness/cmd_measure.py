@@ -234,7 +234,7 @@ def bench(args) -> int:
     if wanted:
         sweep_mod.run(cases, list(wanted), options, results, into=journal.path)
     sweep_s = time.perf_counter() - t0
-    regexes, n_sets, n_left_out = asvselect.selection(root, args.bench, journal.path)
+    regexes, n_sets, n_left_out = asvselect.selection(root, args.bench, journal.path, [c.id for c in cases])
     env = asv_env(os.environ, CONVBENCH_RUN_DIR=str(journal.path), CONVBENCH_CASES=",".join(c.id for c in cases),
                   CONVBENCH_RESULTS=str(results), CONVBENCH_SWEPT=",".join(swept))
     machine = journal.meta["machine"]

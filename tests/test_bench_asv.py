@@ -155,17 +155,16 @@ def test_asv_runs_exactly_the_parameter_sets_that_have_data(tmp_path, monkeypatc
         tar.extractall(tmp_path, filter="data")
     run_dir = next(tmp_path.glob("*/*/records.jsonl")).parent
     cases = sorted({r["case"] for r in recs})
-    monkeypatch.setenv("CONVBENCH_CASES", ",".join(cases))
     monkeypatch.delenv("CONVBENCH_DIRECTIONS", raising=False)
     from benchmarks import _bridge
 
     on_gpu = _bridge.on_gpu
     _bridge.on_gpu = lambda: True  # the suite as a GPU host imports it: PyTorch's GPU grid
     try:
-        regexes, n_run, n_left = asvselect.selection(ROOT, ["CudnnForward|TorchForward"], run_dir)
+        regexes, n_run, n_left = asvselect.selection(ROOT, ["CudnnForward|TorchForward"], run_dir, cases)
         # asv's Benchmarks applies -b to "name(repr, repr, ...)", with params as its discovery writes them
         listed = []
-        for _, cls, names in asvselect.suite_benchmarks(ROOT):
+        for _, cls, names in asvselect.suite_benchmarks(ROOT, cases):
             for name in names:
                 listed.append({"name": name, "params": [[repr(v) for v in p] for p in getattr(cls, "params", [])]})
     finally:
