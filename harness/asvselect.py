@@ -72,6 +72,11 @@ def _param_names(cls: type, name: str) -> list[tuple[tuple, str]]:
     return [(values, f"{name}({', '.join(repr(v) for v in values)})") for values in itertools.product(*params)]
 
 
+def _chosen(cls: type, name: str, patterns: list[re.Pattern]) -> list[tuple[tuple, str]]:
+    """The parameter sets of one benchmark that asv's -b selects: any regex found in the name (no regex: all)."""
+    return [(v, n) for v, n in _param_names(cls, name) if not patterns or any(p.search(n) for p in patterns)]
+
+
 def sweeps(root: Path, regexes: list[str]) -> dict[str, tuple[str, ...]]:
     """backend -> directions that the classes selected by ``regexes`` (asv's -b; none: all) read from a sweep.
 
@@ -82,8 +87,7 @@ def sweeps(root: Path, regexes: list[str]) -> dict[str, tuple[str, ...]]:
     wanted: dict[str, set[str]] = {}
     selected = False
     for _, cls, names in suite_benchmarks(root):
-        if patterns and not any(p.search(n) for name in names for _, n in _param_names(cls, name)
-                                for p in patterns):
+        if not any(_chosen(cls, name, patterns) for name in names):
             continue
         selected = True
         tag = getattr(getattr(cls, "setup_cache", None), "sweeps", None)
@@ -113,8 +117,7 @@ def selection(root: Path, regexes: list[str], run_dir: Path, cases: list[str]) -
         tag = getattr(getattr(cls, "setup_cache", None), "sweeps", None)
         has_data: dict[tuple, bool] = {}  # setup is per class: its methods share the answer
         for name in names:
-            every = _param_names(cls, name)
-            sets = [(v, n) for v, n in every if not patterns or any(p.search(n) for p in patterns)]
+            sets = _chosen(cls, name, patterns)
             if not sets:
                 continue
             total = len(sets)
@@ -128,7 +131,7 @@ def selection(root: Path, regexes: list[str], run_dir: Path, cases: list[str]) -
                 sets = [(v, n) for v, n in sets if has_data[v]]
             skipped += total - len(sets)
             run += len(sets)
-            if len(sets) == len(every):
+            if len(sets) == len(_param_names(cls, name)):
                 out.append(f"^{re.escape(name)}(\\(|$)")  # every set: the benchmark by name
             elif sets:
                 out += _set_regexes(name, [v for v, _ in sets])
@@ -147,24 +150,11 @@ def _has_data(cls: type, table: dict, values: tuple) -> bool:
 
 def _set_regexes(name: str, rows: list[tuple]) -> list[str]:
     """Anchored regexes matching exactly ``name(row)`` for the given parameter rows, each within MAX_REGEX_CHARS."""
-    head = f"^{re.escape(name)}\\("
-    chunks, chunk = [], []
-    for row in rows:  # rows come in asv's product order, so a chunk shares its leading parameters
-        chunk.append(row)
-        if len(chunk) >= 2000:
-            chunks.append(chunk)
-            chunk = []
-    if chunk:
-        chunks.append(chunk)
-    out = []
-    for rows_ in chunks:
-        regex = head + _trie([tuple(repr(v) for v in row) for row in rows_]) + "\\)$"
-        if len(regex) > MAX_REGEX_CHARS:
-            half = len(rows_) // 2
-            out += _set_regexes(name, rows_[:half]) + _set_regexes(name, rows_[half:])
-        else:
-            out.append(regex)
-    return out
+    regex = f"^{re.escape(name)}\\(" + _trie([tuple(repr(v) for v in row) for row in rows]) + "\\)$"
+    if len(regex) <= MAX_REGEX_CHARS or len(rows) == 1:
+        return [regex]
+    half = len(rows) // 2  # rows come in asv's product order: each half still shares its leading parameters
+    return _set_regexes(name, rows[:half]) + _set_regexes(name, rows[half:])
 
 
 def _trie(rows: list[tuple[str, ...]]) -> str:
