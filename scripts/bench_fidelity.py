@@ -1,22 +1,28 @@
 """Timing fidelity, measured side by side in one run: the suite's median against triton's do_bench.
 
-For every case of the default set, on the same bound cuDNN call (and on F.conv2d), three reruns each of
-the suite's timer (hot, and cold with the L2 flushed as do_bench does) and of
-triton.testing.do_bench(return_mode="median"). Prints each ratio, the spread of the suite's medians over
-the reruns, the suite's hot median against do_bench_cudagraph (replays of a captured graph: device time
-with no host dispatch), and a summary against the targets (within 3 % of do_bench for calls of 50 us or more; spread
-of medians at most 1 %). Needs a CUDA GPU and triton.
+For every case of the default set, on the same bound cuDNN call (and on F.conv2d), three rounds, each of which
+times the call once with each of:
+  - the suite's timer, hot, and cold (the L2 flushed before each repetition, as do_bench does);
+  - triton.testing.do_bench(return_mode="median") as it is;
+  - the same do_bench with a device-side wait after its L2 flush (outside its timed region), as long as the
+    call's host dispatch: stock do_bench times host dispatch instead of the device when the call's host side
+    outlasts its flush;
+  - do_bench_cudagraph: replays of a captured graph, device time with no host dispatch.
+The rounds are interleaved so that a drift of the GPU's state touches every timer alike; NVML samples the SM clock
+and clock-event reasons during each round. Prints each call and a summary against the targets (suite cold within
+3 % of do_bench for calls of 50 us or more; spread of the suite's medians over the reruns at most 1 %).
+Needs a CUDA GPU, triton and nvidia-ml-py.
 
-    python3 scripts/bench_fidelity.py [--cases default] [--json OUT.json]
+    python3 scripts/bench_fidelity.py [--cases default] [--reruns 3] [--json OUT.json]
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -24,9 +30,109 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import cases as catalogue  # noqa: E402
 from harness.backends import SweepOptions  # noqa: E402
 from harness.backends.cudnn import ConvSession, CudnnBackend, CudnnError, WorkspaceTooLarge  # noqa: E402
-from harness.measure import CudaTimer, TimingPolicy  # noqa: E402
+from harness.clocks import ClockSampler  # noqa: E402
+from harness.measure import SPACER_CLOCK_HZ, CudaTimer, TimingPolicy  # noqa: E402
 
 CALLS = (("cudnn", "IMPLICIT_PRECOMP_GEMM", "DEFAULT"), ("cudnn", "IMPLICIT_GEMM", "FMA"), ("torch", "auto", "-"))
+BIG_MS = 0.05  # the targets hold for calls of 50 us or more
+
+
+def host_dispatch_ms(torch, fn, n: int = 20) -> float:
+    """Median host time to enqueue one call, the device idle before each."""
+    out = []
+    for _ in range(n):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t) * 1e3)
+    torch.cuda.synchronize()
+    return statistics.median(out)
+
+
+def spaced_do_bench(torch, do_bench, fn, wait_ms: float) -> float:
+    """do_bench with ``wait_ms`` of device-side sleep after each of its L2 flushes, before its start event."""
+    from triton import runtime
+
+    drv = runtime.driver.active
+    flush = drv.clear_cache
+    waits = [0]
+
+    def flush_then_wait(cache):
+        flush(cache)
+        torch.cuda._sleep(int(wait_ms * 1e-3 * SPACER_CLOCK_HZ))
+        waits[0] += 1
+
+    drv.clear_cache = flush_then_wait
+    try:
+        ms = do_bench(fn, return_mode="median")
+    finally:
+        drv.clear_cache = flush
+    if not waits[0]:
+        raise RuntimeError("this triton's do_bench does not flush through runtime.driver.active.clear_cache")
+    return ms
+
+
+def spread(values: list[float]) -> float:
+    return (max(values) - min(values)) / statistics.median(values)
+
+
+def measure_call(torch, fn, args, timers, do_bench, do_bench_cudagraph, sampler) -> dict:
+    host_ms = host_dispatch_ms(torch, fn)
+    wait_ms = min(5.0, 1.5 * host_ms + 0.02)
+    runs: dict[str, list] = {k: [] for k in ("hot", "cold", "do_bench", "do_bench_spaced", "cudagraph")}
+    samples: dict[str, list] = {"hot": [], "cold": []}
+    clocks, graph_error = [], None
+    for _ in range(args.reruns):
+        with sampler:
+            for mode, timer in timers.items():
+                t = timer(fn)
+                runs[mode].append(t.median_ms)
+                samples[mode].append(t.n)
+            runs["do_bench"].append(do_bench(fn, return_mode="median"))
+            runs["do_bench_spaced"].append(spaced_do_bench(torch, do_bench, fn, wait_ms))
+            if graph_error is None:
+                try:  # a call that cannot be captured leaves this column empty
+                    runs["cudagraph"].append(do_bench_cudagraph(fn, return_mode="median"))
+                except Exception as exc:
+                    graph_error = f"{type(exc).__name__}: {exc}"[:120]
+        clocks.append(sampler.summary())
+    med = {k: statistics.median(v) if v else None for k, v in runs.items()}
+    return {"host_dispatch_ms": host_ms, "wait_ms": wait_ms, "medians_ms": runs, "samples": samples,
+            "clocks": clocks, "cudagraph_error": graph_error,
+            "do_bench_ms": med["do_bench"], "do_bench_spaced_ms": med["do_bench_spaced"],
+            "suite_hot_ms": med["hot"], "suite_cold_ms": med["cold"], "cudagraph_ms": med["cudagraph"],
+            "cold_ratio": med["cold"] / med["do_bench"], "cold_ratio_spaced": med["cold"] / med["do_bench_spaced"],
+            "hot_ratio": med["hot"] / med["do_bench"],
+            "do_bench_host_bound": med["do_bench"] / med["do_bench_spaced"] > 1.03,
+            "cold_spread": spread(runs["cold"]), "hot_spread": spread(runs["hot"]),
+            "do_bench_spread": spread(runs["do_bench"]), "do_bench_spaced_spread": spread(runs["do_bench_spaced"]),
+            "hot_vs_cudagraph": med["hot"] / med["cudagraph"] if med["cudagraph"] else None}
+
+
+def summarize(rows: list[dict], gpu: str) -> dict:
+    big = [r for r in rows if r["do_bench_spaced_ms"] >= BIG_MS]  # device time: stock do_bench may time the host
+    device_bound = [r for r in big if not r["do_bench_host_bound"]]
+
+    def count(pred, among):
+        return sum(1 for r in among if pred(r))
+
+    return {"gpu": gpu, "calls": len(rows), "calls_ge_50us": len(big),
+            "cold_within_3pct_of_do_bench": count(lambda r: abs(r["cold_ratio"] - 1) <= 0.03, big),
+            "cold_within_3pct_of_spaced_do_bench": count(lambda r: abs(r["cold_ratio_spaced"] - 1) <= 0.03, big),
+            "do_bench_host_bound": [f"{r['case']} {r['backend']} {r['math']}" for r in big if r["do_bench_host_bound"]],
+            "cold_within_3pct_where_do_bench_device_bound": count(lambda r: abs(r["cold_ratio"] - 1) <= 0.03,
+                                                                  device_bound),
+            "calls_where_do_bench_device_bound": len(device_bound),
+            "median_cold_ratio": statistics.median(r["cold_ratio"] for r in big) if big else None,
+            "worst_cold_ratio_spaced": max((abs(r["cold_ratio_spaced"] - 1) for r in big), default=None),
+            "cold_spread_le_1pct": count(lambda r: r["cold_spread"] <= 0.01, big),
+            "hot_spread_le_1pct": count(lambda r: r["hot_spread"] <= 0.01, big),
+            "worst_cold_spread": max((r["cold_spread"] for r in big), default=None),
+            "worst_hot_spread": max((r["hot_spread"] for r in big), default=None),
+            "median_cold_spread": statistics.median(r["cold_spread"] for r in big) if big else None,
+            "worst_do_bench_spread": max((r["do_bench_spread"] for r in big), default=None),
+            "sm_mhz_min": min((c.get("sm_mhz_min", 0) for r in rows for c in r["clocks"]), default=None),
+            "slowdowns_seen": sorted({s for r in rows for c in r["clocks"] for s in c.get("slowdowns", [])})}
 
 
 def main() -> int:
@@ -40,66 +146,35 @@ def main() -> int:
     from triton.testing import do_bench, do_bench_cudagraph
 
     cudnn = CudnnBackend().cudnn
-    hot, cold = CudaTimer(TimingPolicy()), CudaTimer(TimingPolicy(cold=True))
+    timers = {"hot": CudaTimer(TimingPolicy()), "cold": CudaTimer(TimingPolicy(cold=True))}
+    sampler = ClockSampler(torch.cuda.current_device())
     rows = []
     for case in catalogue.select(args.cases):
         session = ConvSession(cudnn, case, "fwd", "fp32", "NCHW", SweepOptions(), reference=False)
         for backend, algo, math in CALLS:
             if backend == "cudnn":
                 try:
-                    algo_id, ws, ws_bytes = session.bind(algo, math)
+                    fn = session.call(algo, math)
                 except (CudnnError, WorkspaceTooLarge) as exc:
                     print(f"{case.id:36s} {backend:5s} {algo:22s} {math:8s} not run: {exc}")
                     continue
-
-                def fn(algo_id=algo_id, ws=ws, ws_bytes=ws_bytes, session=session):
-                    # follow torch's current stream, which graph capture switches to a side stream
-                    session.cudnn.lib.cudnnSetStream(session.handle.ptr,
-                                                     ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
-                    session.conv.run(algo_id, ws, ws_bytes)
             else:
                 x, w = session.ops["x"], session.ops["w"]
 
                 def fn(x=x, w=w, case=case):
                     F.conv2d(x, w, stride=case.stride, padding=case.pad, dilation=case.dilation, groups=case.groups)
-            suite_hot = [hot(fn).median_ms for _ in range(args.reruns)]
-            suite_cold = [cold(fn).median_ms for _ in range(args.reruns)]
-            triton = [do_bench(fn, return_mode="median") for _ in range(args.reruns)]
-            try:  # replays of a captured graph: device time with no host dispatch at all
-                graph = [do_bench_cudagraph(fn, return_mode="median") for _ in range(args.reruns)]
-            except Exception as exc:  # a call that cannot be captured
-                graph, graph_error = [], f"{type(exc).__name__}: {exc}"[:120]
-            else:
-                graph_error = None
-            ref = statistics.median(triton)
-            row = {"case": case.id, "backend": backend, "algo": algo, "math": math, "do_bench_ms": ref,
-                   "suite_hot_ms": statistics.median(suite_hot), "suite_cold_ms": statistics.median(suite_cold),
-                   "cold_ratio": statistics.median(suite_cold) / ref, "hot_ratio": statistics.median(suite_hot) / ref,
-                   "cold_spread": (max(suite_cold) - min(suite_cold)) / statistics.median(suite_cold),
-                   "hot_spread": (max(suite_hot) - min(suite_hot)) / statistics.median(suite_hot),
-                   "do_bench_spread": (max(triton) - min(triton)) / ref,
-                   "cudagraph_ms": statistics.median(graph) if graph else None, "cudagraph_error": graph_error,
-                   "hot_vs_cudagraph": statistics.median(suite_hot) / statistics.median(graph) if graph else None}
+            row = {"case": case.id, "backend": backend, "algo": algo, "math": math,
+                   **measure_call(torch, fn, args, timers, do_bench, do_bench_cudagraph, sampler)}
             rows.append(row)
-            print(f"{case.id:36s} {backend:5s} {algo:22s} {math:8s} do_bench {ref:8.4f} ms  cold/do_bench "
-                  f"{row['cold_ratio']:.3f}  hot/do_bench {row['hot_ratio']:.3f}  spread cold {row['cold_spread']:.2%} "
-                  f"hot {row['hot_spread']:.2%}  hot/cudagraph {row['hot_vs_cudagraph'] or float('nan'):.3f}", flush=True)
+            sm = sorted({c.get("sm_mhz_min") for c in row["clocks"]})
+            print(f"{case.id:34s} {backend:5s} {math:7s} do_bench {row['do_bench_ms'] * 1e3:7.1f} us "
+                  f"(spaced {row['do_bench_spaced_ms'] * 1e3:7.1f}, host {row['host_dispatch_ms'] * 1e3:5.1f})  "
+                  f"cold/db {row['cold_ratio']:.3f} cold/spaced {row['cold_ratio_spaced']:.3f}  "
+                  f"spread cold {row['cold_spread']:.2%} hot {row['hot_spread']:.2%}  "
+                  f"n {row['samples']['cold']}  SM min MHz {sm}", flush=True)
         session.close()
         torch.cuda.empty_cache()
-    big = [r for r in rows if r["do_bench_ms"] >= 0.05]
-    within = [r for r in big if abs(r["cold_ratio"] - 1) <= 0.03]
-    summary = {"gpu": torch.cuda.get_device_name(), "calls": len(rows), "calls_ge_50us": len(big),
-               "cold_within_3pct": len(within),
-               "worst_cold_ratio": max((abs(r["cold_ratio"] - 1) for r in big), default=None),
-               "median_cold_ratio": statistics.median(r["cold_ratio"] for r in big) if big else None,
-               "median_hot_ratio": statistics.median(r["hot_ratio"] for r in big) if big else None,
-               "worst_cold_spread": max((r["cold_spread"] for r in big), default=None),
-               "worst_hot_spread": max((r["hot_spread"] for r in big), default=None),
-               "median_cold_spread": statistics.median(r["cold_spread"] for r in big) if big else None,
-               "hot_within_3pct_of_cudagraph": sum(1 for r in big if r["hot_vs_cudagraph"]
-                                                   and abs(r["hot_vs_cudagraph"] - 1) <= 0.03),
-               "calls_ge_50us_with_cudagraph": sum(1 for r in big if r["hot_vs_cudagraph"]),
-               "worst_do_bench_spread": max((r["do_bench_spread"] for r in big), default=None)}
+    summary = summarize(rows, torch.cuda.get_device_name())
     print(json.dumps(summary, indent=1))
     if args.json:
         args.json.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))

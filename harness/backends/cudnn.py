@@ -7,8 +7,9 @@ combination cuDNN rejects, or whose workspace does not fit, is a record with tha
 
 from __future__ import annotations
 
+import ctypes
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from .. import accuracy
 from ..cases import Case
@@ -179,6 +180,21 @@ class ConvSession:
             raise WorkspaceTooLarge(f"needs {ws_bytes / 2**30:.2f} GiB of workspace; "
                                     f"limit {self.ws_limit / 2**30:.2f} GiB", ws_bytes)
         return algo_id, self.workspace(ws_bytes), ws_bytes
+
+    def call(self, algo: str, math: str) -> Callable[[], None]:
+        """``algo`` under ``math`` as a bare callable for outside timers (do_bench, graph capture).
+
+        Each call first points the handle at torch's current stream: graph capture runs on a side stream.
+        Raises as ``bind`` does.
+        """
+        algo_id, ws, ws_bytes = self.bind(algo, math)
+        lib, handle, torch = self.cudnn.lib, self.handle.ptr, self.torch
+
+        def run() -> None:
+            lib.cudnnSetStream(handle, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+            self.conv.run(algo_id, ws, ws_bytes)
+
+        return run
 
     def output_hash(self, algo: str, math: str) -> str:
         """Hash of one run of ``algo`` under ``math`` (no timing, no reference)."""

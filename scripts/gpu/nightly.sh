@@ -5,8 +5,7 @@
 #   check  the backward run replayed in a fresh process (hashes compared), the GPU tests
 #   ort    the default onnxruntime grid through asv (timed), its GPU tests, latency vs onnxruntime's profiler
 #   fidelity  the suite's timer against triton's do_bench (scripts/bench_fidelity.py), FIDELITY_TIMEOUT s at most
-#   probe  diagnosis, not the nightly job: a profiled in-process backward sweep of four heavy cases, and the timer
-#          policies beside do_bench on the calls that missed the fidelity targets (scripts/timing_probe.py)
+#   probe  diagnosis, not the nightly job: a profiled in-process backward sweep of four heavy cases
 # Usage (repo root, asv and onnxruntime on PYTHONPATH): OUT=dir bash scripts/gpu/nightly.sh STAGE
 # Everything lands under $OUT as it is made, so a stage cut short still returns what it measured;
 # results stay under /tmp/convbench-results while the machine is warm, so `check` finds `bwd`'s run.
@@ -72,7 +71,6 @@ probe)
   python3 -c "import pstats,sys; p=pstats.Stats(sys.argv[1]); p.sort_stats('tottime').print_stats(30); \
     p.sort_stats('cumulative').print_stats(45)" "$OUT/bwd-sweep.prof" > "$OUT/bwd-sweep-profile.txt"
   grep -A32 "Ordered by: internal" "$OUT/bwd-sweep-profile.txt" | cut -c1-150
-  t timeout 240 python3 scripts/timing_probe.py --json "$OUT/timing-probe.json" 2>&1 | tee "$OUT/timing-probe.log"
   ;;
 *) echo "unknown stage $stage: fwd, bwd, check, ort, fidelity or probe" >&2; exit 2 ;;
 esac
