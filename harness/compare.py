@@ -153,6 +153,17 @@ def _finding(kind: str, verdict: str, rec: dict[str, Any], base: str, head: str,
                    explanation=rec.get("explanation"), **kw)
 
 
+def _clock_note(rb: dict[str, Any], rh: dict[str, Any]) -> str:
+    """What the GPU's clock did while either side was timed, where it was slowed (a power cap, heat)."""
+    notes = []
+    for side, rec in (("base", rb), ("head", rh)):
+        ck = (rec.get("extra") or {}).get("clock") or {}
+        if ck.get("slowdowns"):
+            notes.append(f"{side} timed while the GPU reported {'+'.join(ck['slowdowns'])} "
+                         f"(SM clock {ck.get('sm_mhz_min')}-{ck.get('sm_mhz_max')} MHz)")
+    return "; " + "; ".join(notes) if notes else ""
+
+
 def _fmt_err(v: float | None) -> str:
     return "-" if v is None else f"{v:.2e}"
 
@@ -185,7 +196,8 @@ def compare_records(base: Iterable[dict[str, Any]], head: Iterable[dict[str, Any
         if tv:
             verdict, evidence, nums = tv
             out.append(_finding("time", verdict, rh, f"{rb['median_ms']:.4g} ms", f"{rh['median_ms']:.4g} ms",
-                                evidence, ratio=nums.get("ratio"), ci=nums.get("ci"), p=nums.get("p")))
+                                evidence + _clock_note(rb, rh), ratio=nums.get("ratio"), ci=nums.get("ci"),
+                                p=nums.get("p")))
         out += _accuracy(rb, rh, th)
         out += _determinism(rb, rh, th)
         out += _search(rb, rh)

@@ -4,7 +4,8 @@ Each repetition is bracketed by its own pair of CUDA events on the stream the ca
 is device time of that call alone. Repetitions are issued in batches behind a spacer kernel that keeps
 the device busy until the host has enqueued the batch, and synchronised once per batch, so neither host
 launch overhead nor host stalls enter the samples. Sampling stops when the median is known to the noise target, or the time budget or sample cap is
-reached; the median, IQR and every sample are kept so later comparisons can be statistical.
+reached; the median, IQR and every sample are kept so later comparisons can be statistical. After each batch
+NVML reads the SM clock and its slowdown reasons, so a time measured under a power cap says so.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .clocks import DeviceClock, during
 from .records import Timing
 
 
@@ -46,12 +48,12 @@ def median_rel_stderr(samples: list[float]) -> float:
     return 1.2533 * (q3 - q1) / 1.349 / len(samples) ** 0.5 / med
 
 
-def summarize(samples: list[float], mode: str, timer: str, keep: int) -> Timing:
+def summarize(samples: list[float], mode: str, timer: str, keep: int, clock: dict | None = None) -> Timing:
     med = statistics.median(samples)
     q1, _, q3 = statistics.quantiles(samples, n=4) if len(samples) >= 4 else (med, med, med)
     step = max(1, len(samples) // keep)
     return Timing(median_ms=med, iqr_ms=q3 - q1, n=len(samples), mode=mode, timer=timer,
-                  min_ms=min(samples), samples_ms=[round(s, 6) for s in samples[::step][:keep]])
+                  min_ms=min(samples), samples_ms=[round(s, 6) for s in samples[::step][:keep]], clock=clock)
 
 
 def _enough(samples: list[float], spent_ms: float, policy: TimingPolicy) -> bool:
@@ -71,6 +73,7 @@ class CudaTimer:
 
         self.torch = torch
         self.policy = policy
+        self.clock = DeviceClock.for_torch_device()
         self._flush = None
         if policy.cold:
             l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
@@ -103,6 +106,7 @@ class CudaTimer:
         spacer_cycles = int(min(2e-3, 1.5 * batch * statistics.median(host_s) + 20e-6) * SPACER_CLOCK_HZ)
         samples: list[float] = []
         spent = 0.0
+        reads = []
         while not _enough(samples, spent, policy):
             torch.cuda._sleep(spacer_cycles)
             pairs = []
@@ -116,10 +120,13 @@ class CudaTimer:
                 end.record(stream)
                 pairs.append((start, end))
             end.synchronize()
+            if self.clock is not None:  # right after the batch: the clock it ran at, and any cap still in force
+                reads.append(self.clock.read())
             times = [s.elapsed_time(e) for s, e in pairs]
             samples.extend(times)
             spent += sum(times)
-        return summarize(samples, "cold" if policy.cold else "hot", "cuda_event", policy.keep_samples)
+        return summarize(samples, "cold" if policy.cold else "hot", "cuda_event", policy.keep_samples,
+                         during(reads))
 
 
 class HostTimer:

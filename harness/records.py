@@ -42,6 +42,8 @@ class Timing:
     timer: str  # "cuda_event" or "perf_counter" (host clock, CPU backends)
     min_ms: float | None = None
     samples_ms: list[float] = field(default_factory=list)
+    # the GPU's clock while sampling (harness.clocks.during): SM MHz range and slowdown reasons such as a power cap
+    clock: dict[str, Any] | None = None
 
 
 @dataclass

@@ -79,8 +79,9 @@ def spread(values: list[float]) -> float:
 def measure_call(torch, fn, args, timers, do_bench, do_bench_cudagraph, sampler) -> dict:
     host_ms = host_dispatch_ms(torch, fn)
     wait_ms = min(5.0, 1.5 * host_ms + 0.02)
-    runs: dict[str, list] = {k: [] for k in ("hot", "cold", "do_bench", "do_bench_spaced", "cudagraph")}
-    samples: dict[str, list] = {"hot": [], "cold": []}
+    runs: dict[str, list] = {k: [] for k in (*timers, "do_bench", "do_bench_spaced", "cudagraph")}
+    samples: dict[str, list] = {k: [] for k in timers}
+    timer_clocks: dict[str, list] = {k: [] for k in timers}
     clocks, graph_error = [], None
     for _ in range(args.reruns):
         with sampler:
@@ -88,6 +89,7 @@ def measure_call(torch, fn, args, timers, do_bench, do_bench_cudagraph, sampler)
                 t = timer(fn)
                 runs[mode].append(t.median_ms)
                 samples[mode].append(t.n)
+                timer_clocks[mode].append(t.clock)
             runs["do_bench"].append(do_bench(fn, return_mode="median"))
             runs["do_bench_spaced"].append(spaced_do_bench(torch, do_bench, fn, wait_ms))
             if graph_error is None:
@@ -98,7 +100,8 @@ def measure_call(torch, fn, args, timers, do_bench, do_bench_cudagraph, sampler)
         clocks.append(sampler.summary())
     med = {k: statistics.median(v) if v else None for k, v in runs.items()}
     return {"host_dispatch_ms": host_ms, "wait_ms": wait_ms, "medians_ms": runs, "samples": samples,
-            "clocks": clocks, "cudagraph_error": graph_error,
+            "clocks": clocks, "timer_clocks": timer_clocks, "cudagraph_error": graph_error,
+            "spreads": {k: spread(v) for k, v in runs.items() if v},
             "do_bench_ms": med["do_bench"], "do_bench_spaced_ms": med["do_bench_spaced"],
             "suite_hot_ms": med["hot"], "suite_cold_ms": med["cold"], "cudagraph_ms": med["cudagraph"],
             "cold_ratio": med["cold"] / med["do_bench"], "cold_ratio_spaced": med["cold"] / med["do_bench_spaced"],
@@ -125,6 +128,8 @@ def summarize(rows: list[dict], gpu: str) -> dict:
             "calls_where_do_bench_device_bound": len(device_bound),
             "median_cold_ratio": statistics.median(r["cold_ratio"] for r in big) if big else None,
             "worst_cold_ratio_spaced": max((abs(r["cold_ratio_spaced"] - 1) for r in big), default=None),
+            "spread_le_1pct": {k: count(lambda r, k=k: r["spreads"].get(k, 1) <= 0.01, big)
+                               for k in big[0]["spreads"]} if big else {},
             "cold_spread_le_1pct": count(lambda r: r["cold_spread"] <= 0.01, big),
             "hot_spread_le_1pct": count(lambda r: r["hot_spread"] <= 0.01, big),
             "worst_cold_spread": max((r["cold_spread"] for r in big), default=None),
@@ -140,6 +145,7 @@ def main() -> int:
     ap.add_argument("--cases", default="default")
     ap.add_argument("--reruns", type=int, default=3)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--warm-variants", action="store_true", help="also time with 25 ms of warm-up")
     args = ap.parse_args()
     import torch
     import torch.nn.functional as F
@@ -147,6 +153,9 @@ def main() -> int:
 
     cudnn = CudnnBackend().cudnn
     timers = {"hot": CudaTimer(TimingPolicy()), "cold": CudaTimer(TimingPolicy(cold=True))}
+    if args.warm_variants:  # the suite's timer after do_bench's 25 ms of warm-up: does a settled clock spread less?
+        timers |= {"hot_warm25": CudaTimer(TimingPolicy(warmup_ms=25.0)),
+                   "cold_warm25": CudaTimer(TimingPolicy(warmup_ms=25.0, cold=True))}
     sampler = ClockSampler(torch.cuda.current_device())
     rows = []
     for case in catalogue.select(args.cases):
@@ -167,11 +176,15 @@ def main() -> int:
                    **measure_call(torch, fn, args, timers, do_bench, do_bench_cudagraph, sampler)}
             rows.append(row)
             sm = sorted({c.get("sm_mhz_min") for c in row["clocks"]})
+            caps = sorted({s for cs in row["timer_clocks"].values() for c in cs if c for s in c["slowdowns"]})
             print(f"{case.id:34s} {backend:5s} {math:7s} do_bench {row['do_bench_ms'] * 1e3:7.1f} us "
                   f"(spaced {row['do_bench_spaced_ms'] * 1e3:7.1f}, host {row['host_dispatch_ms'] * 1e3:5.1f})  "
                   f"cold/db {row['cold_ratio']:.3f} cold/spaced {row['cold_ratio_spaced']:.3f}  "
                   f"spread cold {row['cold_spread']:.2%} hot {row['hot_spread']:.2%}  "
-                  f"n {row['samples']['cold']}  SM min MHz {sm}", flush=True)
+                  f"n {row['samples']['cold']}  SM min MHz {sm} {' '.join(caps)}", flush=True)
+            if args.warm_variants:
+                print(f"{'':34s} warm25 spread cold {row['spreads']['cold_warm25']:.2%} "
+                      f"hot {row['spreads']['hot_warm25']:.2%}", flush=True)
         session.close()
         torch.cuda.empty_cache()
     summary = summarize(rows, torch.cuda.get_device_name())

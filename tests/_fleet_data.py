@@ -73,13 +73,14 @@ def record(case: str = "c1", *, backend: str = "cudnn", algo: str = "IMPLICIT_GE
            median: float = 1.0, samples: list[float] | None = None, err: float = 1e-7, cls: str = "fp32",
            hash_: str = "00112233445566778899aabbccddeeff", repeat_equal: bool | None = True,
            fresh_equal: bool | None = True, chosen: str | None = None, settings: dict[str, Any] | None = None,
-           explanation: str | None = None, reason: str | None = None, distinct: int = 1) -> Record:
+           explanation: str | None = None, reason: str | None = None, distinct: int = 1,
+           clock: dict[str, Any] | None = None) -> Record:
     ok = status == "ok"
     samples = samples if samples is not None else [median] * 9
     return Record(case=case, backend=backend, direction=direction, algo=algo, math=math, dtype=dtype, layout=layout,
                   status=status, reason=reason, device="cuda:0", settings=settings or {},
-                  time=Timing(median, 0.01 * median, len(samples), "hot", "cuda_event", min(samples), samples)
-                  if ok else None,
+                  time=Timing(median, 0.01 * median, len(samples), "hot", "cuda_event", min(samples), samples,
+                              clock) if ok else None,
                   accuracy=Accuracy(err, err, err, 0, 0, 0, cls) if ok else None,
                   determinism=Determinism(hash_, "polyhash2x64-v1", 2, repeat_equal, fresh_equal, distinct)
                   if ok else None,

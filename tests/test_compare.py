@@ -116,6 +116,17 @@ def test_findings_for_each_kind(tmp_path):
     assert not any(f.case == "t" and f.kind != "time" for f in found.values())
 
 
+def test_a_time_finding_says_when_the_gpu_was_power_capped(tmp_path):
+    capped = {"sm_mhz_min": 1860, "sm_mhz_max": 1980, "slowdowns": ["sw_power_cap"]}
+    steady = {"sm_mhz_min": 1980, "sm_mhz_max": 1980, "slowdowns": []}
+    base = [record("t", samples=noisy(1.0, seed=1), median=1.0, clock=steady), record("u", samples=noisy(1.0))]
+    head = [record("t", samples=noisy(1.1, seed=2), median=1.1, clock=capped), record("u", samples=noisy(1.2, seed=3), median=1.2)]
+    with _store_with(tmp_path, base, head) as s:
+        found = {f.case: f for f in compare_records(_recs(s, "base"), _recs(s, "head")) if f.kind == "time"}
+    assert found["t"].evidence.endswith("; head timed while the GPU reported sw_power_cap (SM clock 1860-1980 MHz)")
+    assert "GPU reported" not in found["u"].evidence  # no clock recorded (older records): nothing said
+
+
 def test_distinct_outputs_matter_only_when_a_stable_call_becomes_unstable(tmp_path):
     base = [record("was_stable"), record("unstable", repeat_equal=False, distinct=4)]
     head = [record("was_stable", repeat_equal=False, distinct=3), record("unstable", repeat_equal=False, distinct=9)]
