@@ -35,11 +35,6 @@ class TimingPolicy:
     batch: int = 8
     cold: bool = False  # flush L2 before each repetition (outside the timed region)
     keep_samples: int = 64  # samples stored in the record (evenly thinned); the summary uses all
-    # Calls of settle_above_ms or more first run back to back for settle_ms (do_bench's warm-up), so the GPU's
-    # power management has settled before sampling. On the H200 (2026-11-29) the rerun spread of such calls
-    # met 1 % for 51 of 55 (hot) and 53 of 55 (cold) with the 1 ms warm-up, 54 of 55 each after 25 ms.
-    settle_ms: float = 25.0
-    settle_above_ms: float = 0.05
 
 
 def median_rel_stderr(samples: list[float]) -> float:
@@ -101,10 +96,6 @@ class CudaTimer:
             host_s.append(time.perf_counter() - h)
             end.synchronize()
             warm.append(start.elapsed_time(end))
-        if min(warm) >= policy.settle_above_ms and policy.settle_ms > 0:
-            for _ in range(int(policy.settle_ms / min(warm))):
-                fn()
-            stream.synchronize()
         # A batch never outlasts a quarter of the budget: a 44 ms call is sampled 3 times, not 8 (one batch of
         # 8 was ten times the budget). The warm-up's event time bounds the call's device time from above.
         batch = max(1, min(policy.batch, int(policy.budget_ms / 4 / max(min(warm), 1e-3))))

@@ -2,8 +2,7 @@
 
 For every case of the default set, on the same bound cuDNN call (and on F.conv2d), three rounds, each of which
 times the call once with each of:
-  - the suite's timer, hot, and cold (the L2 flushed before each repetition, as do_bench does); with
-    --unsettled also both without the timer's settle phase;
+  - the suite's timer, hot, and cold (the L2 flushed before each repetition, as do_bench does);
   - triton.testing.do_bench(return_mode="median") as it is;
   - the same do_bench with a device-side wait after its L2 flush (outside its timed region), as long as the
     call's host dispatch: stock do_bench times host dispatch instead of the device when the call's host side
@@ -14,7 +13,7 @@ and clock-event reasons during each round. Prints each call and a summary agains
 3 % of do_bench for calls of 50 us or more; spread of the suite's medians over the reruns at most 1 %).
 Needs a CUDA GPU, triton and nvidia-ml-py.
 
-    python3 scripts/bench_fidelity.py [--cases default] [--reruns 3] [--unsettled] [--json OUT.json]
+    python3 scripts/bench_fidelity.py [--cases default] [--reruns 3] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -146,7 +145,6 @@ def main() -> int:
     ap.add_argument("--cases", default="default")
     ap.add_argument("--reruns", type=int, default=3)
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--unsettled", action="store_true", help="also time without the timer's settle phase")
     args = ap.parse_args()
     import torch
     import torch.nn.functional as F
@@ -154,9 +152,6 @@ def main() -> int:
 
     cudnn = CudnnBackend().cudnn
     timers = {"hot": CudaTimer(TimingPolicy()), "cold": CudaTimer(TimingPolicy(cold=True))}
-    if args.unsettled:  # the suite's timer without its settle phase, beside it
-        timers |= {"hot_unsettled": CudaTimer(TimingPolicy(settle_ms=0.0)),
-                   "cold_unsettled": CudaTimer(TimingPolicy(settle_ms=0.0, cold=True))}
     sampler = ClockSampler(torch.cuda.current_device())
     rows = []
     for case in catalogue.select(args.cases):
@@ -183,9 +178,6 @@ def main() -> int:
                   f"cold/db {row['cold_ratio']:.3f} cold/spaced {row['cold_ratio_spaced']:.3f}  "
                   f"spread cold {row['cold_spread']:.2%} hot {row['hot_spread']:.2%}  "
                   f"n {row['samples']['cold']}  SM min MHz {sm} {' '.join(caps)}", flush=True)
-            if args.unsettled:
-                print(f"{'':34s} unsettled: spread cold {row['spreads']['cold_unsettled']:.2%} "
-                      f"hot {row['spreads']['hot_unsettled']:.2%}", flush=True)
         session.close()
         torch.cuda.empty_cache()
     summary = summarize(rows, torch.cuda.get_device_name())
