@@ -1,7 +1,7 @@
 """What the asv runs on the H200 of 2026-11-29 recorded (tests/fixtures/README.md says how).
 
-h200-fwd-asv (18:19 UTC, suite 1ec0eae): `convbench bench` of the forward classes; h200-bwd-asv (18:10 UTC, suite
-1ec0eae): the backward classes, complete, and `convbench repro` of every ok record in a fresh process;
+h200-fwd-asv (19:32 UTC, suite b716a3a): `convbench bench` of the forward classes; h200-bwd-asv (19:23 UTC, suite
+b716a3a): the backward classes, complete, and `convbench repro` of every ok record in a fresh process;
 h200-ort-asv (16:45 UTC, suite d5f972a): the onnxruntime grid through asv. Every expectation is derived from the
 records, the catalogue or the suite's rules.
 """
@@ -20,6 +20,7 @@ from harness.backends.cudnn import (
     NONDETERMINISTIC_REPEATS,
 )
 from harness.backends.cudnn_lib import ALGOS, DOCUMENTED_NONDETERMINISTIC, MATH
+from harness.clocks import SLOWDOWN_REASONS
 from harness.explain import TORCH_NONDETERMINISTIC, explain, nondeterminism_cause
 from harness.records import OK
 
@@ -33,7 +34,7 @@ def bwd():
 
 def test_forward_asv_run_is_complete_and_every_combination_a_record():
     meta, end, recs = run_tarball("h200-fwd-asv")
-    assert meta["fingerprint"]["gpu"]["name"] == "NVIDIA H200" and meta["suite_revision"] == "1ec0eae"
+    assert meta["fingerprint"]["gpu"]["name"] == "NVIDIA H200" and meta["suite_revision"] == "b716a3a"
     assert end["asv_returncode"] == 0 and end["sweep_seconds"] + end["asv_seconds"] == pytest.approx(end["seconds"], abs=0.2)
     assert end["ok"] == sum(1 for r in recs if r["kind"] == "measurement" and r["status"] == OK)
     cudnn = records_of(recs, backend="cudnn")
@@ -45,7 +46,7 @@ def test_forward_asv_run_is_complete_and_every_combination_a_record():
 
 def test_backward_every_combination_of_the_default_set_is_a_record(bwd):
     meta, end, recs = bwd
-    assert meta["suite_revision"] == "1ec0eae" and end["asv_returncode"] == 0
+    assert meta["suite_revision"] == "b716a3a" and end["asv_returncode"] == 0
     cudnn = records_of(recs, backend="cudnn")
     want = {(c.id, dr, a, m, d, lay) for c in cases.select("default") for dr in ("bwd_data", "bwd_filter")
             for a in ALGOS[dr] for m in MATH for d in ("fp32", "fp16", "bf16") for lay in ("NCHW", "NHWC")}
@@ -106,8 +107,19 @@ def test_torch_backward_is_reproducible_whenever_deterministic_is_set(bwd):
     unstable = [r for r in torch if not (r.determinism.repeat_equal and r.determinism.fresh_handle_equal is not False)]
     assert unstable and all(r.settings["deterministic"] is False for r in unstable)
     assert any(r.settings["deterministic"] is True for r in torch)
-    # the suite names the cause (its journaled wording, from 1ec0eae, predates this rule)
-    assert all(explain(r).startswith(TORCH_NONDETERMINISTIC) for r in unstable)
+    # the suite names the cause, in the journal as in today's rules
+    assert all(r.explanation == explain(r) and r.explanation.startswith(TORCH_NONDETERMINISTIC) for r in unstable)
+
+
+def test_every_gpu_timing_says_what_clock_it_ran_at(bwd):
+    for meta, _, recs in (run_tarball("h200-fwd-asv"), bwd):
+        top = meta["fingerprint"]["gpu"]["clock_sm_max_mhz"]
+        timed = [r for r in records_of(recs) if r.status == OK]
+        assert timed and all(r.time.timer == "cuda_event" for r in timed)
+        for r in timed:
+            ck = r.time.clock
+            assert 0 < ck["sm_mhz_min"] <= ck["sm_mhz_max"] <= top, r.key()
+            assert set(ck["slowdowns"]) <= set(SLOWDOWN_REASONS.values())
 
 
 @pytest.fixture(scope="module")

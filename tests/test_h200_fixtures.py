@@ -102,11 +102,7 @@ def test_every_unexpected_record_carries_an_explanation(fwd):
                                         (accuracy.expected_class(r.dtype), "fp32"))
         if unexpected:
             assert r.explanation, r.key()
-        if r.explanation and r.explanation.startswith("non-deterministic although not documented so"):
-            # journaled by 1ec0eae for PyTorch's backward with deterministic=False; the rule now names the flag
-            assert r.backend == "torch" and r.settings["deterministic"] is False and "deterministic=False" in explain(r)
-        else:
-            assert r.explanation == explain(r)  # what was journaled is what the rules say today
+        assert r.explanation == explain(r)  # what was journaled is what the rules say today
 
 
 def test_precision_classes_separate_on_real_data(fwd):
