@@ -44,9 +44,16 @@ class DeviceClock:
         except Exception:
             return None
 
+    def power(self) -> float | None:
+        """Board power draw in watts, or None when NVML cannot say."""
+        try:
+            return self.nv.nvmlDeviceGetPowerUsage(self.handle) / 1e3
+        except Exception:
+            return None
+
 
 def during(reads: list[tuple[int, int] | None]) -> dict | None:
-    """What a timer's reads say about the clock while it sampled: lowest and highest SM clock, slowdowns seen."""
+    """What reads taken while something ran say about the clock: lowest and highest SM clock, slowdowns seen."""
     seen = [r for r in reads if r is not None]
     if not seen:
         return None
@@ -54,35 +61,29 @@ def during(reads: list[tuple[int, int] | None]) -> dict | None:
     for _, bits in seen:
         reasons |= bits
     return {"sm_mhz_min": min(r[0] for r in seen), "sm_mhz_max": max(r[0] for r in seen),
-            "slowdowns": slowdown_names(reasons)}
-
-
-def slowdown_names(reasons: int) -> list[str]:
-    return [name for bit, name in SLOWDOWN_REASONS.items() if reasons & bit]
+            "slowdowns": [name for bit, name in SLOWDOWN_REASONS.items() if reasons & bit]}
 
 
 class ClockSampler:
-    """SM clock (MHz), power (W) and clock-event reasons, every ``period_s`` while the ``with`` block lasts."""
+    """Reads ``clock`` and the board power every ``period_s`` on a thread while the ``with`` block lasts."""
 
-    def __init__(self, index: int = 0, period_s: float = 0.002):
-        import pynvml as nv
-
-        nv.nvmlInit()
-        self.nv, self.handle, self.period = nv, nv.nvmlDeviceGetHandleByIndex(index), period_s
-        self.samples: list[tuple[int, float, int]] = []
+    def __init__(self, clock: DeviceClock, period_s: float = 0.002):
+        self.clock, self.period = clock, period_s
+        self.reads: list[tuple[int, int] | None] = []
+        self.power_w: list[float] = []
 
     def __enter__(self) -> ClockSampler:
-        self.samples, self._stop = [], threading.Event()
+        self.reads, self.power_w, self._stop = [], [], threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self
 
     def _run(self) -> None:
-        nv, h = self.nv, self.handle
         while not self._stop.is_set():
-            self.samples.append((nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
-                                 nv.nvmlDeviceGetPowerUsage(h) / 1e3,
-                                 nv.nvmlDeviceGetCurrentClocksEventReasons(h)))
+            self.reads.append(self.clock.read())
+            watts = self.clock.power()
+            if watts is not None:
+                self.power_w.append(watts)
             time.sleep(self.period)
 
     def __exit__(self, *exc) -> None:
@@ -90,17 +91,8 @@ class ClockSampler:
         self._thread.join()
 
     def summary(self) -> dict:
-        """Range and median of the SM clock, peak power, and every clock-event reason seen (OR of the bits)."""
-        return summarize(self.samples)
-
-
-def summarize(samples: list[tuple[int, float, int]]) -> dict:
-    if not samples:
-        return {"n": 0}
-    sm = [s[0] for s in samples]
-    reasons = 0
-    for s in samples:
-        reasons |= s[2]
-    return {"n": len(sm), "sm_mhz_min": min(sm), "sm_mhz_median": statistics.median(sm), "sm_mhz_max": max(sm),
-            "power_w_max": max(s[1] for s in samples), "reasons": reasons,
-            "slowdowns": slowdown_names(reasons)}
+        """``during`` of the reads, with their count, the median SM clock and the peak power."""
+        sm = [r[0] for r in self.reads if r is not None]
+        return {"n": len(sm), **(during(self.reads) or {}),
+                "sm_mhz_median": statistics.median(sm) if sm else None,
+                "power_w_max": max(self.power_w, default=None)}

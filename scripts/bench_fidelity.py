@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import cases as catalogue  # noqa: E402
 from harness.backends import SweepOptions  # noqa: E402
 from harness.backends.cudnn import ConvSession, CudnnBackend, CudnnError, WorkspaceTooLarge  # noqa: E402
-from harness.clocks import ClockSampler  # noqa: E402
+from harness.clocks import ClockSampler, DeviceClock  # noqa: E402
 from harness.measure import SPACER_CLOCK_HZ, CudaTimer, TimingPolicy  # noqa: E402
 
 CALLS = (("cudnn", "IMPLICIT_PRECOMP_GEMM", "DEFAULT"), ("cudnn", "IMPLICIT_GEMM", "FMA"), ("torch", "auto", "-"))
@@ -152,7 +152,11 @@ def main() -> int:
 
     cudnn = CudnnBackend().cudnn
     timers = {"hot": CudaTimer(TimingPolicy()), "cold": CudaTimer(TimingPolicy(cold=True))}
-    sampler = ClockSampler(torch.cuda.current_device())
+    clock = DeviceClock.for_torch_device()
+    if clock is None:
+        print("bench_fidelity: NVML cannot read this GPU's clocks (nvidia-ml-py missing, or no NVML)", file=sys.stderr)
+        return 2
+    sampler = ClockSampler(clock)
     rows = []
     for case in catalogue.select(args.cases):
         session = ConvSession(cudnn, case, "fwd", "fp32", "NCHW", SweepOptions(), reference=False)

@@ -1,16 +1,40 @@
-"""NVML clock samples summarised: the slowdown reasons are named, idle and application-clock bits are not."""
+"""What the clock reads taken while a call was timed say: the SM clock's range and the slowdown reasons by name."""
 
-from harness.clocks import summarize
+import time
 
-
-def test_summary_names_only_slowdown_reasons():
-    # (SM MHz, W, clock-event reasons): idle (0x1), then a software power cap (0x4), then hardware thermal (0x40)
-    s = summarize([(1980, 120.0, 0x1), (1755, 690.5, 0x4), (1980, 400.0, 0x40 | 0x2)])
-    assert (s["sm_mhz_min"], s["sm_mhz_median"], s["sm_mhz_max"]) == (1755, 1980, 1980)
-    assert s["power_w_max"] == 690.5
-    assert s["reasons"] == 0x47
-    assert s["slowdowns"] == ["sw_power_cap", "hw_thermal"]
+from harness.clocks import ClockSampler, during
 
 
-def test_no_samples():
-    assert summarize([]) == {"n": 0}
+def test_during_names_only_slowdown_reasons():
+    # (SM MHz, clock-event reasons): idle (0x1), a software power cap (0x4), hardware thermal (0x40) with the
+    # applications-clocks bit (0x2); a failed read (None) is skipped
+    reads = [(1980, 0x1), (1755, 0x4), None, (1980, 0x40 | 0x2)]
+    assert during(reads) == {"sm_mhz_min": 1755, "sm_mhz_max": 1980, "slowdowns": ["sw_power_cap", "hw_thermal"]}
+
+
+def test_no_reads_say_nothing():
+    assert during([]) is None and during([None, None]) is None
+
+
+class ScriptedClock:
+    """A clock whose reads come from a list (NVML needs a GPU); power fails every other read."""
+
+    def __init__(self, reads):
+        self.reads, self.calls = list(reads), 0
+
+    def read(self):
+        return self.reads.pop(0) if self.reads else (1980, 0)
+
+    def power(self):
+        self.calls += 1
+        return None if self.calls % 2 else 400.0 + self.calls
+
+
+def test_sampler_summarises_the_reads_it_took_on_its_thread():
+    clock = ScriptedClock([(1860, 0x4), (1935, 0x4)])
+    with ClockSampler(clock, period_s=0.001) as sampler:
+        time.sleep(0.02)
+    s = sampler.summary()
+    assert s["n"] == len(sampler.reads) >= 3
+    assert (s["sm_mhz_min"], s["sm_mhz_max"], s["slowdowns"]) == (1860, 1980, ["sw_power_cap"])
+    assert s["power_w_max"] == 400.0 + max(c for c in range(1, clock.calls + 1) if c % 2 == 0)
