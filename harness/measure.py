@@ -29,8 +29,9 @@ class TimingPolicy:
     budget_ms: float = 30.0  # device time spent sampling one combination, warm-up excluded
     # Stop once the median's relative standard error is below this. The range of three medians is about 1.7
     # standard errors on average and over 3 in the worst of fifty calls, so a 1 % rerun spread needs the error
-    # well under 0.33 %; at 0.5 % three of 54 calls spread 1.05-1.10 % (H200, 2026-11-29). Replayed on the H200
-    # journals, 0.2 % and 400 samples add about 8 s of sampling to the forward sweep and 16 s to the backward one.
+    # well under 0.33 %. At 0.5 % it was above 0.33 % for 894 of 2,788 forward records on the H200, at 0.2 % for
+    # 112; the sweeps took 11.5 s (forward) and 70 s (backward) longer, mostly calls under 50 us. The rerun spread
+    # itself did not measurably improve: the GPU's own state dominates it (docs/performance.md, 2026-11-29).
     noise_target: float = 0.002
     batch: int = 8
     cold: bool = False  # flush L2 before each repetition (outside the timed region)

@@ -136,7 +136,7 @@ def summarize(rows: list[dict], gpu: str) -> dict:
             "worst_hot_spread": max((r["hot_spread"] for r in big), default=None),
             "median_cold_spread": statistics.median(r["cold_spread"] for r in big) if big else None,
             "worst_do_bench_spread": max((r["do_bench_spread"] for r in big), default=None),
-            "sm_mhz_min": min((c.get("sm_mhz_min", 0) for r in rows for c in r["clocks"]), default=None),
+            "sm_mhz_min": min((c["sm_mhz_min"] for r in rows for c in r["clocks"] if "sm_mhz_min" in c), default=None),
             "slowdowns_seen": sorted({s for r in rows for c in r["clocks"] for s in c.get("slowdowns", [])})}
 
 
