@@ -107,8 +107,6 @@ def measure_call(torch, fn, args, timers, do_bench, do_bench_cudagraph, sampler)
             "cold_ratio": med["cold"] / med["do_bench"], "cold_ratio_spaced": med["cold"] / med["do_bench_spaced"],
             "hot_ratio": med["hot"] / med["do_bench"],
             "do_bench_host_bound": med["do_bench"] / med["do_bench_spaced"] > 1.03,
-            "cold_spread": spread(runs["cold"]), "hot_spread": spread(runs["hot"]),
-            "do_bench_spread": spread(runs["do_bench"]), "do_bench_spaced_spread": spread(runs["do_bench_spaced"]),
             "hot_vs_cudagraph": med["hot"] / med["cudagraph"] if med["cudagraph"] else None}
 
 
@@ -130,12 +128,9 @@ def summarize(rows: list[dict], gpu: str) -> dict:
             "worst_cold_ratio_spaced": max((abs(r["cold_ratio_spaced"] - 1) for r in big), default=None),
             "spread_le_1pct": {k: count(lambda r, k=k: r["spreads"].get(k, 1) <= 0.01, big)
                                for k in big[0]["spreads"]} if big else {},
-            "cold_spread_le_1pct": count(lambda r: r["cold_spread"] <= 0.01, big),
-            "hot_spread_le_1pct": count(lambda r: r["hot_spread"] <= 0.01, big),
-            "worst_cold_spread": max((r["cold_spread"] for r in big), default=None),
-            "worst_hot_spread": max((r["hot_spread"] for r in big), default=None),
-            "median_cold_spread": statistics.median(r["cold_spread"] for r in big) if big else None,
-            "worst_do_bench_spread": max((r["do_bench_spread"] for r in big), default=None),
+            "worst_spread": {k: max(r["spreads"][k] for r in big if k in r["spreads"])
+                             for k in big[0]["spreads"]} if big else {},
+            "median_cold_spread": statistics.median(r["spreads"]["cold"] for r in big) if big else None,
             "sm_mhz_min": min((c["sm_mhz_min"] for r in rows for c in r["clocks"] if "sm_mhz_min" in c), default=None),
             "slowdowns_seen": sorted({s for r in rows for c in r["clocks"] for s in c.get("slowdowns", [])})}
 
@@ -180,7 +175,7 @@ def main() -> int:
             print(f"{case.id:34s} {backend:5s} {math:7s} do_bench {row['do_bench_ms'] * 1e3:7.1f} us "
                   f"(spaced {row['do_bench_spaced_ms'] * 1e3:7.1f}, host {row['host_dispatch_ms'] * 1e3:5.1f})  "
                   f"cold/db {row['cold_ratio']:.3f} cold/spaced {row['cold_ratio_spaced']:.3f}  "
-                  f"spread cold {row['cold_spread']:.2%} hot {row['hot_spread']:.2%}  "
+                  f"spread cold {row['spreads']['cold']:.2%} hot {row['spreads']['hot']:.2%}  "
                   f"n {row['samples']['cold']}  SM min MHz {sm} {' '.join(caps)}", flush=True)
         session.close()
         torch.cuda.empty_cache()
