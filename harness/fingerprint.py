@@ -86,6 +86,51 @@ def clocks(index: int) -> dict[str, Any]:
     return {k: g.get(k) for k in keys}
 
 
+# Shared libraries whose version decides a convolution's speed, numerics or algorithm choice.
+TRACKED_LIBRARIES = ("libcudnn", "libcublas", "libcublasLt", "libcudart", "libcufft", "libcurand", "libnvrtc",
+                     "libnvJitLink", "libonnxruntime", "libcuda.so", "libtorch_cuda")
+
+
+def _wheel_version(path: str) -> str | None:
+    """The wheel a library came from (name-version of the .dist-info in the site folder that holds it), or None:
+    nvidia/<pkg>/lib/x.so -> nvidia_<pkg>*, onnxruntime/capi/x.so -> onnxruntime*, torch/lib/x.so -> torch*."""
+    parts = path.split(os.sep)
+    for i in range(len(parts) - 2, 0, -1):
+        top = parts[i]
+        if top in ("nvidia", "onnxruntime", "torch"):
+            prefix = f"nvidia_{parts[i + 1]}" if top == "nvidia" else top
+            site = os.sep.join(parts[:i]) or os.sep
+            try:
+                names = sorted(e for e in os.listdir(site) if e.endswith(".dist-info") and e.lower().startswith(prefix))
+            except OSError:
+                return None
+            return names[0][: -len(".dist-info")] if names else None
+    return None
+
+
+def mapped_libraries(maps: str = "/proc/self/maps") -> dict[str, Any]:
+    """Every tracked shared library this process has mapped, by file name: its real path and the wheel it came
+    from. Two copies of one library (e.g. two cuDNNs, one per path) are listed both and flagged ``mixed``."""
+    found: dict[str, set[str]] = {}
+    try:
+        with open(maps) as f:
+            for line in f:
+                fields = line.split(maxsplit=5)
+                if len(fields) < 6 or not fields[5].startswith("/"):
+                    continue
+                path = fields[5].strip()
+                name = os.path.basename(path)
+                if ".so" in name and name.startswith(TRACKED_LIBRARIES):
+                    found.setdefault(name, set()).add(path)
+    except OSError as exc:
+        return {"unavailable": str(exc)}
+    out: dict[str, Any] = {}
+    for name, paths in sorted(found.items()):
+        entries = [{"path": p, "wheel": _wheel_version(p)} for p in sorted(paths)]
+        out[name] = entries[0] if len(entries) == 1 else {"mixed": True, "copies": entries}
+    return out
+
+
 def software() -> dict[str, Any]:
     info: dict[str, Any] = {"python": sys.version.split()[0], "platform": platform.platform()}
     try:
@@ -124,6 +169,8 @@ def take(gpu_index: int | None = None) -> dict[str, Any]:
         "nvml": None if why is None else why,
         "cpu": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
+        "stack": os.environ.get("CONVBENCH_STACK", "host"),
+        "mapped": mapped_libraries(),
     }
     if gpu_index is not None and gpu_index < len(found):
         fp["gpu"] = found[gpu_index]

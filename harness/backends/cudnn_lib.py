@@ -2,8 +2,9 @@
 
 Why ctypes: the point is to call the very libcudnn that the process (PyTorch) loaded, with every algorithm
 and math type chosen by us, not by a framework. The library is found, in this order: the path the user
-names (CONVBENCH_CUDNN or --cudnn), the libcudnn already mapped into this process (PyTorch's), the
-nvidia-cudnn wheel's directory, then the dynamic loader's search path.
+names (CONVBENCH_CUDNN or --cudnn), the libcudnn already mapped into this process (PyTorch's), the folders on
+LD_LIBRARY_PATH (where a stack overlay puts its cuDNN), the nvidia-cudnn wheel's directory, then the dynamic
+loader's search path.
 """
 
 from __future__ import annotations
@@ -76,6 +77,11 @@ def candidates(explicit: str | None = None) -> list[str]:
     mapped = _mapped_libcudnn()
     if mapped:
         out.append(mapped)
+    # A stack overlay puts its cuDNN first on LD_LIBRARY_PATH (stacks.py): the loader's order, kept here, so this
+    # binding and torch load the same library.
+    for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep):
+        if d:
+            out += sorted(glob.glob(os.path.join(d, "libcudnn.so.*")), reverse=True)
     try:
         import nvidia.cudnn  # the wheel PyTorch depends on
 

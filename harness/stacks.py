@@ -1,0 +1,71 @@
+"""Stacks that are not images: pinned wheels overlaid on the host's own Python and driver.
+
+Many GPU fleets cannot run containers (Slurm clusters, hosts without the NVIDIA container runtime), so a stack
+can also be a directory laid out as ``pip install --target`` leaves it: ``nvidia/<lib>/lib/*.so`` from the
+nvidia-* wheels and Python packages (onnxruntime-gpu, ...). It is activated per worker process, never in the
+process that holds the run: its library folders go first on ``LD_LIBRARY_PATH`` (torch's RUNPATH and ctypes
+then resolve ``libcudnn.so.9`` and friends there) and its folder first on ``PYTHONPATH``. The host's own stack
+is the empty overlay. What a process really loaded is read back from its own maps (fingerprint.mapped_libraries),
+so a record can never claim a library it did not use.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import EXIT_ENVIRONMENT, UserError
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+HOST = "host"
+
+
+@dataclass(frozen=True)
+class Stack:
+    """A named overlay (``prefix`` is its folder) or the host's own stack (``prefix`` None)."""
+
+    name: str
+    prefix: Path | None = None
+
+    def library_dirs(self) -> list[str]:
+        """Folders of shared libraries the overlay brings, in a stable order (nvidia/*/lib, then any lib/)."""
+        if self.prefix is None:
+            return []
+        dirs = sorted(str(p) for p in self.prefix.glob("nvidia/*/lib") if p.is_dir())
+        return dirs + sorted(str(p) for p in self.prefix.glob("*/capi") if p.is_dir())
+
+    def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The environment of a process that runs on this stack."""
+        env = dict(os.environ if base is None else base)
+        if self.prefix is None:
+            return env
+        libs = self.library_dirs()
+        if env.get("LD_LIBRARY_PATH"):
+            libs.append(env["LD_LIBRARY_PATH"])
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(libs)
+        env["PYTHONPATH"] = os.pathsep.join([str(self.prefix)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH")
+                                                                   else []))
+        env["CONVBENCH_STACK"] = self.name
+        return env
+
+
+def parse(spec: str) -> Stack:
+    """``host``, ``NAME=FOLDER`` or ``FOLDER`` (named after its last component); the folder must exist."""
+    if spec == HOST:
+        return Stack(HOST)
+    name, sep, folder = spec.partition("=")
+    if not sep:
+        folder, name = spec, Path(spec).name.removeprefix("stack-")
+    if not NAME.match(name) or name == HOST:
+        raise UserError(f"stack {spec!r}: a stack's name is letters, digits, '.', '_', '-' (and not {HOST!r})")
+    path = Path(folder)
+    if not path.is_dir():
+        raise UserError(f"stack {name}: {folder} is not a folder (install the overlay first)", EXIT_ENVIRONMENT)
+    stack = Stack(name, path.resolve())
+    if not stack.library_dirs() and not any(path.glob("*/__init__.py")):
+        raise UserError(f"stack {name}: {folder} holds neither nvidia/*/lib nor a Python package",
+                        EXIT_ENVIRONMENT)
+    return stack
