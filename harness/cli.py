@@ -13,7 +13,7 @@ import sys
 from harness.errors import EXIT_ENVIRONMENT, EXIT_USAGE, UserError  # noqa: F401  (re-exported)
 
 # Each module exposes register(subparsers); a subcommand's handler returns the exit code.
-COMMAND_MODULES = ("harness.cmd_measure", "harness.cmd_fleet", "harness.cmd_images")
+COMMAND_MODULES = ("harness.cmd_measure", "harness.cmd_fleet", "harness.cmd_images", "harness.cmd_upgrade")
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="convbench", description=__doc__.splitlines()[0])

@@ -35,8 +35,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("head")
     p.add_argument("--store", default=DEFAULT_STORE)
     p.add_argument("--json", action="store_true", help="print findings as JSON")
-    p.add_argument("--time-threshold", type=float, default=1.10,
-                   help="median ratio at or above which a significant slowdown fails (default 1.10)")
+    p.add_argument("--time-threshold", type=float, default=None,
+                   help="one median ratio for every call at or above which a significant slowdown fails "
+                        "(default: the calibrated thresholds by call length, harness/compare.py TIME_BANDS)")
+    p.add_argument("--abs-us", type=float, default=None,
+                   help="absolute floor of a time finding in microseconds (default: calibrated ABS_FLOOR_US)")
+    p.add_argument("--across-hardware", action="store_true",
+                   help="also fail on regressions between two different machines (default: report them only)")
     p.add_argument("--alpha", type=float, default=0.01, help="Mann-Whitney U level (default 0.01)")
     p.add_argument("--error-growth", type=float, default=4.0,
                    help="growth of max normalised error that fails (default 4)")
@@ -130,38 +135,52 @@ def _describe(run: dict[str, Any]) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .compare import Thresholds, compare_records, gate
+    from .compare import ABS_FLOOR_US, Thresholds, compare_records, fingerprint_diff, gate, machine_identity
 
     th = Thresholds(time_ratio=args.time_threshold, alpha=args.alpha, error_growth=args.error_growth,
-                    bitwise=args.bitwise, ignore=tuple(args.ignore))
-    if th.time_ratio <= 1.0 or not 0 < th.alpha < 1 or th.error_growth <= 1.0:
-        raise UserError("thresholds: --time-threshold and --error-growth must be > 1, --alpha in (0, 1)")
+                    bitwise=args.bitwise, ignore=tuple(args.ignore), across_hardware=args.across_hardware,
+                    abs_us=ABS_FLOOR_US if args.abs_us is None else args.abs_us)
+    if (th.time_ratio is not None and not th.time_ratio > 1.0) or not 0 < th.alpha < 1 \
+            or not th.error_growth > 1.0 or not th.abs_us >= 0:
+        raise UserError("thresholds: --time-threshold and --error-growth must be > 1, --alpha in (0, 1), "
+                        "--abs-us >= 0")
     sb, base_runs = resolve(args.base, args.store)
     sh, head_runs = resolve(args.head, args.store)
     findings = []
     notes = []
     for rb, rh in pairs(base_runs, head_runs):
-        if rb["machine"] != rh["machine"]:
-            notes.append(f"different machines: {_describe(rb)} vs {_describe(rh)}; time ratios include the "
-                         "hardware difference")
-        else:
-            notes.append(f"{_describe(rb)}  ->  {_describe(rh)}")
+        fb, fh = sb.run_json(rb["id"])["fingerprint"], sh.run_json(rh["id"])["fingerprint"]
+        across = machine_identity(fb) != machine_identity(fh)
+        notes.append(f"{_describe(rb)}  ->  {_describe(rh)}")
+        if across:
+            notes.append(f"different machines ({machine_identity(fb)} vs {machine_identity(fh)}): findings are "
+                         + ("gated (--across-hardware)" if th.across_hardware else
+                            "reported, not gated; time ratios include the hardware difference"))
+        diff = fingerprint_diff(fb, fh)
+        notes.append("fingerprints differ in: " + ("; ".join(f"{k} {_short(a)} -> {_short(b)}" for k, a, b in diff)
+                                                  if diff else "nothing but clocks, power and temperature"))
         for f in compare_records(sb.records(rb["id"]), sh.records(rh["id"]), th):
             f.machine, f.base_run, f.head_run = rh["machine"], rb["run_id"], rh["run_id"]
+            f.extra["across_hardware"] = across
             findings.append(f)
     failing = gate(findings, th)
     if args.json:
         print(json.dumps({"pairs": notes, "thresholds": th.__dict__, "regressions": len(failing),
                           "findings": [f.to_dict() for f in findings]}, indent=1, default=str))
     else:
-        print(render_table(findings if args.all else [f for f in findings if f.verdict == "regression"], notes,
-                           len(failing)))
+        shown = findings if args.all else [f for f in findings if f.verdict in ("regression", "ambiguous")]
+        print(render_table(shown, notes, len(failing)))
     return EXIT_REGRESSION if failing else 0
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = json.dumps(value, sort_keys=True, default=str) if isinstance(value, (dict, list)) else str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def render_table(findings, notes: list[str], n_failing: int) -> str:
     lines = [f"compare: {n}" for n in notes]
-    cols = ("verdict", "kind", "machine", "case", "backend", "direction", "algo", "math", "dtype", "layout",
+    cols = ("words", "kind", "machine", "case", "backend", "direction", "algo", "math", "dtype", "layout",
             "base", "head", "evidence")
     rows = [[str(getattr(f, c)) for c in cols] for f in
             sorted(findings, key=lambda f: (f.verdict != "regression", f.kind, f.key))]

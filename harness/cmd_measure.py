@@ -35,6 +35,39 @@ def _backend_names() -> tuple[str, ...]:
     return BACKENDS + (("faulty",) if faulty.enabled() else ())
 
 
+def add_sweep_arguments(p) -> None:
+    """What a sweep measures and how: shared by `sweep` and `upgrade`."""
+    p.add_argument("--backends", type=_list(_backend_names(), "backend"), default=("cudnn", "torch"))
+    p.add_argument("--directions", type=_list(DIRECTIONS, "direction"), default=("fwd",))
+    p.add_argument("--dtypes", type=_list(DTYPES, "dtype"), default=DTYPES)
+    p.add_argument("--layouts", type=_list(LAYOUTS, "layout"), default=LAYOUTS)
+    p.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="results root (default: %(default)s)")
+    p.add_argument("--cold", action="store_true", help="flush L2 before each timed repetition")
+    p.add_argument("--budget-ms", type=float, default=TimingPolicy.budget_ms,
+                   help="device time spent sampling one combination (default: %(default)s)")
+    p.add_argument("--repeats", type=int, default=2, help="in-place repeats checked bitwise (default: 2)")
+    p.add_argument("--no-rankings", action="store_true", help="skip cuDNN's own Find/Get_v7 rankings")
+
+
+def sweep_setup(args) -> tuple[list, SweepOptions]:
+    """(cases, options) from `add_sweep_arguments`' flags and --cases, checked; the device is CUDA where usable."""
+    from .backends.cudnn import cuda_unavailable_reason
+
+    if args.repeats < 0 or not args.budget_ms > 0:
+        raise UserError("--repeats must be >= 0 and --budget-ms > 0")
+    gpu = cuda_unavailable_reason() is None
+    try:
+        cases = catalogue.select(args.cases or ("default" if gpu else "quick"))
+    except catalogue.UnknownCase as exc:
+        raise UserError(str(exc)) from None
+    if not cases:
+        raise UserError(f"--cases {args.cases!r} selects no case; `convbench cases` lists them")
+    options = SweepOptions(directions=args.directions, dtypes=args.dtypes, layouts=args.layouts,
+                           timing=TimingPolicy(cold=args.cold, budget_ms=args.budget_ms), repeats=args.repeats,
+                           rankings=not args.no_rankings, device="cuda" if gpu else "cpu")
+    return cases, options
+
+
 def register(sub) -> None:
     p = sub.add_parser("doctor", help="what this host can run, and why not")
     p.set_defaults(handler=doctor)
@@ -46,17 +79,8 @@ def register(sub) -> None:
     p = sub.add_parser("sweep", help="measure cases x backends here, journaling every record")
     p.add_argument("--cases", default=None,
                    help="case ids and/or sets, comma-separated (default: 'default' with a GPU, 'quick' without)")
-    p.add_argument("--backends", type=_list(_backend_names(), "backend"), default=("cudnn", "torch"))
-    p.add_argument("--directions", type=_list(DIRECTIONS, "direction"), default=("fwd",))
-    p.add_argument("--dtypes", type=_list(DTYPES, "dtype"), default=DTYPES)
-    p.add_argument("--layouts", type=_list(LAYOUTS, "layout"), default=LAYOUTS)
-    p.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="results root (default: %(default)s)")
+    add_sweep_arguments(p)
     p.add_argument("--resume", type=Path, help="a run directory to complete instead of starting a new run")
-    p.add_argument("--cold", action="store_true", help="flush L2 before each timed repetition")
-    p.add_argument("--budget-ms", type=float, default=TimingPolicy.budget_ms,
-                   help="device time spent sampling one combination (default: %(default)s)")
-    p.add_argument("--repeats", type=int, default=2, help="in-place repeats checked bitwise (default: 2)")
-    p.add_argument("--no-rankings", action="store_true", help="skip cuDNN's own Find/Get_v7 rankings")
     p.add_argument("--cudnn", help="path of the libcudnn to load (default: the one PyTorch loaded)")
     p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                    help="run each case in a worker process under a watchdog, so a crash, hang or out-of-memory "
@@ -144,26 +168,14 @@ def list_cases(args) -> int:
 
 def sweep(args) -> int:
     from . import sweep as sweep_mod
-    from .backends.cudnn import cuda_unavailable_reason
 
     if args.cudnn:
         os.environ["CONVBENCH_CUDNN"] = args.cudnn
     if args.resume is not None and not (args.resume / "run.json").is_file():
         raise UserError(f"--resume {args.resume}: not a run directory (no run.json)")
-    if args.repeats < 0 or args.budget_ms <= 0:
-        raise UserError("--repeats must be >= 0 and --budget-ms > 0")
     if not args.timeout > 0:
         raise UserError("--timeout must be > 0 seconds")
-    gpu = cuda_unavailable_reason() is None
-    try:
-        cases = catalogue.select(args.cases or ("default" if gpu else "quick"))
-    except catalogue.UnknownCase as exc:
-        raise UserError(str(exc)) from None
-    if not cases:
-        raise UserError(f"--cases {args.cases!r} selects no case; `convbench cases` lists them")
-    options = SweepOptions(directions=args.directions, dtypes=args.dtypes, layouts=args.layouts,
-                           timing=TimingPolicy(cold=args.cold, budget_ms=args.budget_ms), repeats=args.repeats,
-                           rankings=not args.no_rankings, device="cuda" if gpu else "cpu")
+    cases, options = sweep_setup(args)
     journal = sweep_mod.run(cases, list(args.backends), options, args.results, resume=args.resume,
                             isolate=args.isolate, timeout_s=args.timeout)
     end = (journal.path / "end.json").read_text()

@@ -360,8 +360,10 @@ def parse_journal(raw: RawRun, meta: dict[str, Any] | None = None) -> ParsedRun:
                                                                                          for k in _TOP_FIELDS)
             if extra and type(extra) is not dict:
                 raise TypeError("extra is not an object")
-            if t and t.get("clock"):  # the clock the samples were taken at travels in the store's extra column
-                extra = {**(extra or empty), "clock": t["clock"]}
+            if t and (t.get("clock") or t.get("flags") or t.get("host_ms")):
+                # the clock the samples were taken at, the timer's flags and the host's dispatch time travel
+                # in the store's extra column
+                extra = {**(extra or empty), **{k: t[k] for k in ("clock", "flags", "host_ms") if t.get(k)}}
             if type(status) is not str:
                 raise TypeError("status is not text")
             combos.append(c)

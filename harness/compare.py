@@ -1,11 +1,14 @@
 """Comparisons between runs: two runs record by record, N machines side by side, images in sequence on one machine.
 
-Time regressions are decided from the stored samples, not from a bare percentage: a combination is slower when
-a one-sided Mann-Whitney U test says so (p < alpha), the bootstrap 95% interval of the median ratio lies above 1,
-and the median ratio reaches the user's threshold. Samples from one run share that run's clocks and
-temperature, so the test alone would flag real but tiny differences between two sessions; the threshold is
-what keeps the gate to differences a person would act on. Without samples (asv data without them, n < 3) the
-fallback is the ratio threshold plus non-overlapping interquartile ranges, and the evidence says so.
+Time findings are decided from the stored samples, not from a bare percentage. A combination is slower when
+the median ratio reaches a relative threshold AND the absolute difference reaches a floor (both from the noise
+measured between real runs of identical software on one GPU: TIME_BANDS, ABS_FLOOR_US), a one-sided
+Mann-Whitney U test says so (p < alpha) and the bootstrap 95% interval of the median ratio lies above 1.
+Samples from one run share that run's clocks and temperature, so the test alone would flag real but tiny
+differences between two sessions; the thresholds keep the gate to differences a person would act on. A change
+beyond the thresholds on a record whose samples cannot be trusted (host-bound, multi-modal, too few: measure.
+sample_flags) is **ambiguous**, with the evidence, never slower or faster. Without samples (asv data) the
+fallback is the thresholds plus non-overlapping interquartile ranges, and the evidence says so.
 numpy only: the two tests need a rank sum, a normal tail and resampling, not scipy.
 """
 
@@ -18,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from .measure import FLOOR_SAMPLES, sample_flags
 from .records import OK
 
 # Worse precision has a higher rank; tf32 and fp16 share 10-bit mantissas (accuracy.py).
@@ -25,14 +29,39 @@ PRECISION_RANK = {"fp32": 0, "tf32": 1, "fp16": 1, "bf16": 2, "broken": 3}
 KINDS = ("time", "accuracy", "determinism", "availability", "search")
 
 
+# Relative time thresholds by the base call's median (upper edge in ms, threshold). Provisional values until the
+# A/A calibration on the H200 replaces them (docs/performance.md, "gate calibration").
+TIME_BANDS: tuple[tuple[float, float], ...] = ((0.020, 0.10), (0.050, 0.08), (math.inf, 0.04))
+# Host-timed records (the CPU backends, timer perf_counter) share their cores with everything else on the host:
+# one relative threshold and a floor of their own.
+HOST_TIMER_REL, HOST_TIMER_ABS_US = 0.25, 20.0
+# Absolute floor in microseconds: a change smaller than this is noise whatever its ratio (a 5 us call moving
+# by 0.5 us is 10 %); measured between hosts the per-call offset was 1.4 us (issue 13), on one GPU far less.
+ABS_FLOOR_US = 1.0
+VERDICT_WORDS = {"time": {"regression": "slower", "improvement": "faster"}}
+
+
 @dataclass
 class Thresholds:
-    time_ratio: float = 1.10  # head median / base median at or above which a significant slowdown counts
+    time_ratio: float | None = None  # one relative threshold for every call (head/base); None: TIME_BANDS
+    abs_us: float = ABS_FLOOR_US  # absolute floor of a time finding
     alpha: float = 0.01  # one-sided Mann-Whitney U level
     error_growth: float = 4.0  # head max_norm_err / base max_norm_err at or above which accuracy regressed
     error_floor: float = 1e-9  # errors below this are treated as equal (both exact to the reference)
     bitwise: bool = False  # count "outputs no longer bitwise equal" as a regression, not only a change
     ignore: tuple[str, ...] = ()  # kinds that never fail the gate
+    across_hardware: bool = False  # gate a comparison of two different machines (default: report only)
+
+    def rel(self, base_ms: float, timer: str | None = None) -> float:
+        """The relative threshold for a call of this median: the user's, or the calibrated band's."""
+        if self.time_ratio is not None:
+            return self.time_ratio - 1.0
+        if timer == "perf_counter":
+            return HOST_TIMER_REL
+        return next(t for edge, t in TIME_BANDS if base_ms < edge)
+
+    def floor_us(self, timer: str | None = None) -> float:
+        return max(self.abs_us, HOST_TIMER_ABS_US) if timer == "perf_counter" else self.abs_us
 
 
 @dataclass
@@ -59,9 +88,15 @@ class Finding:
     machine: str = ""
     explanation: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    delta_us: float | None = None  # head - base median, for time findings: the absolute size beside the ratio
+
+    @property
+    def words(self) -> str:
+        """The verdict in a reader's words: slower / faster for time, else the verdict itself."""
+        return VERDICT_WORDS.get(self.kind, {}).get(self.verdict, self.verdict)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "words": self.words}
 
 
 # ---- statistics ------------------------------------------------------------------------------------------------
@@ -110,37 +145,50 @@ def bootstrap_median_ratio(base: np.ndarray, head: np.ndarray, *, n_boot: int = 
     return float(np.median(b) / np.median(a)), float(lo), float(hi)
 
 
+def untrusted(rec: dict[str, Any]) -> list[str]:
+    """Why one side's samples cannot decide a change: the timer's own flags, or the samples' shape."""
+    flags = list((rec.get("extra") or {}).get("flags") or ())
+    samples = rec.get("samples")
+    if samples is not None and len(samples):
+        flags += [f for f in sample_flags([float(x) for x in samples]) if f not in flags]
+        if (rec.get("n") or len(samples)) >= FLOOR_SAMPLES and "few_samples" in flags:
+            flags.remove("few_samples")  # the store keeps a thinned subset; the timer took enough
+    return flags
+
+
 def time_verdict(base: dict[str, Any], head: dict[str, Any], th: Thresholds) -> tuple[str, str, dict[str, Any]] | None:
-    """(verdict, evidence, numbers) for the timing of one combination, or None when nothing changed."""
+    """(verdict, evidence, numbers) for the timing of one combination, or None when it is the same."""
     bm, hm = base.get("median_ms"), head.get("median_ms")
     if not bm or not hm:
         return None
-    sa, sb = base.get("samples"), head.get("samples")
     ratio = hm / bm
-    nums: dict[str, Any] = {"ratio": ratio}
-    if sa is not None and sb is not None and len(sa) >= 3 and len(sb) >= 3:
-        # The tests run only where the ratio alone could matter: a fleet has ~10^5 pairs per report.
-        p_slower = mann_whitney_greater(sa, sb)[1] if ratio >= th.time_ratio else 1.0
-        p_faster = mann_whitney_greater(sb, sa)[1] if ratio <= 1.0 / th.time_ratio else 1.0
-        if ratio >= th.time_ratio and p_slower < th.alpha:
-            r, lo, hi = bootstrap_median_ratio(sa, sb)
-            nums.update(ci=(lo, hi), p=p_slower)
-            if lo > 1.0:
-                return "regression", (f"{ratio:.2f}x slower (95% CI {lo:.2f}-{hi:.2f}), Mann-Whitney p={p_slower:.1e},"
-                                      f" n={len(sa)}/{len(sb)}"), nums
-        if ratio <= 1.0 / th.time_ratio and p_faster < th.alpha:
-            r, lo, hi = bootstrap_median_ratio(sa, sb)
-            nums.update(ci=(lo, hi), p=p_faster)
-            if hi < 1.0:
-                return "improvement", (f"{1 / ratio:.2f}x faster (ratio 95% CI {lo:.2f}-{hi:.2f}), "
-                                       f"Mann-Whitney p={p_faster:.1e}"), nums
+    delta_us = (hm - bm) * 1e3
+    timer = head.get("timer") or base.get("timer")
+    rel, floor = th.rel(bm, timer), th.floor_us(timer)
+    slower = ratio >= 1 + rel and delta_us >= floor
+    faster = ratio <= 1 / (1 + rel) and -delta_us >= floor
+    if not (slower or faster):
         return None
+    nums: dict[str, Any] = {"ratio": ratio, "delta_us": delta_us}
+    size = (f"{ratio:.2f}x slower" if slower else f"{1 / ratio:.2f}x faster") + f" ({delta_us:+.1f} us)"
+    doubts = [f"{side} {'+'.join(fl)}" for side, fl in (("base", untrusted(base)), ("head", untrusted(head))) if fl]
+    if doubts:
+        return "ambiguous", (f"{size}, but not decided: samples are {', '.join(doubts)} "
+                             f"(thresholds {rel:.0%} and {floor:g} us)"), nums
+    sa, sb = base.get("samples"), head.get("samples")
+    if sa is not None and sb is not None and len(sa) >= 3 and len(sb) >= 3:
+        p = mann_whitney_greater(sa, sb)[1] if slower else mann_whitney_greater(sb, sa)[1]
+        r, lo, hi = bootstrap_median_ratio(sa, sb)
+        nums.update(ci=(lo, hi), p=p)
+        evidence = f"{size}, 95% CI {lo:.2f}-{hi:.2f}, Mann-Whitney p={p:.1e}, n={len(sa)}/{len(sb)}"
+        if p < th.alpha and (lo > 1.0 if slower else hi < 1.0):
+            return ("regression" if slower else "improvement"), evidence, nums
+        return "ambiguous", f"{evidence}: beyond the thresholds but not significant", nums
     biqr, hiqr = base.get("iqr_ms") or 0.0, head.get("iqr_ms") or 0.0
-    if ratio >= th.time_ratio and bm + biqr / 2 < hm - hiqr / 2:
-        return "regression", f"{ratio:.2f}x slower; no samples stored, interquartile ranges do not overlap", nums
-    if ratio <= 1 / th.time_ratio and hm + hiqr / 2 < bm - biqr / 2:
-        return "improvement", f"{1 / ratio:.2f}x faster; no samples stored, interquartile ranges do not overlap", nums
-    return None
+    apart = bm + biqr / 2 < hm - hiqr / 2 if slower else hm + hiqr / 2 < bm - biqr / 2
+    if apart:
+        return ("regression" if slower else "improvement"), f"{size}; no samples stored, interquartile ranges do not overlap", nums
+    return "ambiguous", f"{size}; no samples stored and the interquartile ranges overlap", nums
 
 
 # ---- two runs --------------------------------------------------------------------------------------------------
@@ -162,6 +210,13 @@ def _clock_note(rb: dict[str, Any], rh: dict[str, Any]) -> str:
             notes.append(f"{side} timed while the GPU reported {'+'.join(ck['slowdowns'])} "
                          f"(SM clock {ck.get('sm_mhz_min')}-{ck.get('sm_mhz_max')} MHz)")
     return "; " + "; ".join(notes) if notes else ""
+
+
+def fmt_time(ms: float | None) -> str:
+    """A time as a person reads it: 3 significant figures in us below 1 ms, else in ms."""
+    if ms is None:
+        return "-"
+    return f"{ms * 1e3:.3g} us" if ms < 1.0 else f"{ms:.3g} ms"
 
 
 def _fmt_err(v: float | None) -> str:
@@ -195,9 +250,9 @@ def compare_records(base: Iterable[dict[str, Any]], head: Iterable[dict[str, Any
         tv = time_verdict(rb, rh, th)
         if tv:
             verdict, evidence, nums = tv
-            out.append(_finding("time", verdict, rh, f"{rb['median_ms']:.4g} ms", f"{rh['median_ms']:.4g} ms",
+            out.append(_finding("time", verdict, rh, fmt_time(rb["median_ms"]), fmt_time(rh["median_ms"]),
                                 evidence + _clock_note(rb, rh), ratio=nums.get("ratio"), ci=nums.get("ci"),
-                                p=nums.get("p")))
+                                p=nums.get("p"), delta_us=nums.get("delta_us")))
         out += _accuracy(rb, rh, th)
         out += _determinism(rb, rh, th)
         out += _search(rb, rh)
@@ -254,8 +309,48 @@ def _search(rb: dict[str, Any], rh: dict[str, Any]) -> list[Finding]:
 
 
 def gate(findings: Iterable[Finding], th: Thresholds) -> list[Finding]:
-    """The findings that fail a CI gate."""
-    return [f for f in findings if f.verdict == "regression" and f.kind not in th.ignore]
+    """The findings that fail a CI gate: regressions of a kind not ignored, on the same machine (a comparison
+    across different hardware is reported, and gated only when the user asks)."""
+    return [f for f in findings if f.verdict == "regression" and f.kind not in th.ignore
+            and (th.across_hardware or not f.extra.get("across_hardware"))]
+
+
+# ---- which machine, which stack --------------------------------------------------------------------------------
+
+# Fingerprint fields a reader needs to see when they differ between the two sides of a comparison (clocks,
+# power and temperature always differ and are shown per time finding instead).
+IDENTITY_FIELDS = (
+    "hostname", "gpu.uuid", "gpu.name", "gpu.sm", "gpu.driver", "gpu.memory_total_bytes", "gpu.clock_sm_max_mhz",
+    "gpu.power_limit_w", "gpu.ecc_enabled", "gpu.mig_enabled", "cpu", "cpu_count", "stack", "image", "image_id",
+    "software.torch", "software.torch_cuda", "software.torch_cudnn", "software.onnxruntime", "software.numpy",
+    "libraries.cudnn.version", "libraries.cudnn.path", "env",
+)
+
+
+def _field(fp: dict[str, Any], dotted: str) -> Any:
+    value: Any = fp
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def machine_identity(fp: dict[str, Any]) -> str:
+    """A machine is its GPU on its host: hostname and GPU UUID (a CPU run: hostname alone). Two GPUs under one
+    machine name are two machines; one GPU renamed is still one."""
+    host = fp.get("hostname") or "?"
+    uuid = _field(fp, "gpu.uuid")
+    return f"{host}/{uuid}" if uuid else f"{host}/cpu"
+
+
+def fingerprint_diff(base: dict[str, Any], head: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(field, base value, head value) for every identity field that differs, in IDENTITY_FIELDS order; the
+    mapped libraries by file name when either side recorded them."""
+    out = [(f, _field(base, f), _field(head, f)) for f in IDENTITY_FIELDS if _field(base, f) != _field(head, f)]
+    mb, mh = base.get("mapped") or {}, head.get("mapped") or {}
+    for name in sorted(set(mb) | set(mh)) if (mb or mh) else ():
+        if mb.get(name) != mh.get(name):
+            out.append((f"mapped.{name}", mb.get(name), mh.get(name)))
+    return out
 
 
 # ---- many machines ---------------------------------------------------------------------------------------------

@@ -164,7 +164,8 @@ def take(gpu_index: int | None = None) -> dict[str, Any]:
         "hostname": socket.gethostname(),
         "software": software(),
         "env": {k: os.environ[k] for k in NUMERICS_ENV if k in os.environ},
-        "image": os.environ.get("CONVBENCH_IMAGE"),
+        # a run's image is its container image, or the stack overlay it ran on (stacks.py); None: the host's own
+        "image": os.environ.get("CONVBENCH_IMAGE") or (os.environ.get("CONVBENCH_STACK") or None),
         "image_id": os.environ.get("CONVBENCH_IMAGE_ID"),
         "nvml": None if why is None else why,
         "cpu": platform.processor() or platform.machine(),

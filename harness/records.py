@@ -44,6 +44,11 @@ class Timing:
     samples_ms: list[float] = field(default_factory=list)
     # the GPU's clock while sampling (harness.clocks.during): SM MHz range and slowdown reasons such as a power cap
     clock: dict[str, Any] | None = None
+    # host time to enqueue one call (median, ms): the legacy cuDNN API's dispatch cost is real cost, kept apart
+    host_ms: float | None = None
+    # what the samples themselves say against trusting the median (measure.sample_flags): "host_bound",
+    # "multimodal", "few_samples"; a compare calls a change on such a record ambiguous instead of slower/faster
+    flags: list[str] = field(default_factory=list)
 
 
 @dataclass

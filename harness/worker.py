@@ -189,10 +189,10 @@ def _oom_kills() -> int | None:
 
 
 class _Child:
-    def __init__(self, keep_fds: tuple[int, ...]):
+    def __init__(self, keep_fds: tuple[int, ...], env: dict[str, str] | None = None):
         parent_sock, child_sock = socket.socketpair()
         root = str(Path(__file__).resolve().parents[1])
-        env = dict(os.environ)
+        env = dict(os.environ if env is None else env)
         env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         fd = child_sock.fileno()
         self.proc = subprocess.Popen(
@@ -224,8 +224,10 @@ class WorkerPool:
 
     def __init__(self, journal: Journal, timeout_s: float = DEFAULT_TIMEOUT_S, retries: int = DEFAULT_RETRIES,
                  memory_limit: int | None = None, keep_fds: tuple[int, ...] = (),
-                 log: Callable[[str], None] | None = None):
+                 log: Callable[[str], None] | None = None, env: dict[str, str] | None = None):
+        """``env``: the worker's environment (a stack's, stacks.Stack.env), by default this process's."""
         self.journal = journal
+        self.env = env
         self.path = journal.path / JOURNAL_FILE
         self.timeout_s = timeout_s
         self.retries = retries
@@ -280,7 +282,7 @@ class WorkerPool:
         while remaining:
             offset = self._end()
             if self.child is None:
-                self.child = _Child(self.keep_fds)
+                self.child = _Child(self.keep_fds, self.env)
             child = self.child
             oom_before = _oom_kills()
             child.conn.send({"run_dir": str(self.journal.path), "backend": backend, "case": case,

@@ -63,16 +63,39 @@ def test_time_verdict_needs_significance_and_size():
     slow = time_verdict(*_pair(noisy(1.0, seed=1), noisy(1.2, seed=2)), th)
     assert slow and slow[0] == "regression" and "Mann-Whitney" in slow[1] and slow[2]["ci"][0] > 1
     assert time_verdict(*_pair(noisy(1.0, seed=1), noisy(1.0, seed=2)), th) is None
-    # 20% slower but noise of 40%: not decided
-    assert time_verdict(*_pair(noisy(1.0, rel=0.4, n=7, seed=1), noisy(1.2, rel=0.4, n=7, seed=5)), th) is None
-    # 3% slower and significant: below the user's threshold
+    # 20% slower but noise of 40% on 7 samples: beyond the thresholds, not decided -> ambiguous, never slower
+    v = time_verdict(*_pair(noisy(1.0, rel=0.4, n=7, seed=1), noisy(1.2, rel=0.4, n=7, seed=5)), th)
+    assert v and v[0] == "ambiguous" and "not decided" in v[1]
+    # 3% slower and significant: below the calibrated threshold for a 1 ms call
     assert time_verdict(*_pair(noisy(1.0, rel=0.001, seed=1), noisy(1.03, rel=0.001, seed=2)), th) is None
+    # a user's uniform threshold replaces the bands
+    assert time_verdict(*_pair(noisy(1.0, rel=0.001, seed=1), noisy(1.03, rel=0.001, seed=2)),
+                        Thresholds(time_ratio=1.02))[0] == "regression"
     fast = time_verdict(*_pair(noisy(1.0, seed=1), noisy(0.7, seed=2)), th)
     assert fast and fast[0] == "improvement"
     # no samples: the interquartile-range fallback says so
     b, h = {"median_ms": 1.0, "iqr_ms": 0.05, "samples": None}, {"median_ms": 1.5, "iqr_ms": 0.05, "samples": None}
     v = time_verdict(b, h, th)
     assert v and v[0] == "regression" and "no samples" in v[1]
+
+
+def test_time_verdict_absolute_floor_and_untrusted_samples():
+    th = Thresholds()
+    # issue 13: a constant +1.4 us per call between hosts put every call under ~14 us past a 10 % ratio; the
+    # absolute floor keeps a 5 us call that moved by 0.8 us (16 %) the same
+    assert time_verdict(*_pair(noisy(0.005, rel=0.001, seed=1), noisy(0.0058, rel=0.001, seed=2)), th) is None
+    v = time_verdict(*_pair(noisy(0.005, rel=0.001, seed=1), noisy(0.0075, rel=0.001, seed=2)), th)
+    assert v[0] == "regression" and "+2.5 us" in v[1] and v[2]["delta_us"] == pytest.approx(2.5, 0.01)
+    # issue 13's host-bound record: within each batch of 8, samples 4-8 were ~3.7x the first three; its median
+    # flips between modes from run to run. A change on it is ambiguous, with the evidence, never slower.
+    base = [0.0773 * (1.01 if i % 8 < 3 else 3.7) for i in range(32)]
+    head = [0.0773 * (1.01 if i % 8 < 5 else 3.7) for i in range(32)]
+    v = time_verdict(*_pair(base, head), th)
+    assert v[0] == "ambiguous" and "multimodal" in v[1]
+    # the timer's own flag travels in extra
+    b, h = _pair(noisy(0.1, seed=1), noisy(0.2, seed=2))
+    h["extra"] = {"flags": ["host_bound"]}
+    assert time_verdict(b, h, th)[0] == "ambiguous" and "head host_bound" in time_verdict(b, h, th)[1]
 
 
 def _recs(store, run_id):

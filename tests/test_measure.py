@@ -1,6 +1,6 @@
 """The timer's stopping rule: a noise target, a sample cap and a device-time budget."""
 
-from harness.measure import TimingPolicy, _enough, median_rel_stderr
+from harness.measure import FLOOR_SAMPLES, TimingPolicy, _enough, median_rel_stderr, sample_flags
 
 POLICY = TimingPolicy()
 
@@ -22,6 +22,22 @@ def test_noise_above_the_target_keeps_sampling_until_cap_or_budget():
     assert _enough(capped[:POLICY.max_samples], spent_ms=1.0, policy=POLICY)
 
 
-def test_budget_needs_three_samples():
+def test_budget_needs_the_floor_of_samples_unless_calls_are_very_long():
+    # issue 13: the 30 ms budget stopped CPU calls at 3 samples and the rank test ran on them
+    assert not _enough([5.0] * 7, spent_ms=35.0, policy=POLICY)
+    assert _enough([5.0] * FLOOR_SAMPLES, spent_ms=40.0, policy=POLICY)
     assert not _enough([20.0, 20.0], spent_ms=40.0, policy=POLICY)
-    assert _enough([20.0, 20.0, 20.0], spent_ms=60.0, policy=POLICY)
+    assert not _enough([20.0, 20.0, 20.0], spent_ms=60.0, policy=POLICY)
+    assert _enough([50.0, 50.0, 50.0], spent_ms=150.0, policy=POLICY)  # past 4x the budget: bounded cost
+
+
+def test_sample_flags_name_what_makes_a_median_flip():
+    device_bound = [0.0770 + 0.0001 * (i % 3) for i in range(32)]
+    assert sample_flags(device_bound) == []
+    # the issue's pattern: within each batch of 8, samples 4-8 were 3.2-3.8x the first three (host-bound)
+    two_modes = [0.0773 * (1.01 if i % 8 < 3 else 3.7) for i in range(32)]
+    assert sample_flags(two_modes) == ["multimodal"]
+    assert sample_flags([1.0, 1.0, 1.0]) == ["few_samples"]
+    assert sample_flags(device_bound, host_bound=True) == ["host_bound"]
+    wide = [0.05, 0.05, 0.05, 0.05, 0.12, 0.12, 0.12, 0.12]  # IQR/median 1.4 with median/min 1.7
+    assert "multimodal" in sample_flags(wide)
