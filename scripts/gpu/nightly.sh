@@ -6,6 +6,11 @@
 #   ort    the default onnxruntime grid through asv (timed), its GPU tests, latency vs onnxruntime's profiler
 #   fidelity  the suite's timer against triton's do_bench (scripts/bench_fidelity.py), FIDELITY_TIMEOUT s at most
 #   probe  diagnosis, not the nightly job: a profiled in-process backward sweep of four heavy cases
+#   power  the gate's detection power: +5 %/+10 % device-side slowdowns injected (scripts/gpu/detection_power.py)
+#   aa     an A/A study through `convbench upgrade` (the host stack against itself, ABBA), forward default
+#   upgrade  `convbench upgrade` of the host stack against the overlay $STACK_B (/tmp/stack-NAME), UPGRADE_ARGS
+#   ortold   the onnxruntime grid on the overlay /tmp/stack-ort1192 (onnxruntime-gpu 1.19.2, CUDA 12 libraries,
+#            torch's own cuDNN), as on the host's onnxruntime
 # Usage (repo root, asv and onnxruntime on PYTHONPATH): OUT=dir bash scripts/gpu/nightly.sh STAGE
 # Everything lands under $OUT as it is made, so a stage cut short still returns what it measured;
 # results stay under /tmp/convbench-results while the machine is warm, so `check` finds `bwd`'s run.
@@ -72,6 +77,30 @@ probe)
     p.sort_stats('cumulative').print_stats(45)" "$OUT/bwd-sweep.prof" > "$OUT/bwd-sweep-profile.txt"
   grep -A32 "Ordered by: internal" "$OUT/bwd-sweep-profile.txt" | cut -c1-150
   ;;
-*) echo "unknown stage $stage: fwd, bwd, check, ort, fidelity or probe" >&2; exit 2 ;;
+power)
+  t timeout 400 python3 scripts/gpu/detection_power.py --json "$OUT/detection-power.json" 2>&1 | tail -12
+  ;;
+aa|upgrade)
+  b=host; [ "$stage" = upgrade ] && b=${STACK_B:?STACK_B=NAME=/tmp/stack-NAME}
+  t timeout 560 python3 -m harness.cli upgrade --a host --b "$b" --results "$RES" --json "$OUT/$stage.json" \
+    ${UPGRADE_ARGS:-} 2>&1 | grep -v "^GPU 0 " | tail -8
+  python3 - "$OUT/$stage.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for g, leg in d["legs"].items():
+    for r, p in leg["runs"].items():
+        print(g, r, p)
+PY
+  tar czf "$OUT/$stage-runs.tgz" --exclude=cudnn_logs -C "$RES" $(python3 -c "import json,sys,os; d=json.load(open(sys.argv[1])); print(' '.join(os.path.relpath(p, sys.argv[2]) for l in d['legs'].values() for p in l['runs'].values()))" "$OUT/$stage.json" "$RES")
+  ;;
+ortold)
+  st=/tmp/stack-ort1192; site=/opt/torch/.venv/lib/python3.12/site-packages
+  export LD_LIBRARY_PATH=$st/nvidia/cublas/lib:$st/nvidia/cufft/lib:$st/nvidia/curand/lib:$st/nvidia/cuda_runtime/lib:$site/nvidia/cudnn/lib:$site/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export PYTHONPATH=$st:$PYTHONPATH CONVBENCH_STACK=ort1192
+  python3 -c "import onnxruntime as o; print(o.__version__, o.get_available_providers())"
+  t timeout 560 python3 -m harness.ort_grid --out "$RES" ${ORT_ARGS:-} 2>&1 | tail -25
+  run=$(ls -td "$RES"/*/*/ | head -1); tar czf "$OUT/ortold-run.tgz" -C "$RES" "${run#$RES/}"
+  ;;
+*) echo "unknown stage $stage: fwd, bwd, check, ort, fidelity, probe, power, aa, upgrade or ortold" >&2; exit 2 ;;
 esac
 ls -la "$OUT"

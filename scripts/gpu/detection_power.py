@@ -1,0 +1,137 @@
+"""Detection power and false alarms of the time gate, measured on the GPU with a known injected slowdown.
+
+For a set of real cuDNN forward calls (default cases, several algorithms, math types, dtypes, layouts), four
+passes, each timing every call once with the suite's own timer (harness.measure.CudaTimer), as four nightly
+runs would:
+  1. base;  2. +5 %;  3. +10 %;  4. base again (the A/A pair with pass 1).
+The slowdown is device-side: an extra spin kernel (torch.cuda._sleep) enqueued right after the call inside its
+timed region, its length set from a fit of the spin kernel's own timed duration so that it adds the fraction of
+the call's pass-1 median; the slowdown each call really got is measured (pass k median / pass 1 median) and
+printed beside the verdicts. Every pair is judged by harness.compare.time_verdict at the default thresholds.
+Prints the share detected per call-length band and the false alarms of the A/A pair; writes every row to --json.
+
+    python3 scripts/gpu/detection_power.py [--cases default] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from harness import cases as catalogue  # noqa: E402
+from harness.backends import SweepOptions  # noqa: E402
+from harness.backends.cudnn import ConvSession, CudnnBackend, CudnnError, WorkspaceTooLarge  # noqa: E402
+from harness.compare import Thresholds, time_verdict  # noqa: E402
+from harness.measure import CudaTimer, TimingPolicy  # noqa: E402
+
+CALLS = (("IMPLICIT_PRECOMP_GEMM", "DEFAULT"), ("IMPLICIT_PRECOMP_GEMM", "FMA"), ("IMPLICIT_GEMM", "FMA"),
+         ("GEMM", "DEFAULT"))
+BANDS = ((0.020, 0.050, 0.10, 0.90), (0.050, float("inf"), 0.05, 0.95))  # (lo ms, hi ms, slowdown, target)
+
+
+def as_record(t) -> dict:
+    return {"median_ms": t.median_ms, "samples": t.samples_ms, "n": t.n, "timer": t.timer,
+            "extra": {"flags": t.flags}}
+
+
+def fit_spin(torch, timer) -> tuple[float, float]:
+    """(ms at zero cycles, ms per cycle) of the spin kernel, timed as the suite times a call."""
+    xs = [0, 20_000, 60_000, 120_000, 240_000]
+    ys = [timer(lambda c=c: torch.cuda._sleep(c)).median_ms for c in xs]
+    mx, my = statistics.mean(xs), statistics.mean(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+    return my - slope * mx, slope
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default="default")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    import torch
+
+    options = SweepOptions()
+    cudnn = CudnnBackend().cudnn
+    timer = CudaTimer(TimingPolicy())
+    a0, per_cycle = fit_spin(torch, timer)
+    print(f"spin kernel: {a0 * 1e3:.2f} us + {per_cycle * 1e6:.3f} us per 1000 cycles")
+    calls = []
+    t0 = time.perf_counter()
+    for case in catalogue.select(args.cases):
+        for dtype in ("fp32", "fp16"):
+            for layout in ("NCHW", "NHWC"):
+                try:
+                    session = ConvSession(cudnn, case, "fwd", dtype, layout, options, reference=False)
+                except (CudnnError, RuntimeError) as exc:
+                    print(f"skip {case.id} {dtype} {layout}: {exc}")
+                    continue
+                for algo, math in CALLS:
+                    try:
+                        fn = session.call(algo, math)
+                        fn()
+                    except (CudnnError, WorkspaceTooLarge):
+                        continue
+                    calls.append({"case": case.id, "dtype": dtype, "layout": layout, "algo": algo, "math": math,
+                                  "fn": fn, "session": session})
+    passes: dict[str, list] = {}
+    for name, frac in (("base", 0.0), ("plus5", 0.05), ("plus10", 0.10), ("base2", 0.0)):
+        out = []
+        for i, c in enumerate(calls):
+            fn = c["fn"]
+            if frac:
+                want = frac * passes["base"][i].median_ms
+                cycles = max(0, int((want - a0) / per_cycle)) if want > a0 else 0
+
+                def fn(f=c["fn"], cy=cycles):
+                    f()
+                    torch.cuda._sleep(cy)
+            out.append(timer(fn))
+        passes[name] = out
+        print(f"pass {name}: {len(out)} calls ({time.perf_counter() - t0:.0f} s so far)")
+    th = Thresholds()
+    rows = []
+    for i, c in enumerate(calls):
+        base = as_record(passes["base"][i])
+        row = {k: c[k] for k in ("case", "dtype", "layout", "algo", "math")}
+        row["base_ms"] = base["median_ms"]
+        row["flags"] = passes["base"][i].flags
+        row["host_ms"] = passes["base"][i].host_ms
+        for name in ("plus5", "plus10", "base2"):
+            head = as_record(passes[name][i])
+            v = time_verdict(base, head, th)
+            row[name] = {"ratio": head["median_ms"] / base["median_ms"], "verdict": v[0] if v else "same",
+                         "flags": passes[name][i].flags}
+        rows.append(row)
+    summary = {}
+    for lo, hi, size, target in BANDS:
+        key = "plus5" if size == 0.05 else "plus10"
+        band = [r for r in rows if lo <= r["base_ms"] < hi]
+        hit = sum(r[key]["verdict"] == "regression" for r in band)
+        amb = sum(r[key]["verdict"] == "ambiguous" for r in band)
+        got = [r[key]["ratio"] for r in band]
+        summary[f"{lo * 1e3:.0f}-{hi * 1e3:.0f}us +{size:.0%}"] = {
+            "calls": len(band), "detected": hit, "ambiguous": amb, "share": hit / len(band) if band else None,
+            "target": target, "injected_ratio_median": statistics.median(got) if got else None}
+    aa = [r for r in rows if r["base2"]["verdict"] in ("regression", "improvement")]
+    summary["aa_false_alarms"] = {"calls": len(rows), "regressions": sum(r["base2"]["verdict"] == "regression"
+                                                                          for r in rows),
+                                  "improvements": sum(r["base2"]["verdict"] == "improvement" for r in rows),
+                                  "ambiguous": sum(r["base2"]["verdict"] == "ambiguous" for r in rows),
+                                  "rows": [{k: r[k] for k in ("case", "dtype", "layout", "algo", "math", "base_ms")}
+                                           | {"ratio": r["base2"]["ratio"]} for r in aa]}
+    summary["flags_in_base"] = sum(bool(r["flags"]) for r in rows)
+    for k, v in summary.items():
+        print(k, json.dumps(v)[:300])
+    if args.json:
+        args.json.write_text(json.dumps({"summary": summary, "spin": [a0, per_cycle], "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
