@@ -152,7 +152,6 @@ def test_sweep_options_map_onto_model_options():
 
 @pytest.fixture(scope="module")
 def cpu_records(tmp_path_factory):
-    pytest.importorskip("skimage", reason="scikit-image ships the real photographs (CI installs it)")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CONVBENCH_CACHE", str(tmp_path_factory.mktemp("cache")))
         b = OrtBackend(log=lambda m: None)
@@ -302,7 +301,6 @@ def test_grid_command_rejects_bad_input(capsys, tmp_path):
 
 
 def test_grid_command_writes_a_run_journal(tmp_path, capsys, monkeypatch):
-    pytest.importorskip("skimage", reason="scikit-image ships the real photographs (CI installs it)")
     monkeypatch.setenv("CONVBENCH_CACHE", str(tmp_path / "cache"))
     rc = ort_grid.main(["--out", str(tmp_path / "res"), "--device", "cpu", "--models", "mobilenetv2",
                         "--sessions", "1", "--processes", "1"])
