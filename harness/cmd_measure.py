@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import sys
 from pathlib import Path
 
 from . import asvselect
@@ -181,6 +183,16 @@ def sweep(args) -> int:
     end = (journal.path / "end.json").read_text()
     print(f"run written to {journal.path}")
     print(end.strip())
+    return _failed_backends(json.loads(end))
+
+
+def _failed_backends(summary: dict) -> int:
+    """1 (said on stderr) when some backend's every record failed: a run that measured nothing must not pass."""
+    failed = summary.get("failed_backends") or []
+    if failed:
+        print(f"convbench: error: every record of backend {', '.join(failed)} failed; the journal says why",
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -269,7 +281,7 @@ def bench(args) -> int:
     journal.finish(summary)
     print(f"run written to {journal.path} ({summary['seconds']} s: sweep {sweep_s:.1f} s, asv "
           f"{seconds - sweep_s:.1f} s; {summary['ok']} records ok, counts {summary['counts']}); asv exit code {rc}")
-    return 0 if rc == 0 else 1
+    return _failed_backends(summary) or (0 if rc == 0 else 1)
 
 
 def autotune(args) -> int:
