@@ -32,9 +32,9 @@ def _list(allowed: tuple[str, ...], what: str):
 
 def _backend_names() -> tuple[str, ...]:
     """The backends a user may name; the fault-injecting one only where CONVBENCH_TEST_BACKENDS=1."""
-    from .backends import faulty
+    from .worker import backend_names
 
-    return BACKENDS + (("faulty",) if faulty.enabled() else ())
+    return backend_names()
 
 
 def add_sweep_arguments(p) -> None:
