@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import resources
 from .digest import sha256_file
 
-REPO = Path(__file__).resolve().parent.parent
-DOCKER_DIR = REPO / "docker"
+REPO = resources.root()  # a checkout, or the wheel's shipped copy (harness/_shipped)
+DOCKER_DIR = resources.docker_dir()
 DEFAULT_MATRIX = DOCKER_DIR / "matrix.toml"
 TEMPLATE = DOCKER_DIR / "Dockerfile.j2"
 LOCK_DIR = DOCKER_DIR / "locks"
@@ -265,17 +266,8 @@ def engine():
 
 
 def suite_revision() -> str:
-    """The git revision of the suite tree the image is built from, with -dirty when it has local edits."""
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=30)
-    try:
-        head = git("rev-parse", "--short=12", "HEAD")
-        if head.returncode != 0:
-            return "unknown"
-        dirty = git("status", "--porcelain", "--untracked-files=no", "--", "harness", "benchmarks", "pyproject.toml")
-        return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
+    """The revision of the suite the image is built from (resources.revision: git HEAD, -dirty with edits)."""
+    return resources.revision()
 
 
 def labels(row: Row, base: Base, revision: str, lock_sha256: str) -> dict[str, str]:
@@ -515,7 +507,11 @@ def verify(dest: Path, lock: Lock, row: Row) -> None:
 
 
 def suite_wheel(out: Path, log=print) -> Path:
-    """convbench itself as a wheel, built from this source tree."""
+    """convbench itself as a wheel, built from this source tree; the wheel carries the asv suite, the matrix
+    and the suite revision (setup.py), so the image needs nothing else from the checkout."""
+    if not resources.in_checkout():
+        raise MatrixError("building an image needs a convbench source tree (the image installs convbench built "
+                          "from it): run `convbench images build` from a checkout or an unpacked sdist")
     out.mkdir(parents=True, exist_ok=True)
     log(f"building the convbench wheel from {REPO}")
     try:
@@ -533,8 +529,8 @@ def suite_wheel(out: Path, log=print) -> Path:
 # ---- the build ---------------------------------------------------------------------------------------------
 
 def build_context(matrix: Matrix, row: Row, ctx: Path, wheels: Path, lock: Lock, revision: str, log=print) -> None:
-    """Lay out what the engine receives: the Dockerfile, the locked wheels, the lock, the convbench wheel and
-    the asv suite. Nothing else from the host enters the image."""
+    """Lay out what the engine receives: the Dockerfile, the locked wheels, the lock and the convbench wheel
+    (which carries the asv suite). Nothing else from the host enters the image."""
     (ctx / "wheelhouse").mkdir(parents=True)
     for src in locked_files(wheels, lock).values():
         dst = ctx / "wheelhouse" / src.name
@@ -544,13 +540,6 @@ def build_context(matrix: Matrix, row: Row, ctx: Path, wheels: Path, lock: Lock,
             shutil.copy2(src, dst)
     (ctx / "wheelhouse" / "requirements.lock").write_text(lock.text(row, "convbench images build"))
     suite_wheel(ctx / "suite-wheel", log)
-    suite = ctx / "suite"
-    suite.mkdir()
-    if (REPO / "benchmarks").is_dir():
-        shutil.copytree(REPO / "benchmarks", suite / "benchmarks",
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    if (REPO / "asv.conf.json").is_file():
-        shutil.copy2(REPO / "asv.conf.json", suite / "asv.conf.json")
     (ctx / "Dockerfile").write_text(render(matrix, row, revision, lock.sha256))
 
 

@@ -1,0 +1,65 @@
+"""Where the files the commands need live: a convbench checkout, else the copies shipped inside the wheel.
+
+The image matrix and its templates (docker/), the asv suite (asv.conf.json, benchmarks/) and the suite revision
+are read from the checkout when harness/ sits in one (an editable install, the tests); an installed wheel carries
+them under harness/_shipped/, put there by setup.py at build time together with the revision it was built from.
+So `convbench images` and `convbench bench` work from a plain `pip install convbench-*.whl`, and a run never
+records the HEAD of whatever unrelated git repository the package happens to be installed in.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent
+CHECKOUT = PACKAGE.parent
+SHIPPED = PACKAGE / "_shipped"
+REVISION_FILE = "REVISION"
+SUITE_PATHS = ("harness", "benchmarks", "pyproject.toml")  # what a "-dirty" revision means
+
+
+def in_checkout() -> bool:
+    """Whether harness/ is the one of a convbench source tree (not an installed copy)."""
+    pyproject = CHECKOUT / "pyproject.toml"
+    return (CHECKOUT / "benchmarks" / "_bridge.py").is_file() and pyproject.is_file() and \
+        'name = "convbench"' in pyproject.read_text()
+
+
+def root() -> Path:
+    """The folder holding docker/, benchmarks/ and asv.conf.json."""
+    return CHECKOUT if in_checkout() or not SHIPPED.is_dir() else SHIPPED
+
+
+def docker_dir() -> Path:
+    return root() / "docker"
+
+
+def git_revision(tree: Path) -> str | None:
+    """HEAD of the git checkout ``tree`` (12 hex digits), with -dirty when the suite has local edits; None if
+    ``tree`` is not the top of a git checkout."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=tree, capture_output=True, text=True, timeout=30)
+    try:
+        top = git("rev-parse", "--show-toplevel")
+        if top.returncode != 0 or Path(top.stdout.strip()).resolve() != tree.resolve():
+            return None
+        head = git("rev-parse", "--short=12", "HEAD")
+        if head.returncode != 0:
+            return None
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", *SUITE_PATHS)
+        return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def revision() -> str:
+    """The suite revision: the checkout's git HEAD, else the one baked into the wheel at build time."""
+    if in_checkout():
+        rev = git_revision(CHECKOUT)
+        if rev:
+            return rev
+    baked = SHIPPED / REVISION_FILE
+    if baked.is_file():
+        return baked.read_text().strip() or "unknown"
+    return "unknown"
