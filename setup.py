@@ -24,8 +24,12 @@ SHIPPED = ("docker/matrix.toml", "docker/Dockerfile.j2", "docker/make-base-image
 
 
 def source_revision() -> str:
+    """"<revision> <commit time>" from git, else from the sdist's REVISION file."""
+    rev = resources.git_revision(HERE)
+    if rev:
+        return f"{rev} {resources.git_time(HERE)}"
     baked = HERE / resources.REVISION_FILE
-    return resources.git_revision(HERE) or (baked.read_text().strip() if baked.is_file() else "unknown")
+    return baked.read_text().strip() if baked.is_file() else "unknown 0"
 
 
 class BuildPy(build_py):

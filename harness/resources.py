@@ -53,13 +53,31 @@ def git_revision(tree: Path) -> str | None:
         return None
 
 
+def git_time(tree: Path) -> int:
+    """Commit time of HEAD (Unix seconds), 0 when unknown."""
+    out = subprocess.run(["git", "log", "-1", "--format=%ct"], cwd=tree, capture_output=True, text=True)
+    return int(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip().isdigit() else 0
+
+
+def _baked() -> list[str]:
+    """The wheel's REVISION file: "<revision> <commit time>" (setup.py writes it), split; [] without one."""
+    path = SHIPPED / REVISION_FILE
+    return path.read_text().split() if path.is_file() else []
+
+
 def revision() -> str:
     """The suite revision: the checkout's git HEAD, else the one baked into the wheel at build time."""
     if in_checkout():
         rev = git_revision(CHECKOUT)
         if rev:
             return rev
-    baked = SHIPPED / REVISION_FILE
-    if baked.is_file():
-        return baked.read_text().strip() or "unknown"
-    return "unknown"
+    baked = _baked()
+    return baked[0] if baked else "unknown"
+
+
+def revision_time() -> int:
+    """Commit time of the suite revision (Unix seconds; 0 when unknown)."""
+    if in_checkout() and git_revision(CHECKOUT):
+        return git_time(CHECKOUT)
+    baked = _baked()
+    return int(baked[1]) if len(baked) > 1 and baked[1].isdigit() else 0
