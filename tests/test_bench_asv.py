@@ -178,8 +178,13 @@ def test_asv_runs_exactly_the_parameter_sets_that_have_data(tmp_path, monkeypatc
     chosen = Benchmarks(conf, listed, regex=regexes).benchmark_selection
     ok = sum(1 for r in recs if r["kind"] == "measurement" and r["backend"] == "cudnn" and r["status"] == "ok")
     assert len(chosen["bench_cudnn.CudnnForward.track_time"]) == ok == 1956
-    all_cudnn = len(cases) * 8 * 4 * 3 * 2
-    assert n_left == all_cudnn - ok  # the numerics groups all had data
+    # Left out: the cuDNN sets of this run's cases that did not run (the numerics groups all had data), and
+    # every set of the catalogue's cases this run did not measure (asv's parameters are the whole catalogue).
+    per_case = {b["name"]: len(list(itertools.product(*b["params"][1:]))) for b in listed
+                if "Forward" in b["name"]}
+    assert all(b["params"][0] == [repr(c) for c in CATALOGUE] for b in listed if "Forward" in b["name"])
+    other_cases = len(CATALOGUE) - len(cases)
+    assert n_left == len(cases) * 8 * 4 * 3 * 2 - ok + other_cases * sum(per_case.values())
     assert len(chosen["bench_torch.TorchForward.track_time"]) == len(cases) * 4 * 2 * 4
     assert sum(len(v or [0]) for k, v in chosen.items() if "Forward" in k) == n_run
     assert all(len(r) < asvselect.MAX_REGEX_CHARS for r in regexes)
@@ -189,3 +194,59 @@ def test_asv_runs_exactly_the_parameter_sets_that_have_data(tmp_path, monkeypatc
     picked = {tuple(ast.literal_eval(v) for v in product[i]) for i in chosen["bench_cudnn.CudnnForward.track_time"]}
     assert picked == {(r["case"], r["algo"], r["math"], r["dtype"], r["layout"]) for r in recs
                       if r["kind"] == "measurement" and r["backend"] == "cudnn" and r["status"] == "ok"}
+
+
+@pytest.mark.slow
+def test_plain_asv_run_saves_publishes_every_case_and_compares_commits(tmp_path):
+    """asv itself, as asv users drive it, in a clone of this checkout: `asv run` (no flags) saves its results;
+    a second commit measured with other cases; `asv publish` shows the cases of both; `asv compare` works."""
+    pytest.importorskip("asv")
+    if not (ROOT / ".git").exists():
+        pytest.skip("asv records results per commit: needs a git checkout")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(clone)], check=True, timeout=120)
+    env = dict(os.environ, PYTHONPATH=str(clone), HOME=str(tmp_path / "home"), CONVBENCH_RESULTS=str(tmp_path / "r"),
+               GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    (tmp_path / "home").mkdir()
+
+    def asv(*args, cases=None):
+        run_env = dict(env, CONVBENCH_CASES=cases) if cases else env
+        res = subprocess.run([sys.executable, "-m", "asv", *args], cwd=clone, env=run_env, capture_output=True,
+                             text=True, timeout=600)
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        return res.stdout
+
+    def head():
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True).stdout.strip()
+
+    asv("machine", "--yes", "--machine", "ci")
+    asv("run", "-b", "TorchForward.track_time", cases="quick.seed")
+    first = head()
+    subprocess.run(["git", "commit", "--quiet", "--allow-empty", "-m", "second"], cwd=clone, env=env, check=True)
+    second = head()
+    asv("run", "-b", "TorchForward.track_time", cases="quick.grouped")
+    results = clone / ".asv" / "results" / "ci"
+    saved = sorted(p.name for p in results.glob("*.json") if p.name != "machine.json")
+    assert [n[:8] for n in saved] == sorted([first[:8], second[:8]]), saved
+
+    asv("publish")
+    graphs = list((clone / ".asv" / "html" / "graphs").rglob("bench_torch.TorchForward.track_time.json"))
+    (graph,) = [g for g in graphs if "machine-ci" in str(g)]
+    index = json.loads((clone / ".asv" / "html" / "index.json").read_text())
+    cases = [ast_eval(v) for v in index["benchmarks"]["bench_torch.TorchForward.track_time"]["params"][0]]
+    assert cases == list(CATALOGUE)  # every case listed, whichever run wrote benchmarks.json last
+    points = json.loads(graph.read_text())  # [[revision, [value per parameter set]], ...]
+    measured = {cases[i // (3 * 2)] for _, values in points for i, v in enumerate(values or [])
+                if v is not None and v == v}
+    assert measured == {"quick.seed", "quick.grouped"}  # both runs' cases shown
+
+    out = asv("compare", first, second, "--machine", "ci", "--only-changed", "--factor", "1e9")
+    assert "bench_torch" not in out or "Benchmarks that have" in out  # ran, compared, nothing beyond 1e9x
+    out = asv("compare", first, second, "--machine", "ci")
+    assert "TorchForward.track_time" in out
+
+
+def ast_eval(text: str):
+    import ast
+
+    return ast.literal_eval(text)
