@@ -240,10 +240,10 @@ def test_plain_asv_run_saves_publishes_every_case_and_compares_commits(tmp_path)
                 if v is not None and v == v}
     assert measured == {"quick.seed", "quick.grouped"}  # both runs' cases shown
 
-    out = asv("compare", first, second, "--machine", "ci", "--only-changed", "--factor", "1e9")
-    assert "bench_torch" not in out or "Benchmarks that have" in out  # ran, compared, nothing beyond 1e9x
     out = asv("compare", first, second, "--machine", "ci")
-    assert "TorchForward.track_time" in out
+    # the two commits measured different cases: each case's row is there, n/a on the side that lacks it
+    rows = [ln for ln in out.splitlines() if "TorchForward.track_time" in ln]
+    assert any("quick.seed" in ln for ln in rows) and any("quick.grouped" in ln for ln in rows), out[-2000:]
 
 
 def ast_eval(text: str):
