@@ -41,19 +41,22 @@ def register(sub) -> None:
     q.add_argument("--wheel-cache", type=Path, default=None, help="wheelhouse cache (default: ~/.cache/convbench)")
     q.set_defaults(handler=images_build)
 
-    p = sub.add_parser("run", help="run the sweep on every GPU of this host in parallel (containers or --no-docker)")
+    p = sub.add_parser("run", help="run the asv suite on every GPU of this host in parallel (containers or --no-docker)")
     p.add_argument("--rows", type=lambda s: [x for x in s.split(",") if x], default=None,
                    help="image rows to run, comma-separated (default: every built row that fits the GPUs)")
     p.add_argument("--no-docker", action="store_true", help="run the workers as local processes, one per GPU")
     p.add_argument("--gpus", default=None, help="NVML indices to use, comma-separated (default: all)")
-    p.add_argument("--cases", default="quick", help="cases or sets for the sweep (default: %(default)s)")
-    p.add_argument("--backends", default="torch,cudnn", help="backends for the sweep (default: %(default)s)")
+    p.add_argument("--job", choices=("bench", "sweep"), default="bench",
+                   help="bench: the asv suite, every class the stack supports; sweep: a plain sweep of --backends "
+                        "(default: %(default)s)")
+    p.add_argument("--cases", default="quick", help="cases or sets to measure (default: %(default)s)")
+    p.add_argument("--backends", default="torch,cudnn", help="backends of --job sweep (default: %(default)s)")
     p.add_argument("--results", type=Path, default=Path(os.environ.get("CONVBENCH_RESULTS", "results")),
                    help="results root on this host (default: %(default)s)")
     p.add_argument("--host-name", default=None, help="host part of machine names (default: this host's name)")
     p.add_argument("--name-gpus-by", choices=("index", "uuid"), default="index",
                    help="GPU part of machine names: NVML index, or UUID where indices are not stable (pods)")
-    p.add_argument("sweep_args", nargs=argparse.REMAINDER, help="after --: more `convbench sweep` flags")
+    p.add_argument("sweep_args", nargs=argparse.REMAINDER, help="after --: more flags of `convbench bench` (e.g. -b REGEX) or `sweep`")
     p.set_defaults(handler=run)
 
 

@@ -146,10 +146,17 @@ def sweep_args(cases: str, backends: str, results: str, extra: list[str]) -> lis
     return ["sweep", "--cases", cases, "--backends", backends, "--results", results, *extra]
 
 
+def worker_args(job: str, cases: str, backends: str, results: str, extra: list[str]) -> list[str]:
+    """What each worker runs: the asv suite (`bench`, every class the stack supports) or a plain `sweep`."""
+    if job == "bench":
+        return ["bench", "--cases", cases, "--results", results, *extra]
+    return sweep_args(cases, backends, results, extra)
+
+
 def new_runs(machine_dir: Path, before: set[str]) -> list[Path]:
     if not machine_dir.is_dir():
         return []
-    return sorted(p for p in machine_dir.iterdir() if p.is_dir() and p.name not in before)
+    return sorted(p for p in machine_dir.iterdir() if p.is_dir() and p.name not in before and (p / "run.json").exists())
 
 
 def _listing(machine_dir: Path) -> set[str]:
@@ -346,7 +353,7 @@ def run(args, log=print) -> int:
             raise UserError("--rows picks image rows; it has no meaning with --no-docker", 2)
         workers = [Worker(f"gpu{g['index']}", machine_for(g, host, args.name_gpus_by), g) for g in gpus] or \
             [Worker("cpu", machine_for(None, host), None)]
-        target = native_worker(results, sweep_args(args.cases, args.backends, str(results), extra))
+        target = native_worker(results, worker_args(args.job, args.cases, args.backends, str(results), extra))
     else:
         from .images import EngineError, engine
 
@@ -355,7 +362,8 @@ def run(args, log=print) -> int:
         except EngineError as exc:
             raise UserError(str(exc), EXIT_ENVIRONMENT) from None
         workers = plan_docker(gpus, local_rows(client), args.rows, host, args.name_gpus_by, log)
-        target = docker_worker(client, results, sweep_args(args.cases, args.backends, CONTAINER_RESULTS, extra))
+        target = docker_worker(client, results, worker_args(args.job, args.cases, args.backends, CONTAINER_RESULTS,
+                                                            extra))
     log(f"{len(workers)} worker(s) in parallel: " + ", ".join(
         f"{w.label} -> {w.machine}" + (f" [{', '.join(i['row'] for i in w.images)}]" if w.images else "")
         for w in workers))
