@@ -250,3 +250,30 @@ def ast_eval(text: str):
     import ast
 
     return ast.literal_eval(text)
+
+
+def test_bench_script_uses_the_hosts_python_environment_as_it_is(tmp_path):
+    """scripts/bench.sh on a GPU host picks the active venv (or the interpreter named) and says so, instead of a
+    fresh venv that cannot see the host's torch. A stand-in torch reports a usable CUDA GPU."""
+    fake = tmp_path / "site" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("__version__ = '2.11.0+cu130'\n"
+                                      "class version:\n    cuda = '13.0'\n"
+                                      "class cuda:\n    is_available = staticmethod(lambda: True)\n")
+    base = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX")}
+    base["PYTHONPATH"] = str(tmp_path / "site")
+
+    def which(*args, **env):
+        res = subprocess.run(["bash", str(ROOT / "scripts" / "bench.sh"), *args, "--which"], env=dict(base, **env),
+                             capture_output=True, text=True, timeout=60)
+        return res.returncode, res.stdout + res.stderr
+
+    code, out = which(VIRTUAL_ENV=sys.prefix)
+    assert code == 0 and "CUDA GPU found: using" in out and "the active virtual environment" in out, out
+    assert f"environment {sys.prefix}" in out and "torch 2.11.0+cu130 CUDA 13.0" in out
+    code, out = which("--python", sys.executable)
+    assert code == 0 and "named by --python" in out, out
+    code, out = which("--python", str(tmp_path / "no-python"))
+    assert code == 3 and "no usable Python interpreter" in out
+    code, out = which("--wheelhouse", str(tmp_path / "none"))
+    assert code == 2 and "is not a folder" in out
