@@ -156,7 +156,7 @@ def worker_args(job: str, cases: str, backends: str, results: str, extra: list[s
 def new_runs(machine_dir: Path, before: set[str]) -> list[Path]:
     if not machine_dir.is_dir():
         return []
-    return sorted(p for p in machine_dir.iterdir() if p.is_dir() and p.name not in before and (p / "run.json").exists())
+    return sorted(p for p in machine_dir.iterdir() if p.is_dir() and p.name not in before)
 
 
 def _listing(machine_dir: Path) -> set[str]:
