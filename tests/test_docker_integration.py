@@ -4,6 +4,8 @@ starts one on CI)."""
 
 from __future__ import annotations
 
+import ast
+import itertools
 import json
 import os
 import sqlite3
@@ -112,8 +114,17 @@ def test_run_the_suite_in_the_image_then_collect(client, cpu_image, tmp_path, ca
     assert json.loads((asv_results / "machine.json").read_text())["machine"] == "ci-cpu"
     (saved,) = [p for p in asv_results.glob("*.json") if p.name != "machine.json"]
     data = json.loads(saved.read_text())
-    assert data["commit_hash"] == revision and "bench_ort.OrtModels.track_time" in str(data["results"].keys())
-    torch_times = data["results"]["bench_torch.TorchForward.track_time"][0]
+    assert data["commit_hash"] == revision
+    # onnxruntime's class, CPU EP: both models have numbers under the "cpu" setting, none under a CUDA one
+    cols = data["result_columns"]
+    measured = set()
+    for name, entry in data["results"].items():
+        if name.startswith("bench_ort.OrtModels."):
+            grid = itertools.product(*entry[cols.index("params")])
+            measured |= {(ast.literal_eval(m), ast.literal_eval(st)) for (m, st), v
+                         in zip(grid, entry[cols.index("result")] or []) if v is not None and v == v}
+    assert measured == {("resnet50", "cpu"), ("mobilenetv2", "cpu")}
+    torch_times = data["results"]["bench_torch.TorchForward.track_time"][cols.index("result")]
     assert sum(1 for v in torch_times if v is not None and v == v) == 2 * 3 * 2  # 2 cases x 3 dtypes x 2 layouts
 
     store = tmp_path / "store.sqlite"
