@@ -78,17 +78,19 @@ def main(argv: list[str] | None = None) -> int:
                     except (CudnnError, WorkspaceTooLarge):
                         continue
                     calls.append({"case": case.id, "dtype": dtype, "layout": layout, "algo": algo, "math": math,
-                                  "fn": fn, "session": session})
+                                  "session": session})
     passes: dict[str, list] = {}
     for name, frac in (("base", 0.0), ("plus5", 0.05), ("plus10", 0.10), ("base2", 0.0)):
         out = []
         for i, c in enumerate(calls):
-            fn = c["fn"]
+            # bound again right before timing: binding sets the session's math type and may grow (reallocate)
+            # its workspace, which would leave an earlier bound call pointing at freed memory
+            fn = c["session"].call(c["algo"], c["math"])
             if frac:
                 want = frac * passes["base"][i].median_ms
                 cycles = max(0, int((want - a0) / per_cycle)) if want > a0 else 0
 
-                def fn(f=c["fn"], cy=cycles):
+                def fn(f=fn, cy=cycles):
                     f()
                     torch.cuda._sleep(cy)
             out.append(timer(fn))
