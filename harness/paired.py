@@ -92,8 +92,7 @@ def run(stacks: dict[str, Stack], cases: list[Case], backend_names: list[str], o
                 env["CUDA_VISIBLE_DEVICES"] = gpu
             got = probe(st, env, backend_names, options.device)
             fp = got["fingerprint"]
-            fp["stack"] = st.name  # the host stack sets no CONVBENCH_STACK; a study names both sides
-            fp["image"] = fp.get("image") or st.name
+            fp["stack"] = st.name  # the host stack sets no CONVBENCH_STACK (its image stays "native")
             meta = {"cases": [c.id for c in cases], "backends": backend_names, "sweep": _options_dict(options),
                     "paired": {"study": study, "role": role, "stack": st.name, "gpu": gpu,
                                "other": stacks["B" if role == "A" else "A"].name, "order": "ABBA by case"}}
@@ -175,3 +174,30 @@ def confirm(legs: dict[str, dict[str, Any]]) -> dict[str, Any]:
             seen.setdefault((f.key, _kind(f)), {})[gpu] = f.words
     confirmed = sum(1 for v in seen.values() if len(v) == len(legs) and len(set(v.values())) == 1)
     return {"legs": len(legs), "findings": len(seen), "confirmed": confirmed if len(legs) > 1 else None}
+
+
+# ---- studies in a store ----------------------------------------------------------------------------------------
+
+def studies(store: Any, th: Thresholds | None = None) -> list[dict[str, Any]]:
+    """Every paired study in a store, newest first: its stacks, and per GPU leg the two runs and their judgement
+    (``judge``), with the agreement across legs (``confirm``). What the report's upgrade page shows."""
+    found: dict[str, dict[str, dict[str, Any]]] = {}
+    for run in store.runs():
+        meta = store.run_json(run["id"])
+        p = (meta.get("options") or {}).get("paired")
+        if isinstance(p, dict) and p.get("role") in ROLES and p.get("study"):
+            leg = found.setdefault(str(p["study"]), {}).setdefault(str(p.get("gpu", "0")), {})
+            leg[p["role"]] = {"run": run, "stack": p.get("stack"), "fingerprint": meta["fingerprint"]}
+    out = []
+    for study, legs in sorted(found.items(), reverse=True):
+        judged = {}
+        for gpu, sides in sorted(legs.items()):
+            if set(sides) != set(ROLES):
+                continue  # half a study (one side not collected): nothing to judge
+            j = judge(store.records(sides["A"]["run"]["id"]), store.records(sides["B"]["run"]["id"]), th)
+            judged[gpu] = {**j, "A": sides["A"], "B": sides["B"]}
+        if judged:
+            first = next(iter(judged.values()))
+            out.append({"study": study, "stacks": {r: first[r]["stack"] for r in ROLES}, "legs": judged,
+                        "agreement": confirm(judged)})
+    return out

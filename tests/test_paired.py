@@ -100,3 +100,15 @@ def test_each_side_of_a_study_names_the_cudnn_it_mapped(name):
         seen[fp["stack"]] = (fp["libraries"]["cudnn"]["version"], fp["mapped"]["libcudnn.so.9"]["path"])
     assert seen["host"][0] == "9.19.0" and "/opt/torch/.venv/" in seen["host"][1]
     assert seen["cudnn927"] == ("9.27.0", "/tmp/stack-cudnn927/nvidia/cudnn/lib/libcudnn.so.9")
+
+
+def test_studies_in_a_store_are_found_and_judged():
+    store = Store(":memory:")
+    read_runs_into(store, [FIXTURES / "h200-aa-fwd.tar.gz", FIXTURES / "h200-upgrade-cudnn927-fwd.tar.gz"])
+    found = paired.studies(store)
+    assert [s["stacks"] for s in found] == [{"A": "host", "B": "cudnn927"}, {"A": "host", "B": "host"}]
+    upgrade = found[0]
+    (leg,) = upgrade["legs"].values()
+    assert leg["counts"]["bits:change"] == 121 and leg["B"]["fingerprint"]["libraries"]["cudnn"]["version"] == "9.27.0"
+    assert upgrade["agreement"] == {"legs": 1, "findings": len({(f.key, paired._kind(f)) for f in leg["findings"]}),
+                                    "confirmed": None}
