@@ -6,9 +6,10 @@ the device busy until the host has enqueued the batch, and synchronised once per
 launch overhead nor host stalls enter the samples. That is checked, not assumed (nvbench's blocking kernel does
 the same job with a host-released flag): an event recorded after the spacer must still be pending when the host
 has enqueued the whole batch; a batch where it is not may hold host time, so it is discarded and the spacer
-doubled. The host's own dispatch time per call is kept as a figure of its own. Sampling stops when the median is known to the noise target, or the time budget or sample cap is
-reached; the median, IQR and every sample are kept so later comparisons can be statistical. After each batch
-NVML reads the SM clock and its slowdown reasons, so a time measured under a power cap says so.
+doubled. The host's own dispatch time per call is kept as a figure of its own. Sampling stops when the median is
+known to the noise target, or the time budget or sample cap is reached; the median, IQR and every sample are
+kept so later comparisons can be statistical, with flags where the samples say the median cannot be trusted.
+After each batch NVML reads the SM clock and its slowdown reasons, so a time measured under a power cap says so.
 """
 
 from __future__ import annotations
