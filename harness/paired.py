@@ -34,6 +34,7 @@ from .stacks import Stack
 from .sweep import _options_dict, lock_run
 
 ROLES = ("A", "B")
+PROBE_TIMEOUT_S = 600  # loading torch, cuDNN and onnxruntime from a cold page cache took under 20 s on the H200
 
 _PROBE = """
 import json, sys
@@ -52,8 +53,12 @@ def probe(stack: Stack, env: dict[str, str], backends: list[str], device: str) -
     """The fingerprint of a process on ``stack``: what it loads (path and version), read in that process."""
     root = str(Path(__file__).resolve().parents[1])
     env = dict(env, PYTHONPATH=os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])))
-    out = subprocess.run([sys.executable, "-c", _PROBE, ",".join(backends), device], env=env,
-                         capture_output=True, text=True, timeout=600)
+    try:
+        out = subprocess.run([sys.executable, "-c", _PROBE, ",".join(backends), device], env=env,
+                             capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"stack {stack.name}: its process did not load its libraries within {PROBE_TIMEOUT_S} s",
+                        EXIT_ENVIRONMENT) from None
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["no output"])[-1]
         raise UserError(f"stack {stack.name}: its process could not start: {last}", EXIT_ENVIRONMENT)
@@ -102,13 +107,22 @@ def run(stacks: dict[str, Stack], cases: list[Case], backend_names: list[str], o
             log(f"study {study}: GPU {gpu} stack {role}={st.name}: run {leg.journals[role].path.name}, "
                 f"cuDNN {fp['libraries'].get('cudnn', {}).get('version')}")
         legs.append(leg)
-    threads = [threading.Thread(target=_measure_leg, args=(leg, cases, backend_names, options, log))
-               for leg in legs]
+    errors: list[BaseException] = []
+
+    def measure(leg: Leg) -> None:
+        try:
+            _measure_leg(leg, cases, backend_names, options, log)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller below, after every leg has stopped
+            errors.append(exc)
+
+    threads = [threading.Thread(target=measure, args=(leg,)) for leg in legs]
     try:
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        if errors:
+            raise errors[0]
     finally:
         for leg in legs:
             for pool in leg.pools.values():
