@@ -34,7 +34,7 @@ from .stacks import Stack
 from .sweep import _options_dict, lock_run
 
 ROLES = ("A", "B")
-PROBE_TIMEOUT_S = 600  # loading torch, cuDNN and onnxruntime from a cold page cache took under 20 s on the H200
+PROBE_TIMEOUT_S = 600  # a bound, not a measurement: a stack whose libraries do not load in 10 minutes is broken
 
 _PROBE = """
 import json, sys
