@@ -129,6 +129,21 @@ def pairs(base_runs, head_runs) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     raise UserError(f"no machine in common between BASE ({', '.join(sorted(b))}) and HEAD ({', '.join(sorted(h))})")
 
 
+HISTORY_RUNS = 5  # earlier runs whose spread widens a combination's time threshold (compare.HISTORY_FACTOR)
+
+
+def history(store: Store, base: dict[str, Any], base_fp: dict[str, Any]) -> list[list[dict[str, Any]]]:
+    """Records of up to HISTORY_RUNS runs before ``base`` on its machine (the same GPU on the same host) and
+    stack (image): the combinations' own run-to-run spread."""
+    from .compare import machine_identity
+
+    earlier = [r for r in store.runs("machine = ? AND image = ? AND started < ? AND id != ?",
+                                     (base["machine"], base["image"], base["started"], base["id"]))]
+    same = [r for r in earlier if machine_identity(store.run_json(r["id"])["fingerprint"])
+            == machine_identity(base_fp)]
+    return [store.records(r["id"], with_samples=False) for r in same[-HISTORY_RUNS:]]
+
+
 def _describe(run: dict[str, Any]) -> str:
     hw = run.get("gpu_model") or run["hardware"]
     return f"{run['machine']} [{hw}] image {run['image']} run {run['run_id']}"
@@ -159,7 +174,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         diff = fingerprint_diff(fb, fh)
         notes.append("fingerprints differ in: " + ("; ".join(f"{k} {_short(a)} -> {_short(b)}" for k, a, b in diff)
                                                   if diff else "nothing but clocks, power and temperature"))
-        for f in compare_records(sb.records(rb["id"]), sh.records(rh["id"]), th):
+        for f in compare_records(sb.records(rb["id"]), sh.records(rh["id"]), th, history(sb, rb, fb)):
             f.machine, f.base_run, f.head_run = rh["machine"], rb["run_id"], rh["run_id"]
             f.extra["across_hardware"] = across
             findings.append(f)
