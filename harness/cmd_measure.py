@@ -256,9 +256,9 @@ def bench(args) -> int:
     env = asv_env(os.environ, CONVBENCH_RUN_DIR=str(journal.path), CONVBENCH_CASES=",".join(c.id for c in cases),
                   CONVBENCH_RESULTS=str(results), CONVBENCH_SWEPT=",".join(swept))
     machine = journal.meta["machine"]
-    if resources.in_checkout():  # the checkout's own asv project: `asv publish` there shows every run
+    if resources.in_git_checkout():  # the checkout's own asv project: `asv publish` there shows every run
         cwd, config, asv_results = root, [], root / ".asv" / "results"
-    else:  # installed (an image): asv's project, results and machine file inside the run directory
+    else:  # installed (an image) or no git: asv's project, results and machine file inside the run directory
         cwd = journal.path / "asv"
         config, asv_results = ["--config", str(asvplugin.project(cwd))], cwd / "results"
         env["HOME"] = str(cwd / "home")

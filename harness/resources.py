@@ -19,6 +19,11 @@ REVISION_FILE = "REVISION"
 SUITE_PATHS = ("harness", "benchmarks", "pyproject.toml")  # what a "-dirty" revision means
 
 
+def in_git_checkout() -> bool:
+    """A source tree that is a git checkout: asv can take its commits from git."""
+    return in_checkout() and git_revision(CHECKOUT) is not None
+
+
 def in_checkout() -> bool:
     """Whether harness/ is the one of a convbench source tree (not an installed copy)."""
     pyproject = CHECKOUT / "pyproject.toml"
@@ -60,9 +65,12 @@ def git_time(tree: Path) -> int:
 
 
 def _baked() -> list[str]:
-    """The wheel's REVISION file: "<revision> <commit time>" (setup.py writes it), split; [] without one."""
-    path = SHIPPED / REVISION_FILE
-    return path.read_text().split() if path.is_file() else []
+    """The REVISION file, "<revision> <commit time>" split: the wheel's (setup.py writes it), or in a source tree
+    without git (an unpacked sdist) the sdist's; [] without one."""
+    for path in (SHIPPED / REVISION_FILE, CHECKOUT / REVISION_FILE if in_checkout() else None):
+        if path is not None and path.is_file():
+            return path.read_text().split()
+    return []
 
 
 def revision() -> str:
