@@ -35,7 +35,7 @@ from . import intake
 from .journal import END_FILE, JOURNAL_FILE, RUN_FILE
 from .records import DTYPES, LAYOUTS, MATHS, OK, SCHEMA_VERSION
 from .schema import SchemaError, check_record, check_run_header
-from .store import ParsedRun, Store, UnpackableRecord, samples_blob
+from .store import DEFAULT_STORE, ParsedRun, Store, StoreError, UnpackableRecord, samples_blob
 
 try:  # three times faster on the fleet's ten million lines; the standard library is the fallback
     import orjson as _fastjson
@@ -74,6 +74,14 @@ class AsvFile:
     data: bytes
     machine_json: bytes | None
     benchmarks_json: bytes | None
+
+
+@dataclass
+class Archive:
+    """Every run of one tarball: stored whole, in one transaction, or refused whole."""
+
+    origin: str
+    items: list[Any]  # RawRun and AsvFile
 
 
 @dataclass
@@ -137,12 +145,14 @@ def _walk_dir(root: Path) -> Iterator[Any]:
 
 
 def _walk_tar(path: Path) -> Iterator[Any]:
-    """Runs inside a tarball, streamed (no extraction): journal runs as soon as their three files are seen."""
+    """The runs of a tarball as one ``Archive``, streamed (no extraction); nothing if any member is refused."""
     groups: dict[str, dict[str, bytes]] = {}
     jsons: dict[str, bytes] = {}
+    items: list[Any] = []
     st = os.lstat(path) if os.path.lexists(path) else None
     if st is None or not stat.S_ISREG(st.st_mode):
         raise Refused(f"{path}: not a regular file (a symlink, FIFO or device is not read)")
+    kept = 0  # decompressed bytes held in memory: the members' limits alone let 200 of them exhaust it
     try:
         with tarfile.open(path, "r|*") as tar:
             for n, member in enumerate(tar):
@@ -153,32 +163,38 @@ def _walk_tar(path: Path) -> Iterator[Any]:
                                     else intake.MAX_META_BYTES)
                 if not member.isfile() or not (base in (RUN_FILE, JOURNAL_FILE, END_FILE) or base.endswith(".json")):
                     continue
+                kept += member.size
+                if kept > intake.MAX_ARCHIVE_BYTES:
+                    raise intake.Hostile(f"members to read add up to over {intake.MAX_ARCHIVE_BYTES >> 20} MiB "
+                                         "(a decompression bomb, or split the tarball)")
                 f = tar.extractfile(member)
                 data = f.read() if f else b""
                 if base in (RUN_FILE, JOURNAL_FILE, END_FILE):
                     g = groups.setdefault(parent, {})
+                    if base in g:
+                        raise intake.Hostile(f"{member.name[:120]!r} appears twice")
                     g[base] = data
-                    if len(g) == 3:
-                        yield RawRun(f"{path}:{parent}", g[RUN_FILE], g[JOURNAL_FILE], g[END_FILE])
-                        del groups[parent]
                 elif base.endswith(".json"):
                     jsons[member.name] = data
     except intake.Hostile as exc:
-        raise Refused(f"{path}: refused: {exc}") from None
+        raise Refused(f"{path}: refused as a whole: {exc}") from None
     except (tarfile.TarError, OSError, EOFError, ValueError) as exc:  # zlib/lzma errors are ValueErrors too
         raise Refused(f"{path}: not a readable tarball: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     for parent, g in groups.items():
         if RUN_FILE in g and JOURNAL_FILE not in g:
-            raise Refused(f"{path}:{parent}: run.json without records.jsonl (a truncated tarball?)")
+            raise Refused(f"{path}:{parent}: run.json without records.jsonl (a truncated tarball?); "
+                          "the tarball is refused as a whole")
         if RUN_FILE in g:
-            yield RawRun(f"{path}:{parent}", g[RUN_FILE], g.get(JOURNAL_FILE, b""), g.get(END_FILE))
+            items.append(RawRun(f"{path}:{parent}", g[RUN_FILE], g.get(JOURNAL_FILE, b""), g.get(END_FILE)))
     for name, data in sorted(jsons.items()):
         parent, _, base = name.rpartition("/")
         machine = jsons.get(f"{parent}/machine.json")
         if base in ("machine.json", "benchmarks.json") or machine is None:
             continue
         bench = jsons.get(f"{parent.rpartition('/')[0]}/benchmarks.json")
-        yield AsvFile(f"{path}:{name}", data, machine, bench)
+        items.append(AsvFile(f"{path}:{name}", data, machine, bench))
+    if items:
+        yield Archive(str(path), items)
 
 
 def discover(paths: list[str | Path]) -> Iterator[Any]:
@@ -594,14 +610,11 @@ def _dir_unchanged(store: Store, path: Path) -> bool:
     return store.digest_of(run_id, machine) == f"j:{_sha1(run_json)}:{size}:{_sha1(end)}"
 
 
-def ingest_item(store: Store, item: Any, lock: Any = None) -> tuple[str, int]:
-    """Collect one discovered item: ('added'|'updated'|'unchanged', records read).
-
-    Parsing happens outside ``lock`` and writing inside it, so parallel parsers overlap while one writes.
-    """
+def _parse(store: Store, item: Any) -> ParsedRun | None:
+    """One discovered run parsed for the store, or None when the store already holds it unchanged."""
     if isinstance(item, tuple) and item[0] == "dir":
         if _dir_unchanged(store, item[1]):  # a nightly re-collect reads no journal it already holds
-            return "unchanged", 0
+            return None
         try:
             item = _dir_run(item[1])
         except (OSError, intake.Hostile) as exc:
@@ -609,60 +622,93 @@ def ingest_item(store: Store, item: Any, lock: Any = None) -> tuple[str, int]:
     if isinstance(item, RawRun):
         meta, run_id, machine = journal_identity(item)
         if store.digest_of(run_id, machine) == journal_digest(item):
-            return "unchanged", 0
-        parsed = parse_journal(item, meta)
-    elif isinstance(item, AsvFile):
+            return None
+        return parse_journal(item, meta)
+    if isinstance(item, AsvFile):
         parsed = parse_asv(item)
         if store.digest_of(parsed.run["run_id"], parsed.run["machine"]) == parsed.run["digest"]:
-            return "unchanged", 0
-    else:
-        raise TypeError(item)
+            return None
+        return parsed
+    raise TypeError(item)
+
+
+def ingest_item(store: Store, item: Any, lock: Any = None, replace: bool = False) -> list[tuple[str, int]]:
+    """Collect one discovered item (a run, or every run of an archive): [('added'|'updated'|'unchanged', records)].
+
+    Parsing happens outside ``lock`` and writing inside it, so parallel parsers overlap while one writes.
+    """
+    members = item.items if isinstance(item, Archive) else [item]
+    parsed = []
+    for member in members:
+        try:
+            parsed.append(_parse(store, member))
+        except Refused as exc:
+            if isinstance(item, Archive):
+                raise Refused(f"{exc} (the tarball {item.origin} is refused as a whole)") from None
+            raise
+    new = [p for p in parsed if p is not None]
     with lock if lock is not None else contextlib.nullcontext():
         try:
-            return store.ingest(parsed), len(parsed.records)
+            outcomes = iter(store.ingest_all(new, replace=replace))
         except UnpackableRecord as exc:
-            raise Refused(f"{parsed.run['origin']}: {exc}") from None
+            origin = item.origin if isinstance(item, Archive) else new[0].run["origin"]
+            raise Refused(f"{origin}: {exc}") from None
+    return [("unchanged", 0) if p is None else (next(outcomes), len(p.records)) for p in parsed]
 
 
 _worker_store: Store | None = None
 _worker_lock = None
+_worker_replace = False
 
 
-def _worker_init(path: str, lock) -> None:
-    global _worker_store, _worker_lock
+def _worker_init(path: str, lock, replace: bool) -> None:
+    global _worker_store, _worker_lock, _worker_replace
     gc.set_threshold(50_000, 20, 100)  # a parser allocates millions of short-lived tuples and no cycles
     _worker_store = Store(path, verify=False)
-    _worker_lock = lock
+    _worker_lock, _worker_replace = lock, replace
 
 
 def _origin(item: Any) -> str:
     return str(item[1]) if isinstance(item, tuple) else getattr(item, "origin", repr(item)[:200])
 
 
-def _ingest_or_refuse(store: Store, item: Any, lock: Any = None) -> tuple[str, int | str]:
-    """One item; whatever goes wrong with it (even a bug exposed by hostile input) refuses it, not the collect."""
+def _ingest_or_refuse(store: Store, item: Any, lock: Any = None, replace: bool = False) -> list[tuple[str, Any]]:
+    """One item; whatever goes wrong with it (even a bug exposed by hostile input) refuses it, not the collect.
+    A store that cannot be written (full disk, read-only mount, damage) ends the collect: StoreError."""
     try:
-        return ingest_item(store, item, lock)
+        return ingest_item(store, item, lock, replace)
     except Refused as exc:
-        return "refused", str(exc)
+        return [("refused", str(exc))]
+    except StoreError:
+        raise
     except (Exception, RecursionError) as exc:  # noqa: BLE001 - one bad file must not end a nightly collect
         text = str(exc).splitlines()[0][:200] if str(exc) else ""
-        return "refused", f"{_origin(item)}: cannot be collected ({type(exc).__name__}: {text})"
+        return [("refused", f"{_origin(item)}: cannot be collected ({type(exc).__name__}: {text})")]
 
 
-def _worker(item: Any) -> tuple[str, int | str]:
-    return _ingest_or_refuse(_worker_store, item, _worker_lock)
+def _worker(item: Any) -> list[tuple[str, Any]]:
+    return _ingest_or_refuse(_worker_store, item, _worker_lock, _worker_replace)
+
+
+def check_store_path(store_path: str | Path) -> None:
+    """A store collect may write: a file name, not empty, not SQLite's in-memory name (which keeps nothing)."""
+    text = str(store_path)
+    if not text.strip() or text == ":memory:" or text.startswith("file:"):
+        raise StoreError(f"--store {text!r} names no file; give the store's file name (default {DEFAULT_STORE})")
 
 
 def collect(store_path: str | Path, paths: list[str | Path], jobs: int = 1,
-            progress: Callable[[str], None] | None = None) -> Summary:
-    """Collect every run under ``paths`` into the store at ``store_path``; ``jobs`` parser processes."""
+            progress: Callable[[str], None] | None = None, replace: bool = False) -> Summary:
+    """Collect every run under ``paths`` into the store at ``store_path``; ``jobs`` parser processes.
+    ``replace``: a copy of a stored run with fewer records replaces it (otherwise it is refused)."""
+    check_store_path(store_path)
     summary = Summary()
     guard = threading.Lock()  # with --jobs, refusals come from the pool's feeder thread and from results
 
-    def account(outcome: str, value: Any) -> None:
+    def account(results: list[tuple[str, Any]]) -> None:
         with guard:
-            _account(outcome, value)
+            for outcome, value in results:
+                _account(outcome, value)
 
     def _account(outcome: str, value: Any) -> None:
         if outcome == "refused":
@@ -680,41 +726,40 @@ def collect(store_path: str | Path, paths: list[str | Path], jobs: int = 1,
         try:
             for item in items:
                 if isinstance(item, Refused):
-                    account("refused", str(item))
+                    account([("refused", str(item))])
                     continue
-                account(*_ingest_or_refuse(store, item))
+                account(_ingest_or_refuse(store, item, replace=replace))
         finally:
             store.close()
         return summary
-    Store(store_path).close()  # create the schema once, before the workers open it
+    Store(store_path).close()  # create (and check) the schema once, before the workers open it
     ctx = mp.get_context("fork")
     lock = ctx.Lock()
-    with ctx.Pool(jobs, initializer=_worker_init, initargs=(str(store_path), lock)) as pool:
+    with ctx.Pool(jobs, initializer=_worker_init, initargs=(str(store_path), lock, replace)) as pool:
         def feed():
             for item in items:
                 if isinstance(item, Refused):
-                    account("refused", str(item))
+                    account([("refused", str(item))])
                 else:
                     yield item
-        for outcome, value in pool.imap_unordered(_worker, feed(), chunksize=4):
-            account(outcome, value)
+        for results in pool.imap_unordered(_worker, feed(), chunksize=4):
+            account(results)
     Store(store_path, verify=False).close()  # checkpoint the write-ahead log into the store file
     return summary
 
 
 def read_runs_into(store: Store, paths: list[str | Path]) -> Summary:
-    """Collect into an already open (e.g. in-memory) store: used by ``compare`` on paths, which writes nothing."""
+    """Collect into an already open (e.g. in-memory) store: used by ``compare`` on paths, which writes nothing.
+    The same checks as ``collect``: what collect refuses, compare refuses in the same line."""
     summary = Summary()
     for item in discover(paths):
-        if isinstance(item, Refused):
-            summary.refused.append(str(item))
-            continue
-        try:
-            outcome, n = ingest_item(store, item)
-            setattr(summary, outcome, getattr(summary, outcome) + 1)
-            summary.records += n
-        except Refused as exc:
-            summary.refused.append(str(exc))
+        results = [("refused", str(item))] if isinstance(item, Refused) else _ingest_or_refuse(store, item)
+        for outcome, value in results:
+            if outcome == "refused":
+                summary.refused.append(" ".join(str(value).splitlines()))
+            else:
+                setattr(summary, outcome, getattr(summary, outcome) + 1)
+                summary.records += value
     return summary
 
 

@@ -17,7 +17,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 MAX_META_BYTES = 16 << 20  # run.json, end.json, asv machine/benchmarks files: a few KiB in practice
-MAX_JOURNAL_BYTES = int(os.environ.get("CONVBENCH_MAX_JOURNAL_BYTES", 4 << 30))  # one run's records.jsonl
+MAX_JOURNAL_BYTES = int(os.environ.get("CONVBENCH_MAX_JOURNAL_BYTES", 1 << 30))  # one run's records.jsonl
+# decompressed bytes collect holds from one tarball (the runs of an archive are stored together, so in memory)
+MAX_ARCHIVE_BYTES = int(os.environ.get("CONVBENCH_MAX_ARCHIVE_BYTES", 2 << 30))
 MAX_LINE_BYTES = 16 << 20  # one record (a record with 10^5 timing samples is about 1 MiB)
 MAX_TAR_MEMBERS = 100_000
 

@@ -253,10 +253,12 @@ def check_run_header(meta: Any) -> dict[str, Any]:
         raise SchemaError("schema", f"is {str(meta.get('schema'))[:40]}: run schema {str(meta.get('schema'))[:40]} "
                                     f"is not supported; this convbench reads schema {SCHEMA_VERSION} (collect it "
                                     "with the convbench version that wrote it)")
-    for k in ("run_id", "machine"):
+    for k in ("run_id", "machine"):  # shown and stored, not made a path here (Journal.create checks those)
         if k not in meta:
             raise SchemaError(k, "is missing")
-        check_name(meta[k], k)
+        _text(meta[k], k, 256)
+        if not meta[k].strip():
+            raise SchemaError(k, "is empty")
     started = meta.get("started")
     _text(started, "started", 64)
     try:

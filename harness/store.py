@@ -174,7 +174,7 @@ REBUILD = ("the run directories are the source of truth: move the store aside an
 
 def _one_line(path: str, exc: Exception) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    if "malformed" in text or "not a database" in text:
+    if "malformed" in text:
         return f"{path} is damaged ({text}); {REBUILD}"
     if "full" in text:
         return f"{path}: the disk is full ({text}); nothing of the run being written was kept"
@@ -368,7 +368,7 @@ class Store:
                              f"{REBUILD}")
 
     def close(self) -> None:
-        if self.path != ":memory:":
+        if self.path != ":memory:" and not self.readonly:
             try:
                 self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             except sqlite3.OperationalError:
