@@ -479,6 +479,46 @@ def _finite_or_none(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and value == value else None
 
 
+MAX_ASV_COMBOS = 100_000  # parameter combinations of one asv results file (300^4 fits in 10 KiB of JSON)
+
+
+def _asv_product(origin: str, name: str, params: Any) -> int:
+    """How many combinations a benchmark's parameters make, refused before any is built."""
+    if not isinstance(params, list) or not all(isinstance(p, list) for p in params):
+        raise Refused(f"{origin}: asv result {name[:80]!r}: 'params' is not a list of lists")
+    n = 1
+    for p in params:
+        n *= max(1, len(p))
+        if n > MAX_ASV_COMBOS:
+            raise Refused(f"{origin}: asv result {name[:80]!r}: its parameters make over {MAX_ASV_COMBOS} "
+                          "combinations")
+    return n
+
+
+def _check_asv_row(origin: str, name: str, row: dict[str, Any], bench: Any, total: int) -> None:
+    """Types of one asv result row: numbers (or null/NaN) where asv writes numbers, scalars as parameters."""
+    where = f"{origin}: asv result {name[:80]!r}"
+    if total > MAX_ASV_COMBOS:
+        raise Refused(f"{where}: the file's results make over {MAX_ASV_COMBOS} combinations")
+    if not isinstance(bench, dict):
+        raise Refused(f"{where}: its benchmarks.json entry is not an object")
+    for p in row.get("params") or []:
+        for v in p:
+            if not isinstance(v, (str, int, float)) or isinstance(v, bool) or (isinstance(v, str) and len(v) > 1024):
+                raise Refused(f"{where}: a parameter value is not short text or a number")
+    def numbers(value: Any, key: str, depth: int = 0) -> None:
+        if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                             and (value != value or abs(value) < 1e300)):
+            return
+        if isinstance(value, list) and depth < 2 and len(value) <= MAX_ASV_COMBOS:
+            for v in value:
+                numbers(v, key, depth + 1)
+            return
+        raise Refused(f"{where}: field {key!r} holds {type(value).__name__} where asv writes numbers")
+    for key in ("result", "samples", "stats_q_25", "stats_q_75"):
+        numbers(row.get(key), key)
+
+
 def parse_asv(f: AsvFile) -> ParsedRun:
     """An asv results file (api version 2) as a run: one record per benchmark x parameter combination (a time
     and the per-combination metrics of the same class and parameters in one record)."""
@@ -495,9 +535,15 @@ def parse_asv(f: AsvFile) -> ParsedRun:
                       "run `asv update` to convert it")
     columns = d.get("result_columns") or []
     params_run = d.get("params") or {}
+    if not isinstance(params_run, dict) or not isinstance(benchmarks, dict) or not isinstance(columns, list):
+        raise Refused(f"{f.origin}: asv results 'params', 'result_columns' or benchmarks.json of the wrong type")
     machine_name = params_run.get("machine") or (machine.get("machine") if isinstance(machine, dict) else None)
     if not machine_name:
         raise Refused(f"{f.origin}: asv results name no machine")
+    for what, text in (("machine", machine_name), ("env_name", d.get("env_name") or "asv"),
+                       ("commit_hash", d.get("commit_hash") or "unknown")):
+        if not isinstance(text, str) or not text.strip() or len(text) > 256 or intake.has_control(text):
+            raise Refused(f"{f.origin}: asv results field {what!r} is not a short line of text")
     try:
         started = dt.datetime.fromtimestamp((d.get("date") or 0) / 1000, dt.timezone.utc).isoformat()
     except (TypeError, ValueError, OverflowError):
@@ -512,6 +558,7 @@ def parse_asv(f: AsvFile) -> ParsedRun:
         by_class.setdefault(name.rpartition(".")[0], []).append(name)
     combos, rows, ok, med, counts = [], [], [], [], {}
     inferred_names = False
+    n_rows = 0
     for cls, names in by_class.items():
         joined: dict[str, str] = {}  # metric benchmark -> the time benchmark whose record carries it
         times = [n for n in names if n.rsplit(".", 1)[-1] in _ASV_TIME_TRACKS]
@@ -528,6 +575,7 @@ def parse_asv(f: AsvFile) -> ParsedRun:
             unit = _asv_unit(name, bench)
             is_time = unit == "seconds"
             params = row.get("params") or []
+            _check_asv_row(f.origin, name, row, bench, n_rows := n_rows + _asv_product(f.origin, name, params))
             param_names, inferred = _param_names(bench, params)
             inferred_names |= inferred
             combos_here = list(itertools.product(*params)) or [()]

@@ -119,6 +119,10 @@ def loads(data: bytes | str, what: str) -> Any:
     return value
 
 
+def has_control(text: str) -> bool:
+    return any(ord(ch) < 32 or 127 <= ord(ch) < 160 for ch in text)
+
+
 def check_text(value: Any, what: str, depth: int = 0) -> None:
     """Refuse strings that cannot be stored or printed (lone surrogates from \\ud800-style escapes)."""
     if depth > 64:
