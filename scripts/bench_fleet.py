@@ -351,7 +351,8 @@ def main() -> int:
     print(f"re-collect (nothing new): {s_wall:.1f} s -- {s_out.strip()}")
 
     try:
-        from harness.browser import Browser, BrowserUnavailable
+        sys.path.insert(0, str(ROOT / "tests"))  # the browser is a test helper, not part of the package
+        from browser import Browser, BrowserUnavailable
 
         try:
             with Browser() as b:

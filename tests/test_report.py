@@ -8,7 +8,7 @@ from _fleet_data import noisy, real_sources, record, write_run
 
 from harness import cli
 from harness.collect import collect
-from harness.report import build, fmt_err, slug
+from harness.report import build, fmt_err, fmt_time, slug
 from harness.store import Store
 
 T0 = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
@@ -127,8 +127,9 @@ def _text(html):
 
 
 def test_fixture_report_answers_the_seed_questions(tmp_path):
-    """The H200 fixtures' crosscheck and autotune records, read from the tarballs here, appear on the index
-    with the numbers and explanations they carry; the index says which GPU generations were not measured."""
+    """The H200 fixtures' crosscheck and autotune records, read from the tarballs here, appear on the
+    investigations page with the numbers and explanations they carry, and it says which GPU generations were not
+    measured; the index links to it rather than opening with it."""
     from _fleet_data import fixture_records
 
     cross = [d for _, d in fixture_records(("crosscheck",))]
@@ -136,7 +137,9 @@ def test_fixture_report_answers_the_seed_questions(tmp_path):
     if not cross or not tune:
         pytest.skip("fixtures hold no crosscheck/autotune records")
     site = _fixture_site(tmp_path)
-    index = _text((site / "index.html").read_text())
+    front = (site / "index.html").read_text()
+    assert 'href="investigations.html"' in front and "Does cuDNN's autotuner" not in front
+    index = _text((site / "investigations.html").read_text())
     for d in cross:
         assert f"{d['extra']['max_abs_delta']:.3g}" in index and d["explanation"] in index
     sms = {(run["fingerprint"].get("gpu") or {}).get("sm") for run, _ in fixture_records()}
@@ -145,7 +148,7 @@ def test_fixture_report_answers_the_seed_questions(tmp_path):
     # autotune: every record whose fresh searches chose different algorithms with different output bits
     unstable = [d for d in tune if len(d["extra"].get("winners") or {}) > 1 and d["determinism"]["distinct_outputs"] > 1]
     assert unstable
-    top = index[index.index("Does cuDNN's autotuner"):index.index("Where the numbers come from")]
+    top = index[index.index("Does cuDNN's autotuner"):]
     assert f"{len(unstable)} chose different algorithms with bitwise-different outputs" in top
     for d in unstable:
         assert d["case"] in top and d["explanation"] in top
@@ -176,10 +179,10 @@ def test_fixture_report_shows_repro_and_ort_search_modes(tmp_path):
     page = _text((site / "ort.html").read_text())
     modes = {d["settings"]["cudnn_conv_algo_search"] for _, d in ort}
     for mode in modes & {"EXHAUSTIVE", "HEURISTIC", "DEFAULT"}:
-        assert f"{mode} ms" in page
+        assert f"{mode} time" in page
     for _, d in ort:
         assert fmt_err(d["accuracy"]["max_norm_err"]) in page
-        assert f"{d['time']['median_ms']:.4g}" in page
+        assert fmt_time(d["time"]["median_ms"]) in page
     interrupted = {run["run_id"] for run, _ in ort if not run.get("end_json_present")}
     complete = {run["run_id"] for run, _ in ort} - interrupted
     for run_id in interrupted:
