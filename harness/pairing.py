@@ -36,6 +36,8 @@ def stack_fields(fp: dict[str, Any]) -> list[tuple[str, Any]]:
     providers = _field(fp, "software.onnxruntime_providers")
     if providers is not None:
         out.append(("providers", "+".join(p.replace("ExecutionProvider", "") for p in providers) or "none"))
+    if fp.get("image") and fp["image"] != "native":  # a container image is a stack of its own
+        out.insert(0, ("image", fp["image"]))
     if fp.get("stack"):
         out.insert(0, ("stack", fp["stack"] if isinstance(fp["stack"], str) else _stack_name(fp["stack"])))
     return out

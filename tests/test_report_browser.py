@@ -174,9 +174,8 @@ def test_script_in_a_machine_name_does_not_run(browser, tmp_path):
 
 def _night_store(tmp_path, fixture="h200-fwd-asv", **changes):
     """The committed run and a next night made from it with one change injected (tests/_report_data.py)."""
-    from _report_data import next_night, unpack
-
     from _fleet_data import FIXTURES
+    from _report_data import next_night, unpack
 
     if not (FIXTURES / f"{fixture}.tar.gz").exists():
         pytest.skip(f"fixture {fixture} not committed")
@@ -268,9 +267,8 @@ def _links(site):
 def test_every_page_clean_narrow_fast_and_linked(browser, tmp_path):
     """Every page of a store of all the fixtures plus a next night on a new cuDNN: no console error, nothing wider
     than 1440 px, loaded in under 0.5 s, every link and permalink resolves; a screenshot of each is kept."""
-    from _report_data import next_night, unpack
-
     from _fleet_data import fixture_tarballs
+    from _report_data import next_night, unpack
 
     tars = fixture_tarballs()
     if not tars:

@@ -40,19 +40,19 @@ def _made_by_a_report(folder: Path) -> bool:
 def check(out: str | Path) -> Path:
     """``out`` as a path the report may replace, or a UserError that says why not."""
     if not str(out).strip():
-        raise UserError("report: --out is empty; name the folder the report should be written to")
+        raise UserError("--out is empty; name the folder the report should be written to")
     p = Path(out)
     if p.is_symlink():
-        raise UserError(f"report: --out {out} is a symbolic link; the report writes only to a real folder")
+        raise UserError(f"--out {out} is a symbolic link; the report writes only to a real folder")
     target = p.resolve()
     cwd = Path.cwd().resolve()
     if target == Path(target.anchor) or target == Path.home().resolve() or cwd.is_relative_to(target):
-        raise UserError(f"report: --out {out} is the filesystem root, the home folder or holds the current "
+        raise UserError(f"--out {out} is the filesystem root, the home folder or holds the current "
                         "folder; name a folder of its own for the report")
     if p.exists() and not p.is_dir():
-        raise UserError(f"report: --out {out} exists and is not a folder")
+        raise UserError(f"--out {out} exists and is not a folder")
     if p.is_dir() and any(p.iterdir()) and not _made_by_a_report(p):
-        raise UserError(f"report: --out {out} holds files the report did not make; choose a new or empty folder")
+        raise UserError(f"--out {out} holds files the report did not make; choose a new or empty folder")
     return target
 
 
