@@ -76,7 +76,12 @@ class Night:
 
 def stack_change(base: Night, head: Night) -> str:
     """What differs between two nights' stacks, as 'cuDNN 9.19.0 -> 9.20.0, torch 2.11.0 -> 2.12.0'."""
-    b, h = dict(base.fields), dict(head.fields)
+    return fields_change(base.fields, head.fields)
+
+
+def fields_change(base: list[tuple[str, Any]], head: list[tuple[str, Any]]) -> str:
+    """What differs between two ``stack_fields`` lists, in one line ('' when the stacks are the same)."""
+    b, h = dict(base), dict(head)
     return ", ".join(f"{k} {b.get(k, '-')} -> {h.get(k, '-')}" for k in dict.fromkeys([*b, *h])
                      if k != "GPU" and b.get(k) != h.get(k))
 

@@ -15,7 +15,8 @@ from .fmt import flatten, fmt_err, fmt_time, minute, settings_str
 from .model import MAX_EVIDENCE_PLOTS, NightlyComparison
 from .morning import anchor, label, rank
 
-MAX_ROWS = 500  # findings listed per comparison: each carries two record tables and its samples
+MAX_ROWS = 500  # findings listed per comparison
+MAX_DETAILED = 100  # of which the first carry their two record tables and samples (the rest: one line each)
 
 # (label, record field, formatter) of a record as the drill-down shows it
 RECORD_FIELDS = (
@@ -54,13 +55,17 @@ def comparison(c: NightlyComparison, index: int, th: Thresholds) -> dict[str, An
     shown = sorted((f for f in c.findings if not (f.kind == "availability" and f.verdict == "change")),
                    key=lambda f: rank(f, failing))
     rows, plots = [], 0
-    for f in shown[:MAX_ROWS]:
+    for k, f in enumerate(shown[:MAX_ROWS]):
         b, h = c.base_records.get(f.key), c.head_records.get(f.key)
+        if k >= MAX_DETAILED:
+            rows.append({"f": f, "label": label(f), "gated": id(f) in failing, "anchor": anchor(f),
+                         "settings": settings_str(f.settings), "detailed": False})
+            continue
         plot = None
         if f.kind == "time" and plots < MAX_EVIDENCE_PLOTS:
             plot = strip_plot(_samples(b), _samples(h))
             plots += plot is not None
-        rows.append({"f": f, "label": label(f), "gated": id(f) in failing, "anchor": anchor(f),
+        rows.append({"f": f, "label": label(f), "gated": id(f) in failing, "anchor": anchor(f), "detailed": True,
                      "settings": settings_str(f.settings), "base_rec": record_rows(b), "head_rec": record_rows(h),
                      "base_run": (b or {}).get("run"), "head_run": (h or {}).get("run"), "plot": plot})
     return {"index": index, "what": c.comparison.what, "base": c.comparison.base, "head": c.comparison.head,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections import Counter, defaultdict
 from typing import Any
@@ -16,32 +17,48 @@ METRIC_NAMES = {"max_norm_err": "max normalised error", "rel_l2": "relative L2 e
                 None: "error (not measured)"}
 
 
-def line_chart(nights: list[str], values: np.ndarray, changes: list[changepoint.Change], *, width: int = 560,
-               height: int = 150, unit: str = "ms") -> dict[str, Any]:
-    pad_l, pad_r, pad_t, pad_b = 52, 8, 8, 22
+def _epoch(stamp: str) -> float:
+    d = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    return (d if d.tzinfo else d.replace(tzinfo=dt.timezone.utc)).timestamp()
+
+
+def line_chart(stamps: list[str], values: np.ndarray, changes: list[changepoint.Change], *,
+               events: list[tuple[int, str]] = (), width: int = 620, height: int = 170,
+               unit: str = "ms") -> dict[str, Any]:
+    """One series on a time axis (x by when each run started, 5 evenly spaced date ticks): change points as red
+    lines, segment levels dashed, ``events`` (index, label) such as a new stack as grey lines labelled below.
+    ``unit`` "ms" labels the y axis in µs or ms."""
+    pad_l, pad_r, pad_t, pad_b = 60, 10, 8, 36
     v = np.asarray(values, dtype=np.float64)
     finite = np.isfinite(v)
     n = len(v)
     if not finite.any():
-        return {"width": width, "height": height, "points": "", "changes": [], "ylabels": [], "xlabels": []}
+        return {"width": width, "height": height, "points": "", "changes": [], "ylabels": [], "xlabels": [],
+                "events": []}
     lo, hi = float(np.nanmin(v[finite])), float(np.nanmax(v[finite]))
     if hi - lo < 1e-12 * max(abs(hi), 1):
         lo, hi = lo * 0.95, hi * 1.05 + 1e-12
     span = hi - lo
     lo, hi = lo - 0.05 * span, hi + 0.05 * span
+    t = [_epoch(x) for x in stamps]
+    t0, t1 = min(t), max(t)
+    t1 = t1 if t1 > t0 else t0 + 86400.0
 
     def x(i: int) -> float:
-        return pad_l + (width - pad_l - pad_r) * (i / max(n - 1, 1))
+        return pad_l + (width - pad_l - pad_r) * (t[i] - t0) / (t1 - t0)
 
     def y(val: float) -> float:
         return pad_t + (height - pad_t - pad_b) * (1 - (val - lo) / (hi - lo))
 
+    def show(val: float) -> str:
+        return fmt_time(val) if unit == "ms" else f"{val:.3g}"
+
     pts = " ".join(f"{x(i):.1f},{y(val):.1f}" for i, val in enumerate(v) if math.isfinite(val))
-    step = (x(1) - x(0)) / 2 if n > 1 else 0.0
-    marks = [{"x": round(x(c.index) - step, 1), "night": nights[c.index],
-              "label": f"step x{c.ratio:.2f} from {nights[c.index]}: {c.before:.4g} -> {c.after:.4g} {unit}"}
+    dots = [{"x": round(x(i), 1), "y": round(y(val), 1), "title": f"{stamps[i][:16].replace('T', ' ')}: {show(val)}"}
+            for i, val in enumerate(v) if math.isfinite(val)]
+    marks = [{"x": round(x(c.index), 1), "night": stamps[c.index][:10],
+              "label": f"step x{c.ratio:.2f} from {stamps[c.index][:10]}: {show(c.before)} -> {show(c.after)}"}
              for c in changes]
-    # segment levels as horizontal lines
     bounds = [0, *[c.index for c in changes], n]
     levels = []
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):
@@ -49,11 +66,18 @@ def line_chart(nights: list[str], values: np.ndarray, changes: list[changepoint.
         if len(seg):
             lv = float(np.exp(np.mean(np.log(seg)))) if (seg > 0).all() else float(np.mean(seg))
             levels.append({"x1": round(x(a), 1), "x2": round(x(b - 1), 1), "y": round(y(lv), 1)})
-    ylabels = [{"y": round(y(val), 1), "text": f"{val:.3g}"} for val in (lo, (lo + hi) / 2, hi)]
-    xlabels = [{"x": round(x(i), 1), "text": nights[i], "anchor": "start" if i == 0 else "end"}
-               for i in sorted({0, n - 1})]
-    return {"width": width, "height": height, "points": pts, "changes": marks, "levels": levels,
-            "ylabels": ylabels, "xlabels": xlabels, "x0": pad_l, "x1": width - pad_r, "y1": height - pad_b}
+    ylabels = [{"y": round(y(val), 1), "text": show(val)} for val in (lo, (lo + hi) / 2, hi)]
+    short = t1 - t0 < 3 * 86400
+    xlabels = []
+    for k in range(5):
+        when = dt.datetime.fromtimestamp(t0 + (t1 - t0) * k / 4, dt.timezone.utc)
+        xlabels.append({"x": round(pad_l + (width - pad_l - pad_r) * k / 4, 1),
+                        "text": when.strftime("%m-%d %H:%M" if short else "%Y-%m-%d"),
+                        "anchor": "start" if k == 0 else ("end" if k == 4 else "middle")})
+    ev = [{"x": round(x(i), 1), "label": f"{stamps[i][:10]}: {text}", "n": k + 1} for k, (i, text) in enumerate(events)]
+    return {"width": width, "height": height, "points": pts, "dots": dots, "changes": marks, "levels": levels,
+            "ylabels": ylabels, "xlabels": xlabels, "events": ev, "x0": pad_l, "x1": width - pad_r,
+            "y1": height - pad_b}
 
 
 def strip_plot(base: np.ndarray, head: np.ndarray, *, width: int = 300, height: int = 62) -> dict[str, Any] | None:

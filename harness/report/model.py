@@ -148,7 +148,8 @@ def gather(store: Store, title: str) -> dict[str, Any]:
     memo: dict[int, list[dict[str, Any]]] = {}
     current = {key: current_records(store, runs_of[key], all_vectors, memo) for key in latest}
     info = {r["id"]: store.run_json(r["id"]) for r in runs}  # fingerprint and options: stacks, studies
-    nightly = nightly_comparisons(store, runs, info, all_vectors, memo)
+    verdicts: dict[tuple, list[Any]] = {}  # one compare_records per pair of record sets, shared by the pages
+    nightly = nightly_comparisons(store, runs, info, all_vectors, memo, verdicts)
     series: list[Series] = []
     for m in machines:
         for img in m.images:
@@ -169,7 +170,7 @@ def gather(store: Store, title: str) -> dict[str, Any]:
             pairs.extend((m, a, b) for a, b in zip(imgs[:-1], imgs[1:], strict=True))
     for m, a, b in pairs:
         rb, rh = latest[(m.name, a)], latest[(m.name, b)]
-        findings = compare_records(current[(m.name, a)], current[(m.name, b)], th)
+        findings = judged(current[(m.name, a)], current[(m.name, b)], th, verdicts)
         for f in findings:
             f.machine, f.base_run, f.head_run = m.name, rb["run_id"], rh["run_id"]
         transitions.append({"machine": m.name, "slug": m.slug, "label": m.label, "base": rb, "head": rh,
@@ -203,9 +204,19 @@ class NightlyComparison:
     head_fp: dict[str, Any]
 
 
+def judged(base: list[dict[str, Any]], head: list[dict[str, Any]], th: Thresholds,
+           verdicts: dict[tuple, list[Any]]) -> list[Any]:
+    """``compare_records`` of two record sets, once per pair of the runs they come from: a machine's previous
+    stack is usually its previous image, and the two pages share the one judgement."""
+    key = tuple(tuple(sorted({x["run"]["id"] for x in side})) for side in (base, head))
+    if key not in verdicts:
+        verdicts[key] = compare_records(base, head, th)
+    return verdicts[key]
+
+
 def nightly_comparisons(store: Store, runs: list[dict[str, Any]], info: dict[int, dict[str, Any]],
-                        vectors: dict[int, dict[str, np.ndarray]], memo: dict[int, list[dict[str, Any]]]
-                        ) -> list[tuple[pairing.MachineNights, list[NightlyComparison]]]:
+                        vectors: dict[int, dict[str, np.ndarray]], memo: dict[int, list[dict[str, Any]]],
+                        verdicts: dict[tuple, list[Any]]) -> list[tuple[pairing.MachineNights, list[NightlyComparison]]]:
     """Every machine's nights (pairing.py) with, for each of its comparisons, the findings of its latest night."""
     th = Thresholds()
     out = []
@@ -214,7 +225,7 @@ def nightly_comparisons(store: Store, runs: list[dict[str, Any]], info: dict[int
         for c in m.comparisons:
             base = current_records(store, c.base.runs, vectors, memo)
             head = current_records(store, c.head.runs, vectors, memo)
-            fs = compare_records(base, head, th)
+            fs = judged(base, head, th, verdicts)
             for f in fs:
                 f.machine, f.base_run, f.head_run = m.name, c.base.runs[-1]["run_id"], c.head.runs[-1]["run_id"]
             done.append(NightlyComparison(m, c, fs, {x["key"]: x for x in base}, {x["key"]: x for x in head},
