@@ -108,8 +108,8 @@ def machine_page(g: dict[str, Any], m: MachineInfo) -> dict[str, Any]:
                      "end": flatten(info["end"]) if info["end"] and full else None,
                      "diff": None if before is None else [(k, "-" if a is None else str(a), "-" if b is None else str(b))
                                                           for k, a, b in fingerprint_diff(before, fp)]})
-    times = []
-    for img in m.images:
-        times.append({"image": img, "maps": time_heatmaps(g["current"][(m.name, img)])})
+    # timing of what the machine runs now: its newest image of each source (older images are in the history)
+    newest = {g["latest"][(m.name, img)]["source"]: img for img in m.images}
+    times = [{"image": img, "maps": time_heatmaps(g["current"][(m.name, img)])} for img in newest.values()]
     return {"m": m, "maps": maps, "times": times, "charts": charts, "overview_charts": overview_charts, "runs": runs,
             "runs_left_out": max(0, len(m.runs) - MAX_ROWS)}
