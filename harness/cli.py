@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-from harness.errors import EXIT_ENVIRONMENT, EXIT_USAGE, UserError  # noqa: F401  (re-exported)
+from harness.errors import EXIT_ENVIRONMENT, EXIT_NO_DATA, EXIT_USAGE, UserError, printable  # noqa: F401
 
 # Each module exposes register(subparsers); a subcommand's handler returns the exit code.
 COMMAND_MODULES = ("harness.cmd_measure", "harness.cmd_fleet", "harness.cmd_images", "harness.cmd_upgrade")
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except UserError as exc:
-        print(f"convbench {args.command}: error: {exc}", file=sys.stderr)
+        print(f"convbench {args.command}: error: {printable(exc)}", file=sys.stderr)
         return exc.code
     except KeyboardInterrupt:
         print(f"convbench {args.command}: interrupted; what was measured is in the journal", file=sys.stderr)
