@@ -233,11 +233,12 @@ def render_table(findings, notes: list[str], n_failing: int) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import build
+    from .report import build, output
 
+    output.check(args.out)  # an empty or dangerous --out is refused before the store is read
     store = _open_store(args.store)
     try:
-        pages = build(store, Path(args.out), title=args.title)
+        pages = build(store, args.out, title=args.title)
     finally:
         store.close()
     print(f"report written: {Path(args.out) / 'index.html'} ({len(pages)} pages)")
