@@ -68,8 +68,8 @@ def sweep_setup(args) -> tuple[list, SweepOptions]:
     from .backends.cudnn import cuda_unavailable_reason
 
     if not 0 <= args.repeats <= MAX_REPEATS or not 0 < args.budget_ms <= MAX_BUDGET_MS:
-        raise UserError(f"--repeats must be 0 to {MAX_REPEATS} and --budget-ms a number above 0 and at most "
-                        f"{MAX_BUDGET_MS} (one combination's sampling time)")
+        raise UserError(f"--repeats must be >= 0 (at most {MAX_REPEATS}) and --budget-ms > 0 (a finite number of "
+                        f"at most {MAX_BUDGET_MS:.0f}: one combination's sampling time)")
     check_results(args.results)
     gpu = cuda_unavailable_reason() is None
     try:
@@ -190,7 +190,7 @@ def sweep(args) -> int:
     if args.resume is not None and not (args.resume / "run.json").is_file():
         raise UserError(f"--resume {args.resume}: not a run directory (no run.json)")
     if not 0 < args.timeout <= MAX_TIMEOUT_S:
-        raise UserError(f"--timeout must be above 0 and at most {MAX_TIMEOUT_S:.0f} seconds")
+        raise UserError(f"--timeout must be > 0 seconds (at most {MAX_TIMEOUT_S:.0f}, a finite number)")
     cases, options = sweep_setup(args)
     journal = sweep_mod.run(cases, list(args.backends), options, args.results, resume=args.resume,
                             isolate=args.isolate, timeout_s=args.timeout)
