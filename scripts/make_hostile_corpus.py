@@ -604,7 +604,7 @@ def resume_scenarios(sc: Scenarios, rng: random.Random) -> None:
 
 def path_scenarios(sc: Scenarios) -> None:
     for name in ("../../../escaped", "../escaped", "..", ".", "a/b", "/tmp/convbench-escape", "x\x1b[31m",
-                 "a" * 200, "", " ", "-rf", ".hidden"):
+                 "a" * 200, " ", "-rf", ".hidden"):  # an empty one means unset: the fingerprint's name
         sc.add("machine-name", f"CONVBENCH_MACHINE={name[:30]!r}", SWEEP + ["--results", "{dir}/deep/a/b/results"],
                (2,), env={"CONVBENCH_MACHINE": name}, setup=lambda d: (d / "deep/a/b").mkdir(parents=True))
 
@@ -841,8 +841,9 @@ def _judge(log: Path, state: str, code: int | None, rss_kib: int, expect: tuple[
     return "refused cleanly"
 
 
-def tally(out: Path) -> dict:
-    """Run every item and scenario under OUT; counts per outcome and per category, and the items that failed."""
+def tally(out: Path, collect_items: bool = True) -> dict:
+    """Run every item and scenario under OUT; counts per outcome and per category, and the items that failed.
+    ``collect_items=False`` runs the scenarios only (the collect items have their own test)."""
     import harness.cmd_fleet  # noqa: F401 - imported once here, so that each forked child starts at once
     import harness.cmd_measure  # noqa: F401
     import harness.collect  # noqa: F401
@@ -855,7 +856,7 @@ def tally(out: Path) -> dict:
     sandbox = out / "sandbox"
     sandbox.mkdir(exist_ok=True)
     env = {"HOME": str(sandbox), "TMPDIR": str(sandbox)}
-    items = json.loads((out / "manifest.json").read_text())
+    items = json.loads((out / "manifest.json").read_text()) if collect_items else []
     scenarios = json.loads((out / "scenarios.json").read_text())
     results: list[dict] = []
     for i, it in enumerate(items):
