@@ -137,6 +137,21 @@ def pairs(base_runs, head_runs) -> list[tuple[dict[str, Any], dict[str, Any]]]:
                     EXIT_NO_DATA)
 
 
+HISTORY_RUNS = 5  # earlier runs whose spread widens a combination's time threshold (compare.HISTORY_FACTOR)
+
+
+def history(store: Store, base: dict[str, Any], base_fp: dict[str, Any]) -> list[list[dict[str, Any]]]:
+    """Records of up to HISTORY_RUNS runs before ``base`` on its machine (the same GPU on the same host) and
+    stack (image): the combinations' own run-to-run spread."""
+    from .compare import machine_identity
+
+    earlier = [r for r in store.runs("machine = ? AND image = ? AND started < ? AND id != ?",
+                                     (base["machine"], base["image"], base["started"], base["id"]))]
+    same = [r for r in earlier if machine_identity(store.run_json(r["id"])["fingerprint"])
+            == machine_identity(base_fp)]
+    return [store.records(r["id"], with_samples=False) for r in same[-HISTORY_RUNS:]]
+
+
 def _describe(run: dict[str, Any]) -> str:
     hw = run.get("gpu_model") or run["hardware"]
     return f"{run['machine']} [{hw}] image {run['image']} run {run['run_id']}"
@@ -175,7 +190,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                                                   if diff else "nothing but clocks, power and temperature"))
         base_recs, head_recs = sb.records(rb["id"]), sh.records(rh["id"])
         in_common += len({r["key"] for r in base_recs} & {r["key"] for r in head_recs})
-        for f in compare_records(base_recs, head_recs, th):
+        for f in compare_records(base_recs, head_recs, th, history(sb, rb, fb)):
             f.machine, f.base_run, f.head_run = rh["machine"], rb["run_id"], rh["run_id"]
             f.extra["across_hardware"] = across
             findings.append(f)
@@ -218,11 +233,12 @@ def render_table(findings, notes: list[str], n_failing: int) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import build
+    from .report import build, output
 
+    output.check(args.out)  # an empty or dangerous --out is refused before the store is read
     store = _open_store(args.store)
     try:
-        pages = build(store, Path(args.out), title=args.title)
+        pages = build(store, args.out, title=args.title)
     finally:
         store.close()
     print(f"report written: {Path(args.out) / 'index.html'} ({len(pages)} pages)")

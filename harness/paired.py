@@ -34,6 +34,7 @@ from .stacks import Stack
 from .sweep import _options_dict, lock_run
 
 ROLES = ("A", "B")
+PROBE_TIMEOUT_S = 600  # a bound, not a measurement: a stack whose libraries do not load in 10 minutes is broken
 
 _PROBE = """
 import json, sys
@@ -52,8 +53,12 @@ def probe(stack: Stack, env: dict[str, str], backends: list[str], device: str) -
     """The fingerprint of a process on ``stack``: what it loads (path and version), read in that process."""
     root = str(Path(__file__).resolve().parents[1])
     env = dict(env, PYTHONPATH=os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])))
-    out = subprocess.run([sys.executable, "-c", _PROBE, ",".join(backends), device], env=env,
-                         capture_output=True, text=True, timeout=600)
+    try:
+        out = subprocess.run([sys.executable, "-c", _PROBE, ",".join(backends), device], env=env,
+                             capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"stack {stack.name}: its process did not load its libraries within {PROBE_TIMEOUT_S} s",
+                        EXIT_ENVIRONMENT) from None
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["no output"])[-1]
         raise UserError(f"stack {stack.name}: its process could not start: {last}", EXIT_ENVIRONMENT)
@@ -92,8 +97,7 @@ def run(stacks: dict[str, Stack], cases: list[Case], backend_names: list[str], o
                 env["CUDA_VISIBLE_DEVICES"] = gpu
             got = probe(st, env, backend_names, options.device)
             fp = got["fingerprint"]
-            fp["stack"] = st.name  # the host stack sets no CONVBENCH_STACK; a study names both sides
-            fp["image"] = fp.get("image") or st.name
+            fp["stack"] = st.name  # the host stack sets no CONVBENCH_STACK (its image stays "native")
             meta = {"cases": [c.id for c in cases], "backends": backend_names, "sweep": _options_dict(options),
                     "paired": {"study": study, "role": role, "stack": st.name, "gpu": gpu,
                                "other": stacks["B" if role == "A" else "A"].name, "order": "ABBA by case"}}
@@ -103,13 +107,22 @@ def run(stacks: dict[str, Stack], cases: list[Case], backend_names: list[str], o
             log(f"study {study}: GPU {gpu} stack {role}={st.name}: run {leg.journals[role].path.name}, "
                 f"cuDNN {fp['libraries'].get('cudnn', {}).get('version')}")
         legs.append(leg)
-    threads = [threading.Thread(target=_measure_leg, args=(leg, cases, backend_names, options, log))
-               for leg in legs]
+    errors: list[BaseException] = []
+
+    def measure(leg: Leg) -> None:
+        try:
+            _measure_leg(leg, cases, backend_names, options, log)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller below, after every leg has stopped
+            errors.append(exc)
+
+    threads = [threading.Thread(target=measure, args=(leg,)) for leg in legs]
     try:
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        if errors:
+            raise errors[0]
     finally:
         for leg in legs:
             for pool in leg.pools.values():
@@ -175,3 +188,30 @@ def confirm(legs: dict[str, dict[str, Any]]) -> dict[str, Any]:
             seen.setdefault((f.key, _kind(f)), {})[gpu] = f.words
     confirmed = sum(1 for v in seen.values() if len(v) == len(legs) and len(set(v.values())) == 1)
     return {"legs": len(legs), "findings": len(seen), "confirmed": confirmed if len(legs) > 1 else None}
+
+
+# ---- studies in a store ----------------------------------------------------------------------------------------
+
+def studies(store: Any, th: Thresholds | None = None) -> list[dict[str, Any]]:
+    """Every paired study in a store, newest first: its stacks, and per GPU leg the two runs and their judgement
+    (``judge``), with the agreement across legs (``confirm``). What the report's upgrade page shows."""
+    found: dict[str, dict[str, dict[str, Any]]] = {}
+    for run in store.runs():
+        meta = store.run_json(run["id"])
+        p = (meta.get("options") or {}).get("paired")
+        if isinstance(p, dict) and p.get("role") in ROLES and p.get("study"):
+            leg = found.setdefault(str(p["study"]), {}).setdefault(str(p.get("gpu", "0")), {})
+            leg[p["role"]] = {"run": run, "stack": p.get("stack"), "fingerprint": meta["fingerprint"]}
+    out = []
+    for study, legs in sorted(found.items(), reverse=True):
+        judged = {}
+        for gpu, sides in sorted(legs.items()):
+            if set(sides) != set(ROLES):
+                continue  # half a study (one side not collected): nothing to judge
+            j = judge(store.records(sides["A"]["run"]["id"]), store.records(sides["B"]["run"]["id"]), th)
+            judged[gpu] = {**j, "A": sides["A"], "B": sides["B"]}
+        if judged:
+            first = next(iter(judged.values()))
+            out.append({"study": study, "stacks": {r: first[r]["stack"] for r in ROLES}, "legs": judged,
+                        "agreement": confirm(judged)})
+    return out

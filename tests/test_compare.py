@@ -199,3 +199,20 @@ def test_cli_gate_exit_codes_and_json(tmp_path, capsys):
     assert cli.main(["compare", "image:nope", "head", "--store", db]) == 2
     assert "neither a path" in capsys.readouterr().err
     assert cli.main(["compare", b, h, "--time-threshold", "0.9"]) == 2
+
+
+def test_documented_nondeterminism_flips_are_changes_not_regressions():
+    from harness.compare import _determinism
+
+    base = {"key": "k", "case_id": "c", "backend": "cudnn", "direction": "bwd_filter", "algo": "ALGO_0",
+            "math": "DEFAULT", "dtype": "fp32", "layout": "NCHW", "settings": {}, "repeat_equal": 1,
+            "fresh_handle_equal": 1, "distinct_outputs": 1, "extra": {"documented_nondeterministic": True}}
+    head = dict(base, repeat_equal=0, distinct_outputs=3)
+    found = _determinism(base, head, Thresholds())
+    assert found and all(f.verdict == "change" and "documented as non-deterministic" in f.evidence for f in found)
+    plain = {**base, "extra": {}, "algo": "ALGO_1"}
+    found = _determinism(plain, dict(plain, repeat_equal=0, distinct_outputs=3), Thresholds())
+    assert {f.verdict for f in found} == {"regression"}
+    torch_free = {**plain, "backend": "torch", "algo": "auto", "settings": {"deterministic": False}}
+    found = _determinism(torch_free, dict(torch_free, repeat_equal=0), Thresholds())
+    assert [f.verdict for f in found] == ["change"] and "cudnn.deterministic=True" in found[0].evidence

@@ -1,0 +1,114 @@
+"""Paired A/B studies: the ABBA order, the run each stack writes, and the judgement on the real H200 studies."""
+
+import json
+from pathlib import Path
+
+import pytest
+from _fleet_data import FIXTURES
+
+from harness import cli, paired
+from harness.cases import select
+from harness.collect import read_runs_into
+from harness.store import Store
+
+
+def test_abba_alternates_the_order_case_by_case():
+    cases = select("quick")
+    orders = [order for _, order in paired.abba(cases)]
+    assert orders[:4] == [("A", "B"), ("B", "A"), ("A", "B"), ("B", "A")]
+    # over any two consecutive cases each stack runs once first and once second: a linear drift cancels
+    assert all(sorted([orders[i][0], orders[i + 1][0]]) == ["A", "B"] for i in range(0, len(orders) - 1, 2))
+
+
+def _study(name: str) -> dict[str, list[dict]]:
+    store = Store(":memory:")
+    read_runs_into(store, [FIXTURES / f"{name}.tar.gz"])
+    roles = {}
+    for run in store.runs():
+        roles[store.run_json(run["id"])["options"]["paired"]["role"]] = store.records(run["id"])
+    return roles
+
+
+def test_h200_aa_study_finds_nothing_but_time_noise():
+    """The host stack against itself, ABBA, on one H200 (2026-11-30): no bits, accuracy, status or determinism
+    finding at all; time findings are the placement-dependent levels of docs/performance.md, each under 12 %."""
+    legs = _study("h200-aa-fwd")
+    judged = paired.judge(legs["A"], legs["B"])
+    assert judged["combinations"] == 5824 and judged["both_ok"] == 2788
+    kinds = {f.kind for f in judged["findings"]}
+    assert kinds == {"time"}
+    for f in judged["findings"]:
+        if f.verdict in ("regression", "improvement"):
+            assert 1 / 1.12 < f.ratio < 1.12, (f.key, f.ratio)
+    assert sum(v for k, v in judged["counts"].items() if k.startswith("time:")) == 2788
+
+
+def test_h200_cudnn_upgrade_names_what_changed():
+    """cuDNN 9.19 -> 9.27 on the H200, forward: 121 outputs changed bits (as the issue's own run found), no status
+    changed; backward: seed.c8's backward-data ALGO_1 became TF32-class under DEFAULT and TENSOR_OP math, and
+    the documented non-deterministic algorithms' flips are changes, not regressions."""
+    fwd = paired.judge(*_study("h200-upgrade-cudnn927-fwd").values())
+    assert fwd["counts"]["bits:change"] == 121
+    assert not any(f.kind == "availability" for f in fwd["findings"])
+    legs = _study("h200-upgrade-cudnn927-bwd")
+    bwd = paired.judge(legs["A"], legs["B"])
+    tf32 = {(f.case, f.direction, f.algo, f.math) for f in bwd["findings"]
+            if f.kind == "accuracy" and f.base == "fp32" and f.head == "tf32" and f.backend == "cudnn"}
+    assert tf32 == {("seed.c8", "bwd_data", "ALGO_1", m) for m in ("DEFAULT", "TENSOR_OP",
+                                                                    "TENSOR_OP_ALLOW_CONVERSION")}
+    flips = [f for f in bwd["findings"] if f.kind == "determinism" and "bitwise equal to the base" not in f.evidence]
+    assert flips and all(f.verdict == "change" for f in flips)
+    assert not any(f.kind == "determinism" and f.verdict == "regression" for f in bwd["findings"])
+
+
+def test_upgrade_command_runs_an_aa_study_on_the_cpu(tmp_path):
+    """`convbench upgrade` end to end on the CPU backends: two runs, each named by its stack and role, every
+    combination judged once."""
+    out = tmp_path / "study.json"
+    code = cli.main(["upgrade", "--a", "host", "--b", "host", "--cases", "quick.seed,quick.pointwise",
+                     "--backends", "torch", "--dtypes", "fp32", "--budget-ms", "5", "--results", str(tmp_path / "r"),
+                     "--json", str(out)])
+    assert code == 0
+    study = json.loads(out.read_text())
+    (leg,) = study["legs"].values()
+    roles = {}
+    for role, path in leg["runs"].items():
+        meta = json.loads((Path(path) / "run.json").read_text())
+        roles[role] = meta
+        assert meta["options"]["paired"]["role"] == role and meta["fingerprint"]["stack"] == "host"
+        assert "mapped" in meta["fingerprint"]
+    assert set(roles) == {"A", "B"}
+    assert leg["both_ok"] == leg["combinations"] == 4
+    assert sum(v for k, v in leg["counts"].items() if k.startswith("time:")) == 4
+
+
+def test_upgrade_refuses_bad_stacks_and_gpus(tmp_path, capsys):
+    assert cli.main(["upgrade", "--a", "host", "--b", str(tmp_path / "nowhere")]) == 3
+    assert "not a folder" in capsys.readouterr().err
+    assert cli.main(["upgrade", "--a", "host", "--b", "host", "--gpus", "0,x"]) == 2
+    assert "--gpus" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["h200-upgrade-cudnn927-fwd", "h200-upgrade-cudnn927-bwd"])
+def test_each_side_of_a_study_names_the_cudnn_it_mapped(name):
+    """The fingerprint of each side is read in that side's process: the overlay's cuDNN path for B."""
+    store = Store(":memory:")
+    read_runs_into(store, [FIXTURES / f"{name}.tar.gz"])
+    seen = {}
+    for run in store.runs():
+        fp = store.run_json(run["id"])["fingerprint"]
+        seen[fp["stack"]] = (fp["libraries"]["cudnn"]["version"], fp["mapped"]["libcudnn.so.9"]["path"])
+    assert seen["host"][0] == "9.19.0" and "/opt/torch/.venv/" in seen["host"][1]
+    assert seen["cudnn927"] == ("9.27.0", "/tmp/stack-cudnn927/nvidia/cudnn/lib/libcudnn.so.9")
+
+
+def test_studies_in_a_store_are_found_and_judged():
+    store = Store(":memory:")
+    read_runs_into(store, [FIXTURES / "h200-aa-fwd.tar.gz", FIXTURES / "h200-upgrade-cudnn927-fwd.tar.gz"])
+    found = paired.studies(store)
+    assert [s["stacks"] for s in found] == [{"A": "host", "B": "cudnn927"}, {"A": "host", "B": "host"}]
+    upgrade = found[0]
+    (leg,) = upgrade["legs"].values()
+    assert leg["counts"]["bits:change"] == 121 and leg["B"]["fingerprint"]["libraries"]["cudnn"]["version"] == "9.27.0"
+    assert upgrade["agreement"] == {"legs": 1, "findings": len({(f.key, paired._kind(f)) for f in leg["findings"]}),
+                                    "confirmed": None}
