@@ -10,10 +10,16 @@ import argparse
 import importlib
 import sys
 
-from harness.errors import EXIT_ENVIRONMENT, EXIT_USAGE, UserError  # noqa: F401  (re-exported)
+from harness.errors import EXIT_ENVIRONMENT, EXIT_NO_DATA, EXIT_USAGE, UserError, printable  # noqa: F401
 
 # Each module exposes register(subparsers); a subcommand's handler returns the exit code.
 COMMAND_MODULES = ("harness.cmd_measure", "harness.cmd_fleet", "harness.cmd_images", "harness.cmd_upgrade")
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with its errors in one line (no usage block): `-inf` read as a flag, a missing value..."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {printable(message)} (see {self.prog} --help)\n")
 
 
 def version_line() -> str:
@@ -33,7 +39,7 @@ class _Version(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="convbench", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="convbench", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action=_Version, nargs=0, help="show the version and suite revision, exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
@@ -56,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except UserError as exc:
-        print(f"convbench {args.command}: error: {exc}", file=sys.stderr)
+        print(f"convbench {args.command}: error: {printable(exc)}", file=sys.stderr)
         return exc.code
     except KeyboardInterrupt:
         print(f"convbench {args.command}: interrupted; what was measured is in the journal", file=sys.stderr)

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from .cli import UserError
+from .errors import EXIT_NO_DATA, printable
 from .store import DEFAULT_STORE, Store, StoreError
 
 EXIT_REGRESSION = 1  # `compare` found a regression above the thresholds: the nightly gate fails
+MAX_JOBS = 256
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,6 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("sources", nargs="+", help="run directories, results roots, .asv/results trees or tarballs")
     p.add_argument("--store", default=DEFAULT_STORE, help=f"SQLite store file (default: {DEFAULT_STORE})")
     p.add_argument("--jobs", type=int, default=1, help="parser processes (default 1; the CPU count for big fleets)")
+    p.add_argument("--replace", action="store_true",
+                   help="let a copy of a stored run with fewer records replace it (refused otherwise)")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(handler=cmd_collect)
 
@@ -64,12 +69,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_collect(args: argparse.Namespace) -> int:
     from .collect import collect
 
-    say = None if args.quiet else (lambda line: print(line, file=sys.stderr))
+    if not 1 <= args.jobs <= MAX_JOBS:
+        raise UserError(f"--jobs must be 1 to {MAX_JOBS}")
+    say = None if args.quiet else (lambda line: print(printable(line), file=sys.stderr))
     try:
-        summary = collect(args.store, args.sources, jobs=max(1, args.jobs), progress=say)
+        summary = collect(args.store, args.sources, jobs=args.jobs, progress=say, replace=args.replace)
     except StoreError as exc:
         raise UserError(str(exc)) from None
-    print(f"{args.store}: {summary.line()}")
+    print(printable(f"{args.store}: {summary.line()}"))
     if summary.refused:
         return 1
     return 0
@@ -92,10 +99,10 @@ def resolve(selector: str, store_path: str) -> tuple[Store, list[dict[str, Any]]
         mem = Store(":memory:")
         summary = read_runs_into(mem, [selector])
         for line in summary.refused:
-            print(f"convbench compare: refused: {line}", file=sys.stderr)
+            print(printable(f"convbench compare: refused: {line}"), file=sys.stderr)
         runs = mem.runs()
         if not runs:
-            raise UserError(f"{selector}: no readable runs")
+            raise UserError(f"{selector}: no readable runs", EXIT_NO_DATA)
         return mem, runs
     store = _open_store(store_path)
     if selector.startswith("image:"):
@@ -126,22 +133,17 @@ def pairs(base_runs, head_runs) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         return [(b[m], h[m]) for m in common]
     if len(b) == 1 and len(h) == 1:
         return [(next(iter(b.values())), next(iter(h.values())))]
-    raise UserError(f"no machine in common between BASE ({', '.join(sorted(b))}) and HEAD ({', '.join(sorted(h))})")
-
-
-HISTORY_RUNS = 5  # earlier runs whose spread widens a combination's time threshold (compare.HISTORY_FACTOR)
+    raise UserError(f"no machine in common between BASE ({', '.join(sorted(b))}) and HEAD ({', '.join(sorted(h))})",
+                    EXIT_NO_DATA)
 
 
 def history(store: Store, base: dict[str, Any], base_fp: dict[str, Any]) -> list[list[dict[str, Any]]]:
-    """Records of up to HISTORY_RUNS runs before ``base`` on its machine (the same GPU on the same host) and
-    stack (image): the combinations' own run-to-run spread."""
-    from .compare import machine_identity
+    """Records of the runs before ``base`` on its machine and stack (pairing.history_runs), as the report uses."""
+    from .pairing import history_runs
 
-    earlier = [r for r in store.runs("machine = ? AND image = ? AND started < ? AND id != ?",
-                                     (base["machine"], base["image"], base["started"], base["id"]))]
-    same = [r for r in earlier if machine_identity(store.run_json(r["id"])["fingerprint"])
-            == machine_identity(base_fp)]
-    return [store.records(r["id"], with_samples=False) for r in same[-HISTORY_RUNS:]]
+    earlier = history_runs(base, base_fp, store.runs("started < ?", (base["started"],)),
+                           lambda r: store.run_json(r["id"])["fingerprint"])
+    return [store.records(r["id"], with_samples=False) for r in earlier]
 
 
 def _describe(run: dict[str, Any]) -> str:
@@ -155,6 +157,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     th = Thresholds(time_ratio=args.time_threshold, alpha=args.alpha, error_growth=args.error_growth,
                     bitwise=args.bitwise, ignore=tuple(args.ignore), across_hardware=args.across_hardware,
                     abs_us=ABS_FLOOR_US if args.abs_us is None else args.abs_us)
+    given = {"--time-threshold": args.time_threshold, "--abs-us": args.abs_us, "--alpha": args.alpha,
+             "--error-growth": args.error_growth}
+    for flag, value in given.items():
+        if value is not None and not math.isfinite(value):
+            raise UserError(f"{flag} {value} is not a finite number (it would hide every regression)")
     if (th.time_ratio is not None and not th.time_ratio > 1.0) or not 0 < th.alpha < 1 \
             or not th.error_growth > 1.0 or not th.abs_us >= 0:
         raise UserError("thresholds: --time-threshold and --error-growth must be > 1, --alpha in (0, 1), "
@@ -163,6 +170,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     sh, head_runs = resolve(args.head, args.store)
     findings = []
     notes = []
+    in_common = 0
     for rb, rh in pairs(base_runs, head_runs):
         fb, fh = sb.run_json(rb["id"])["fingerprint"], sh.run_json(rh["id"])["fingerprint"]
         across = machine_identity(fb) != machine_identity(fh)
@@ -174,23 +182,33 @@ def cmd_compare(args: argparse.Namespace) -> int:
         diff = fingerprint_diff(fb, fh)
         notes.append("fingerprints differ in: " + ("; ".join(f"{k} {_short(a)} -> {_short(b)}" for k, a, b in diff)
                                                   if diff else "nothing but clocks, power and temperature"))
-        for f in compare_records(sb.records(rb["id"]), sh.records(rh["id"]), th, history(sb, rb, fb)):
+        base_recs, head_recs = sb.records(rb["id"]), sh.records(rh["id"])
+        in_common += len({r["key"] for r in base_recs} & {r["key"] for r in head_recs})
+        for f in compare_records(base_recs, head_recs, th, history(sb, rb, fb)):
             f.machine, f.base_run, f.head_run = rh["machine"], rb["run_id"], rh["run_id"]
             f.extra["across_hardware"] = across
             findings.append(f)
+    if not in_common:  # nothing to decide on is not a pass: the nightly gate must notice
+        raise UserError(f"BASE and HEAD have no combination in common ({len(findings)} finding(s), all of "
+                        "availability): nothing to compare", EXIT_NO_DATA)
     failing = gate(findings, th)
     if args.json:
         print(json.dumps({"pairs": notes, "thresholds": th.__dict__, "regressions": len(failing),
                           "findings": [f.to_dict() for f in findings]}, indent=1, default=str))
     else:
         shown = findings if args.all else [f for f in findings if f.verdict in ("regression", "ambiguous")]
-        print(render_table(shown, notes, len(failing)))
+        print(printable_lines(render_table(shown, notes, len(failing))))
     return EXIT_REGRESSION if failing else 0
 
 
 def _short(value: Any, limit: int = 60) -> str:
     text = json.dumps(value, sort_keys=True, default=str) if isinstance(value, (dict, list)) else str(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def printable_lines(text: str) -> str:
+    """Each line escaped for the terminal (names in a table come from other hosts' files)."""
+    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 def render_table(findings, notes: list[str], n_failing: int) -> str:
@@ -209,11 +227,12 @@ def render_table(findings, notes: list[str], n_failing: int) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import build
+    from .report import build, output
 
+    output.check(args.out)  # an empty or dangerous --out is refused before the store is read
     store = _open_store(args.store)
     try:
-        pages = build(store, Path(args.out), title=args.title)
+        pages = build(store, args.out, title=args.title)
     finally:
         store.close()
     print(f"report written: {Path(args.out) / 'index.html'} ({len(pages)} pages)")

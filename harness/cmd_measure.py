@@ -12,6 +12,7 @@ from . import asvselect, resources
 from . import cases as catalogue
 from .backends import BACKENDS, SweepOptions
 from .cli import EXIT_ENVIRONMENT, UserError
+from .errors import printable
 from .measure import TimingPolicy
 from .records import DIRECTIONS, DTYPES, LAYOUTS
 from .worker import DEFAULT_TIMEOUT_S
@@ -37,6 +38,19 @@ def _backend_names() -> tuple[str, ...]:
     return backend_names()
 
 
+MAX_REPEATS = 1000  # in-place repeats of one combination: more only makes a run that never ends
+MAX_BUDGET_MS = 60_000.0
+MAX_TIMEOUT_S = 86_400.0
+
+
+def check_results(results: Path) -> None:
+    """--results: a directory, or a path where one can be made (checked before anything is measured)."""
+    if results.exists() and not results.is_dir():
+        raise UserError(f"--results {results}: not a directory")
+    if not str(results).strip():
+        raise UserError("--results is empty")
+
+
 def add_sweep_arguments(p) -> None:
     """What a sweep measures and how: shared by `sweep` and `upgrade`."""
     p.add_argument("--backends", type=_list(_backend_names(), "backend"), default=("cudnn", "torch"))
@@ -55,8 +69,10 @@ def sweep_setup(args) -> tuple[list, SweepOptions]:
     """(cases, options) from `add_sweep_arguments`' flags and --cases, checked; the device is CUDA where usable."""
     from .backends.cudnn import cuda_unavailable_reason
 
-    if args.repeats < 0 or not args.budget_ms > 0:
-        raise UserError("--repeats must be >= 0 and --budget-ms > 0")
+    if not 0 <= args.repeats <= MAX_REPEATS or not 0 < args.budget_ms <= MAX_BUDGET_MS:
+        raise UserError(f"--repeats must be >= 0 and at most {MAX_REPEATS}, and --budget-ms > 0 and at most "
+                        f"{MAX_BUDGET_MS:g} (one combination's sampling time, ms)")
+    check_results(args.results)
     gpu = cuda_unavailable_reason() is None
     try:
         cases = catalogue.select(args.cases or ("default" if gpu else "quick"))
@@ -175,8 +191,8 @@ def sweep(args) -> int:
         os.environ["CONVBENCH_CUDNN"] = args.cudnn
     if args.resume is not None and not (args.resume / "run.json").is_file():
         raise UserError(f"--resume {args.resume}: not a run directory (no run.json)")
-    if not args.timeout > 0:
-        raise UserError("--timeout must be > 0 seconds")
+    if not 0 < args.timeout <= MAX_TIMEOUT_S:
+        raise UserError(f"--timeout must be > 0 and at most {MAX_TIMEOUT_S:.0f} seconds")
     cases, options = sweep_setup(args)
     journal = sweep_mod.run(cases, list(args.backends), options, args.results, resume=args.resume,
                             isolate=args.isolate, timeout_s=args.timeout)
@@ -295,8 +311,9 @@ def autotune(args) -> int:
     why = cuda_unavailable_reason()
     if why:
         raise UserError(f"autotuner stability needs a CUDA GPU: {why}", EXIT_ENVIRONMENT)
-    if args.k < 2:
-        raise UserError("-k must be at least 2: stability needs more than one search")
+    if not 2 <= args.k <= MAX_REPEATS:
+        raise UserError(f"-k must be 2 to {MAX_REPEATS}: stability needs more than one search")
+    check_results(args.results)
     try:
         cases = catalogue.select(args.cases)
     except catalogue.UnknownCase as exc:
@@ -336,7 +353,7 @@ def repro(args) -> int:
         differ += equal is False
         failed += equal is None
         if equal is False:
-            print(f"{rec.case} {rec.backend} {rec.direction} {rec.algo} {rec.math} {rec.dtype} {rec.layout}: "
-                  f"{rec.explanation}", flush=True)
+            print(printable(f"{rec.case} {rec.backend} {rec.direction} {rec.algo} {rec.math} {rec.dtype} "
+                            f"{rec.layout}: {rec.explanation}"), flush=True)
     print(f"fresh process: {same} outputs reproduced bit for bit, {differ} differ, {failed} could not be rerun")
     return 0

@@ -34,7 +34,8 @@ import numpy as np
 from . import intake
 from .journal import END_FILE, JOURNAL_FILE, RUN_FILE
 from .records import DTYPES, LAYOUTS, MATHS, OK, SCHEMA_VERSION
-from .store import ParsedRun, Store, UnpackableRecord, samples_blob
+from .schema import SchemaError, check_record, check_run_header
+from .store import DEFAULT_STORE, ParsedRun, Store, StoreError, UnpackableRecord, samples_blob
 
 try:  # three times faster on the fleet's ten million lines; the standard library is the fallback
     import orjson as _fastjson
@@ -73,6 +74,14 @@ class AsvFile:
     data: bytes
     machine_json: bytes | None
     benchmarks_json: bytes | None
+
+
+@dataclass
+class Archive:
+    """Every run of one tarball: stored whole, in one transaction, or refused whole."""
+
+    origin: str
+    items: list[Any]  # RawRun and AsvFile
 
 
 @dataclass
@@ -136,12 +145,14 @@ def _walk_dir(root: Path) -> Iterator[Any]:
 
 
 def _walk_tar(path: Path) -> Iterator[Any]:
-    """Runs inside a tarball, streamed (no extraction): journal runs as soon as their three files are seen."""
+    """The runs of a tarball as one ``Archive``, streamed (no extraction); nothing if any member is refused."""
     groups: dict[str, dict[str, bytes]] = {}
     jsons: dict[str, bytes] = {}
+    items: list[Any] = []
     st = os.lstat(path) if os.path.lexists(path) else None
     if st is None or not stat.S_ISREG(st.st_mode):
         raise Refused(f"{path}: not a regular file (a symlink, FIFO or device is not read)")
+    kept = 0  # decompressed bytes held in memory: the members' limits alone let 200 of them exhaust it
     try:
         with tarfile.open(path, "r|*") as tar:
             for n, member in enumerate(tar):
@@ -152,32 +163,38 @@ def _walk_tar(path: Path) -> Iterator[Any]:
                                     else intake.MAX_META_BYTES)
                 if not member.isfile() or not (base in (RUN_FILE, JOURNAL_FILE, END_FILE) or base.endswith(".json")):
                     continue
+                kept += member.size
+                if kept > intake.MAX_ARCHIVE_BYTES:
+                    raise intake.Hostile(f"members to read add up to over {intake.MAX_ARCHIVE_BYTES >> 20} MiB "
+                                         "(a decompression bomb, or split the tarball)")
                 f = tar.extractfile(member)
                 data = f.read() if f else b""
                 if base in (RUN_FILE, JOURNAL_FILE, END_FILE):
                     g = groups.setdefault(parent, {})
+                    if base in g:
+                        raise intake.Hostile(f"{member.name[:120]!r} appears twice")
                     g[base] = data
-                    if len(g) == 3:
-                        yield RawRun(f"{path}:{parent}", g[RUN_FILE], g[JOURNAL_FILE], g[END_FILE])
-                        del groups[parent]
                 elif base.endswith(".json"):
                     jsons[member.name] = data
     except intake.Hostile as exc:
-        raise Refused(f"{path}: refused: {exc}") from None
+        raise Refused(f"{path}: refused as a whole: {exc}") from None
     except (tarfile.TarError, OSError, EOFError, ValueError) as exc:  # zlib/lzma errors are ValueErrors too
         raise Refused(f"{path}: not a readable tarball: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     for parent, g in groups.items():
         if RUN_FILE in g and JOURNAL_FILE not in g:
-            raise Refused(f"{path}:{parent}: run.json without records.jsonl (a truncated tarball?)")
+            raise Refused(f"{path}:{parent}: run.json without records.jsonl (a truncated tarball?); "
+                          "the tarball is refused as a whole")
         if RUN_FILE in g:
-            yield RawRun(f"{path}:{parent}", g[RUN_FILE], g.get(JOURNAL_FILE, b""), g.get(END_FILE))
+            items.append(RawRun(f"{path}:{parent}", g[RUN_FILE], g.get(JOURNAL_FILE, b""), g.get(END_FILE)))
     for name, data in sorted(jsons.items()):
         parent, _, base = name.rpartition("/")
         machine = jsons.get(f"{parent}/machine.json")
         if base in ("machine.json", "benchmarks.json") or machine is None:
             continue
         bench = jsons.get(f"{parent.rpartition('/')[0]}/benchmarks.json")
-        yield AsvFile(f"{path}:{name}", data, machine, bench)
+        items.append(AsvFile(f"{path}:{name}", data, machine, bench))
+    if items:
+        yield Archive(str(path), items)
 
 
 def discover(paths: list[str | Path]) -> Iterator[Any]:
@@ -278,16 +295,10 @@ def journal_identity(raw: RawRun) -> tuple[dict[str, Any], str, str]:
         meta = intake.loads(raw.run_json, "run.json")
     except intake.Hostile as exc:
         raise Refused(f"{raw.origin}: {exc}") from None
-    if not isinstance(meta, dict):
-        raise Refused(f"{raw.origin}: run.json is not a JSON object")
-    if meta.get("schema") != SCHEMA_VERSION or meta.get("schema") is True:
-        raise Refused(f"{raw.origin}: run schema {meta.get('schema')!r} is not supported; this convbench reads "
-                      f"schema {SCHEMA_VERSION} (collect it with the convbench version that wrote it)")
-    for k in ("run_id", "machine", "started"):
-        if not isinstance(meta.get(k), str):
-            raise Refused(f"{raw.origin}: run.json lacks {k!r}")
-        if not meta[k] or len(meta[k]) > 256 or any(ord(ch) < 32 or ord(ch) == 127 for ch in meta[k]):
-            raise Refused(f"{raw.origin}: run.json {k!r} is empty, over 256 characters or has control characters")
+    try:
+        check_run_header(meta)
+    except SchemaError as exc:
+        raise Refused(f"{raw.origin}: run.json: {exc}") from None
     return meta, meta["run_id"], meta["machine"]
 
 
@@ -310,8 +321,10 @@ def parse_journal(raw: RawRun, meta: dict[str, Any] | None = None) -> ParsedRun:
         meta = journal_identity(raw)[0]
     combos, rows, rankings = [], [], []
     data = raw.records
-    if data and not data.endswith(b"\n"):
+    if data and not data.endswith(b"\n") and raw.end_json is None:
         data = data[:data.rfind(b"\n") + 1]  # a torn last line: the run was killed mid-write
+    if not data.strip(b" \t\r\n"):
+        raise Refused(f"{raw.origin}: records.jsonl is missing or holds no record (whitespace or nothing)")
     empty: dict[str, Any] = {}
     loads, combo, blob, memo, get_rec = _loads, _combo, samples_blob, _COMBO_MEMO, _GET_REC
     get_time, get_acc, get_det, get_top = _GET_TIME, _GET_ACC, _GET_DET, _GET_TOP
@@ -320,7 +333,10 @@ def parse_journal(raw: RawRun, meta: dict[str, Any] | None = None) -> ParsedRun:
         try:
             if len(line) > intake.MAX_LINE_BYTES:
                 raise ValueError(f"line is over {intake.MAX_LINE_BYTES >> 20} MiB")
+            if not line.strip():
+                raise ValueError("the line is empty (a journal has one record per line)")
             d = loads(line)
+            check_record(d)
             try:  # fast path: every field there, combination seen before; anything else takes the full path
                 (schema, kind, case, backend, direction, algo, math_, dtype, layout, settings, t, a, h, status,
                  reason, device, workspace, chosen_algo, explanation, extra) = get_rec(d)
@@ -358,24 +374,24 @@ def parse_journal(raw: RawRun, meta: dict[str, Any] | None = None) -> ParsedRun:
                     hv = tuple(h.get(k) for k in _DET_FIELDS)
                     status, reason, device, workspace, chosen_algo, explanation, extra = (d.get(k)
                                                                                          for k in _TOP_FIELDS)
-            if extra and type(extra) is not dict:
-                raise TypeError("extra is not an object")
             if t and (t.get("clock") or t.get("flags") or t.get("host_ms")):
                 # the clock the samples were taken at, the timer's flags and the host's dispatch time travel
                 # in the store's extra column
                 extra = {**(extra or empty), **{k: t[k] for k in ("clock", "flags", "host_ms") if t.get(k)}}
-            if type(status) is not str:
-                raise TypeError("status is not text")
             combos.append(c)
             rows.append((status, reason, device, *tv[:6], blob(tv[6]), workspace, *av, *hv, chosen_algo,
                          explanation, json.dumps(extra, sort_keys=True) if extra else None))
         except Refused:
             raise
+        except SchemaError as exc:
+            raise Refused(f"{raw.origin}: records.jsonl line {lineno}: {exc}") from None
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError) as exc:
-            if not line.strip():
-                continue
             raise Refused(f"{raw.origin}: records.jsonl line {lineno} is not a valid record "
                           f"({repr(exc)[:200]})") from None
+    if len({c[0] for c in combos}) != len(combos):  # a line written twice (a resumed run): the last one counts
+        last = {c[0]: i for i, c in enumerate(combos)}
+        keep = sorted(last.values())
+        combos, rows = [combos[i] for i in keep], [rows[i] for i in keep]
     cols = list(zip(*rows, strict=True)) if rows else [()] * 27
     counts = dict(Counter(cols[0]))
     ok = np.array([s == OK for s in cols[0]], dtype=bool)
@@ -463,6 +479,46 @@ def _finite_or_none(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and value == value else None
 
 
+MAX_ASV_COMBOS = 100_000  # parameter combinations of one asv results file (300^4 fits in 10 KiB of JSON)
+
+
+def _asv_product(origin: str, name: str, params: Any) -> int:
+    """How many combinations a benchmark's parameters make, refused before any is built."""
+    if not isinstance(params, list) or not all(isinstance(p, list) for p in params):
+        raise Refused(f"{origin}: asv result {name[:80]!r}: 'params' is not a list of lists")
+    n = 1
+    for p in params:
+        n *= max(1, len(p))
+        if n > MAX_ASV_COMBOS:
+            raise Refused(f"{origin}: asv result {name[:80]!r}: its parameters make over {MAX_ASV_COMBOS} "
+                          "combinations")
+    return n
+
+
+def _check_asv_row(origin: str, name: str, row: dict[str, Any], bench: Any, total: int) -> None:
+    """Types of one asv result row: numbers (or null/NaN) where asv writes numbers, scalars as parameters."""
+    where = f"{origin}: asv result {name[:80]!r}"
+    if total > MAX_ASV_COMBOS:
+        raise Refused(f"{where}: the file's results make over {MAX_ASV_COMBOS} combinations")
+    if not isinstance(bench, dict):
+        raise Refused(f"{where}: its benchmarks.json entry is not an object")
+    for p in row.get("params") or []:
+        for v in p:
+            if not isinstance(v, (str, int, float)) or isinstance(v, bool) or (isinstance(v, str) and len(v) > 1024):
+                raise Refused(f"{where}: a parameter value is not short text or a number")
+    def numbers(value: Any, key: str, depth: int = 0) -> None:
+        if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                             and (value != value or abs(value) < 1e300)):
+            return
+        if isinstance(value, list) and depth < 2 and len(value) <= MAX_ASV_COMBOS:
+            for v in value:
+                numbers(v, key, depth + 1)
+            return
+        raise Refused(f"{where}: field {key!r} holds {type(value).__name__} where asv writes numbers")
+    for key in ("result", "samples", "stats_q_25", "stats_q_75"):
+        numbers(row.get(key), key)
+
+
 def parse_asv(f: AsvFile) -> ParsedRun:
     """An asv results file (api version 2) as a run: one record per benchmark x parameter combination (a time
     and the per-combination metrics of the same class and parameters in one record)."""
@@ -479,9 +535,15 @@ def parse_asv(f: AsvFile) -> ParsedRun:
                       "run `asv update` to convert it")
     columns = d.get("result_columns") or []
     params_run = d.get("params") or {}
+    if not isinstance(params_run, dict) or not isinstance(benchmarks, dict) or not isinstance(columns, list):
+        raise Refused(f"{f.origin}: asv results 'params', 'result_columns' or benchmarks.json of the wrong type")
     machine_name = params_run.get("machine") or (machine.get("machine") if isinstance(machine, dict) else None)
     if not machine_name:
         raise Refused(f"{f.origin}: asv results name no machine")
+    for what, text in (("machine", machine_name), ("env_name", d.get("env_name") or "asv"),
+                       ("commit_hash", d.get("commit_hash") or "unknown")):
+        if not isinstance(text, str) or not text.strip() or len(text) > 256 or intake.has_control(text):
+            raise Refused(f"{f.origin}: asv results field {what!r} is not a short line of text")
     try:
         started = dt.datetime.fromtimestamp((d.get("date") or 0) / 1000, dt.timezone.utc).isoformat()
     except (TypeError, ValueError, OverflowError):
@@ -496,6 +558,7 @@ def parse_asv(f: AsvFile) -> ParsedRun:
         by_class.setdefault(name.rpartition(".")[0], []).append(name)
     combos, rows, ok, med, counts = [], [], [], [], {}
     inferred_names = False
+    n_rows = 0
     for cls, names in by_class.items():
         joined: dict[str, str] = {}  # metric benchmark -> the time benchmark whose record carries it
         times = [n for n in names if n.rsplit(".", 1)[-1] in _ASV_TIME_TRACKS]
@@ -512,6 +575,7 @@ def parse_asv(f: AsvFile) -> ParsedRun:
             unit = _asv_unit(name, bench)
             is_time = unit == "seconds"
             params = row.get("params") or []
+            _check_asv_row(f.origin, name, row, bench, n_rows := n_rows + _asv_product(f.origin, name, params))
             param_names, inferred = _param_names(bench, params)
             inferred_names |= inferred
             combos_here = list(itertools.product(*params)) or [()]
@@ -594,14 +658,11 @@ def _dir_unchanged(store: Store, path: Path) -> bool:
     return store.digest_of(run_id, machine) == f"j:{_sha1(run_json)}:{size}:{_sha1(end)}"
 
 
-def ingest_item(store: Store, item: Any, lock: Any = None) -> tuple[str, int]:
-    """Collect one discovered item: ('added'|'updated'|'unchanged', records read).
-
-    Parsing happens outside ``lock`` and writing inside it, so parallel parsers overlap while one writes.
-    """
+def _parse(store: Store, item: Any) -> ParsedRun | None:
+    """One discovered run parsed for the store, or None when the store already holds it unchanged."""
     if isinstance(item, tuple) and item[0] == "dir":
         if _dir_unchanged(store, item[1]):  # a nightly re-collect reads no journal it already holds
-            return "unchanged", 0
+            return None
         try:
             item = _dir_run(item[1])
         except (OSError, intake.Hostile) as exc:
@@ -609,60 +670,93 @@ def ingest_item(store: Store, item: Any, lock: Any = None) -> tuple[str, int]:
     if isinstance(item, RawRun):
         meta, run_id, machine = journal_identity(item)
         if store.digest_of(run_id, machine) == journal_digest(item):
-            return "unchanged", 0
-        parsed = parse_journal(item, meta)
-    elif isinstance(item, AsvFile):
+            return None
+        return parse_journal(item, meta)
+    if isinstance(item, AsvFile):
         parsed = parse_asv(item)
         if store.digest_of(parsed.run["run_id"], parsed.run["machine"]) == parsed.run["digest"]:
-            return "unchanged", 0
-    else:
-        raise TypeError(item)
+            return None
+        return parsed
+    raise TypeError(item)
+
+
+def ingest_item(store: Store, item: Any, lock: Any = None, replace: bool = False) -> list[tuple[str, int]]:
+    """Collect one discovered item (a run, or every run of an archive): [('added'|'updated'|'unchanged', records)].
+
+    Parsing happens outside ``lock`` and writing inside it, so parallel parsers overlap while one writes.
+    """
+    members = item.items if isinstance(item, Archive) else [item]
+    parsed = []
+    for member in members:
+        try:
+            parsed.append(_parse(store, member))
+        except Refused as exc:
+            if isinstance(item, Archive):
+                raise Refused(f"{exc} (the tarball {item.origin} is refused as a whole)") from None
+            raise
+    new = [p for p in parsed if p is not None]
     with lock if lock is not None else contextlib.nullcontext():
         try:
-            return store.ingest(parsed), len(parsed.records)
+            outcomes = iter(store.ingest_all(new, replace=replace))
         except UnpackableRecord as exc:
-            raise Refused(f"{parsed.run['origin']}: {exc}") from None
+            origin = item.origin if isinstance(item, Archive) else new[0].run["origin"]
+            raise Refused(f"{origin}: {exc}") from None
+    return [("unchanged", 0) if p is None else (next(outcomes), len(p.records)) for p in parsed]
 
 
 _worker_store: Store | None = None
 _worker_lock = None
+_worker_replace = False
 
 
-def _worker_init(path: str, lock) -> None:
-    global _worker_store, _worker_lock
+def _worker_init(path: str, lock, replace: bool) -> None:
+    global _worker_store, _worker_lock, _worker_replace
     gc.set_threshold(50_000, 20, 100)  # a parser allocates millions of short-lived tuples and no cycles
-    _worker_store = Store(path)
-    _worker_lock = lock
+    _worker_store = Store(path, verify=False)
+    _worker_lock, _worker_replace = lock, replace
 
 
 def _origin(item: Any) -> str:
     return str(item[1]) if isinstance(item, tuple) else getattr(item, "origin", repr(item)[:200])
 
 
-def _ingest_or_refuse(store: Store, item: Any, lock: Any = None) -> tuple[str, int | str]:
-    """One item; whatever goes wrong with it (even a bug exposed by hostile input) refuses it, not the collect."""
+def _ingest_or_refuse(store: Store, item: Any, lock: Any = None, replace: bool = False) -> list[tuple[str, Any]]:
+    """One item; whatever goes wrong with it (even a bug exposed by hostile input) refuses it, not the collect.
+    A store that cannot be written (full disk, read-only mount, damage) ends the collect: StoreError."""
     try:
-        return ingest_item(store, item, lock)
+        return ingest_item(store, item, lock, replace)
     except Refused as exc:
-        return "refused", str(exc)
+        return [("refused", str(exc))]
+    except StoreError:
+        raise
     except (Exception, RecursionError) as exc:  # noqa: BLE001 - one bad file must not end a nightly collect
         text = str(exc).splitlines()[0][:200] if str(exc) else ""
-        return "refused", f"{_origin(item)}: cannot be collected ({type(exc).__name__}: {text})"
+        return [("refused", f"{_origin(item)}: cannot be collected ({type(exc).__name__}: {text})")]
 
 
-def _worker(item: Any) -> tuple[str, int | str]:
-    return _ingest_or_refuse(_worker_store, item, _worker_lock)
+def _worker(item: Any) -> list[tuple[str, Any]]:
+    return _ingest_or_refuse(_worker_store, item, _worker_lock, _worker_replace)
+
+
+def check_store_path(store_path: str | Path) -> None:
+    """A store collect may write: a file name, not empty, not SQLite's in-memory name (which keeps nothing)."""
+    text = str(store_path)
+    if not text.strip() or text == ":memory:" or text.startswith("file:"):
+        raise StoreError(f"--store {text!r} names no file; give the store's file name (default {DEFAULT_STORE})")
 
 
 def collect(store_path: str | Path, paths: list[str | Path], jobs: int = 1,
-            progress: Callable[[str], None] | None = None) -> Summary:
-    """Collect every run under ``paths`` into the store at ``store_path``; ``jobs`` parser processes."""
+            progress: Callable[[str], None] | None = None, replace: bool = False) -> Summary:
+    """Collect every run under ``paths`` into the store at ``store_path``; ``jobs`` parser processes.
+    ``replace``: a copy of a stored run with fewer records replaces it (otherwise it is refused)."""
+    check_store_path(store_path)
     summary = Summary()
     guard = threading.Lock()  # with --jobs, refusals come from the pool's feeder thread and from results
 
-    def account(outcome: str, value: Any) -> None:
+    def account(results: list[tuple[str, Any]]) -> None:
         with guard:
-            _account(outcome, value)
+            for outcome, value in results:
+                _account(outcome, value)
 
     def _account(outcome: str, value: Any) -> None:
         if outcome == "refused":
@@ -680,41 +774,40 @@ def collect(store_path: str | Path, paths: list[str | Path], jobs: int = 1,
         try:
             for item in items:
                 if isinstance(item, Refused):
-                    account("refused", str(item))
+                    account([("refused", str(item))])
                     continue
-                account(*_ingest_or_refuse(store, item))
+                account(_ingest_or_refuse(store, item, replace=replace))
         finally:
             store.close()
         return summary
-    Store(store_path).close()  # create the schema once, before the workers open it
+    Store(store_path).close()  # create (and check) the schema once, before the workers open it
     ctx = mp.get_context("fork")
     lock = ctx.Lock()
-    with ctx.Pool(jobs, initializer=_worker_init, initargs=(str(store_path), lock)) as pool:
+    with ctx.Pool(jobs, initializer=_worker_init, initargs=(str(store_path), lock, replace)) as pool:
         def feed():
             for item in items:
                 if isinstance(item, Refused):
-                    account("refused", str(item))
+                    account([("refused", str(item))])
                 else:
                     yield item
-        for outcome, value in pool.imap_unordered(_worker, feed(), chunksize=4):
-            account(outcome, value)
-    Store(store_path).close()  # checkpoint the write-ahead log into the store file
+        for results in pool.imap_unordered(_worker, feed(), chunksize=4):
+            account(results)
+    Store(store_path, verify=False).close()  # checkpoint the write-ahead log into the store file
     return summary
 
 
 def read_runs_into(store: Store, paths: list[str | Path]) -> Summary:
-    """Collect into an already open (e.g. in-memory) store: used by ``compare`` on paths, which writes nothing."""
+    """Collect into an already open (e.g. in-memory) store: used by ``compare`` on paths, which writes nothing.
+    The same checks as ``collect``: what collect refuses, compare refuses in the same line."""
     summary = Summary()
     for item in discover(paths):
-        if isinstance(item, Refused):
-            summary.refused.append(str(item))
-            continue
-        try:
-            outcome, n = ingest_item(store, item)
-            setattr(summary, outcome, getattr(summary, outcome) + 1)
-            summary.records += n
-        except Refused as exc:
-            summary.refused.append(str(exc))
+        results = [("refused", str(item))] if isinstance(item, Refused) else _ingest_or_refuse(store, item)
+        for outcome, value in results:
+            if outcome == "refused":
+                summary.refused.append(" ".join(str(value).splitlines()))
+            else:
+                setattr(summary, outcome, getattr(summary, outcome) + 1)
+                summary.records += value
     return summary
 
 

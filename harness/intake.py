@@ -17,7 +17,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 MAX_META_BYTES = 16 << 20  # run.json, end.json, asv machine/benchmarks files: a few KiB in practice
-MAX_JOURNAL_BYTES = int(os.environ.get("CONVBENCH_MAX_JOURNAL_BYTES", 4 << 30))  # one run's records.jsonl
+MAX_JOURNAL_BYTES = int(os.environ.get("CONVBENCH_MAX_JOURNAL_BYTES", 1 << 30))  # one run's records.jsonl
+# decompressed bytes collect holds from one tarball (the runs of an archive are stored together, so in memory)
+MAX_ARCHIVE_BYTES = int(os.environ.get("CONVBENCH_MAX_ARCHIVE_BYTES", 2 << 30))
 MAX_LINE_BYTES = 16 << 20  # one record (a record with 10^5 timing samples is about 1 MiB)
 MAX_TAR_MEMBERS = 100_000
 
@@ -115,6 +117,10 @@ def loads(data: bytes | str, what: str) -> Any:
         raise Hostile(f"{what} is not JSON ({str(exc).splitlines()[0][:120]})") from None
     check_text(value, what)
     return value
+
+
+def has_control(text: str) -> bool:
+    return any(ord(ch) < 32 or 127 <= ord(ch) < 160 for ch in text)
 
 
 def check_text(value: Any, what: str, depth: int = 0) -> None:

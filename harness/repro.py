@@ -17,7 +17,7 @@ from .backends.cudnn import ConvSession, CudnnBackend, CudnnError, WorkspaceTooL
 from .backends.pytorch import TorchBackend, conv_settings
 from .cases import get
 from .explain import nondeterminism_cause
-from .journal import JOURNAL_FILE, iter_journal
+from .journal import JOURNAL_FILE, iter_records
 from .records import ERROR, OK, Determinism, Record
 
 
@@ -40,7 +40,7 @@ def _repro(rec: Record, digest: str | None, status: str = OK, reason: str | None
 
 def recompute(run_dir: Path) -> Iterator[Record]:
     """Recompute the output of every ok cuDNN and PyTorch measurement of ``run_dir`` in this process."""
-    recs = [Record.from_dict(d) for d in iter_journal(Path(run_dir) / JOURNAL_FILE)
+    recs = [Record.from_dict(d) for d in iter_records(Path(run_dir) / JOURNAL_FILE)  # schema-checked lines
             if d.get("kind") == "measurement" and d.get("status") == OK and d.get("backend") in ("cudnn", "torch")]
     groups: dict[tuple, list[Record]] = {}
     for r in recs:

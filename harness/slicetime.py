@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .journal import iter_journal
+from .journal import iter_journal, open_append
 
 SLICES_FILE = "slices.jsonl"
 
@@ -46,7 +46,7 @@ class SliceClock:
     def write(self, run_dir: Path) -> None:
         """Append this slice's line (one write of one line: concurrent slices do not interleave)."""
         data = (json.dumps(self.line(), sort_keys=True) + "\n").encode()
-        fd = os.open(Path(run_dir) / SLICES_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = open_append(Path(run_dir) / SLICES_FILE)  # never through a link planted in the run directory
         try:
             os.write(fd, data)
         finally:

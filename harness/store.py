@@ -5,7 +5,7 @@ Why this shape:
   night) and the run's fingerprint; indexes serve "latest run per machine and image" and "runs of a night".
 - ``combos`` gives each record key (case|backend|direction|algo|math|dtype|layout|settings) a small integer id, so
   ten million records do not repeat the same seven strings.
-- ``run_records`` keeps every measured value of every record of a run, and the timing samples as float32, so
+- ``run_records`` keeps every measured value of every record of a run, and the timing samples (float64), so
   regressions can be decided with a statistical test instead of a bare percentage: one row per run, numbers as
   float64 columns, texts as one JSON array, samples concatenated. Every reader asks for the records of a run
   (a comparison, a heatmap, evidence), and binding 29 parameters per record into a row of its own cost more
@@ -19,7 +19,9 @@ The store file is the only thing ``collect`` writes.
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import sqlite3
 import sys
 import time
@@ -28,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
 
@@ -43,7 +46,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 STORE_SCHEMA = 2  # 2: records packed per run (run_records) instead of one SQLite row each
 DEFAULT_STORE = "convbench.sqlite"
-_LITTLE = sys.byteorder == "little" and array("f").itemsize == 4
+_LITTLE = sys.byteorder == "little" and array("d").itemsize == 8
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -91,7 +94,7 @@ CREATE TABLE IF NOT EXISTS run_records (
     numbers BLOB NOT NULL,          -- float64, NUMBER_COLUMNS x n (column after column), NaN = null
     texts BLOB NOT NULL,            -- JSON array of [TEXT_COLUMNS...] per record
     sample_counts BLOB NOT NULL,    -- int32 timing samples per record
-    samples BLOB NOT NULL           -- float32 little-endian timing samples in ms, record after record
+    samples BLOB NOT NULL           -- float64 (float32 in older stores) little-endian samples in ms, in order
 );
 CREATE TABLE IF NOT EXISTS rankings (
     run INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
@@ -104,8 +107,8 @@ CREATE TABLE IF NOT EXISTS run_vectors (
     run INTEGER PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
     combo BLOB NOT NULL,      -- int32 combo ids
     ok BLOB NOT NULL,         -- uint8 status == ok
-    median BLOB NOT NULL,     -- float32 median ms (NaN when not timed)
-    norm_err BLOB NOT NULL,   -- float32 max_norm_err (NaN when not measured)
+    median BLOB NOT NULL,     -- float64 median ms (NaN when not timed); float32 in older stores
+    norm_err BLOB NOT NULL,   -- float64 max_norm_err (NaN when not measured); float32 in older stores
     hash BLOB NOT NULL,       -- int64 first 64 bits of the output hash (0 when none)
     chosen BLOB NOT NULL      -- int32 names.id of chosen_algo (-1 when none)
 );
@@ -162,7 +165,42 @@ def _when_unlocked(statement, wait_s: float = 60.0):
 
 
 class StoreError(Exception):
-    """The store file cannot be used (not a convbench store, or a newer store schema)."""
+    """The store file cannot be used (not a convbench store, another schema, damaged, a full or read-only disk)."""
+
+
+REBUILD = ("the run directories are the source of truth: move the store aside and `convbench collect` them "
+           "into a new one")
+
+
+def _one_line(path: str, exc: Exception) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "malformed" in text:
+        return f"{path} is damaged ({text}); {REBUILD}"
+    if "full" in text:
+        return f"{path}: the disk is full ({text}); nothing of the run being written was kept"
+    if "readonly" in text or "read-only" in text or "unable to open" in text:
+        return f"{path}: cannot write the store ({text}; a read-only mount or directory?)"
+    return f"{path} is not a usable SQLite store: {text}"
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    """Roll back if a transaction is open; a failed rollback must not hide the error that caused it."""
+    try:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass
+
+
+@functools.cache
+def _expected_columns() -> dict[str, set[str]]:
+    """Columns of each table of _DDL, read from an empty in-memory copy of the schema."""
+    db = sqlite3.connect(":memory:")
+    db.executescript(_DDL)
+    out = {t: {r[1] for r in db.execute(f"PRAGMA table_info({t})")}
+           for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    db.close()
+    return out
 
 
 @dataclass
@@ -177,11 +215,22 @@ class ParsedRun:
 
 
 def samples_blob(samples: Sequence[float] | None) -> bytes | None:
+    """Samples as float64: float32 (stores before 2026-11-30) overflows above 3.4e38 and rounds a 2x change
+    in the samples of a long kernel to the same value; readers tell the width from the blob's length."""
     if not samples:
         return None
     if _LITTLE:
-        return array("f", samples).tobytes()  # ten times cheaper than numpy for a few dozen values
-    return np.asarray(samples, dtype="<f4").tobytes()
+        return array("d", samples).tobytes()  # ten times cheaper than numpy for a few dozen values
+    return np.asarray(samples, dtype="<f8").tobytes()
+
+
+def _floats(blob: bytes, n: int) -> np.ndarray:
+    """``n`` floats from a blob written as float64 (now) or float32 (older stores), as float64."""
+    width = len(blob) // n if n else 8
+    if width not in (4, 8) or len(blob) != width * n:
+        raise StoreError(f"a float column holds {len(blob)} bytes for {n} values: the store is damaged; "
+                         f"{REBUILD}")
+    return np.frombuffer(blob, dtype="<f8" if width == 8 else "<f4").astype(np.float64)
 
 
 def pack_records(combo_ids: list[int], rows: list[tuple]) -> tuple:
@@ -202,7 +251,7 @@ def pack_records(combo_ids: list[int], rows: list[tuple]) -> tuple:
         raise UnpackableRecord(f"a record has a non-numeric value where a number belongs ({bad[:80]})") from None
     texts = _dumps_texts([[r[i] for i in _TXT_POS] for r in rows])
     blobs = cols[_SAMPLES_POS]
-    counts = np.fromiter((len(b) // 4 if b else 0 for b in blobs), dtype="<i4", count=n)
+    counts = np.fromiter((len(b) // 8 if b else 0 for b in blobs), dtype="<i4", count=n)
     return (n, np.asarray(combo_ids, dtype="<i4").tobytes(), numbers.astype("<f8").tobytes(), texts,
             counts.tobytes(), b"".join(b for b in blobs if b))
 
@@ -210,29 +259,62 @@ def pack_records(combo_ids: list[int], rows: list[tuple]) -> tuple:
 def samples_array(blob: bytes | None) -> np.ndarray:
     if not blob:
         return np.empty(0, dtype=np.float64)
-    return np.frombuffer(blob, dtype="<f4").astype(np.float64)
+    return np.frombuffer(blob, dtype="<f8").copy()
 
 
 class Store:
-    def __init__(self, path: str | Path = DEFAULT_STORE, *, create: bool = True):
+    """The store file. ``create=False`` (compare, report) opens it read-only, in one read transaction, so a
+    reader sees whole runs while a collect writes, and works on a read-only mount."""
+
+    def __init__(self, path: str | Path = DEFAULT_STORE, *, create: bool = True, verify: bool = True):
         self.path = str(path)
-        if self.path != ":memory:" and not create and not Path(self.path).exists():
+        self.verify = verify  # a collect's parser processes open a store their parent has just checked
+        self.readonly = not create and self.path != ":memory:"
+        if not self.path.strip():
+            raise StoreError("the store path is empty; give --store a file name")
+        if self.path != ":memory:" and Path(self.path).is_symlink():
+            raise StoreError(f"{self.path} is a symbolic link; give the store's real path")
+        if self.path != ":memory:" and Path(self.path).exists() and not Path(self.path).is_file():
+            raise StoreError(f"{self.path} is not a regular file")
+        if self.readonly and not Path(self.path).exists():
             raise StoreError(f"no store at {self.path} (run `convbench collect` first)")
         try:
-            self.db = sqlite3.connect(self.path, isolation_level=None, timeout=60)
-            self.db.execute("PRAGMA foreign_keys = ON")
-            if self.path != ":memory:":
-                # Switching a new file to WAL can answer "locked" without waiting while another collect
-                # creates the same store (SQLite skips the busy handler there): wait for it here.
-                _when_unlocked(lambda: self.db.execute("PRAGMA journal_mode = WAL"))
-            self.db.execute("PRAGMA synchronous = NORMAL")
-            self.db.execute("PRAGMA wal_autocheckpoint = 16384")  # 64 MiB between checkpoints (fsyncs)
+            if self.readonly:
+                self.db = self._connect_readonly()
+            else:
+                self.db = sqlite3.connect(self.path, isolation_level=None, timeout=60)
+                self.db.execute("PRAGMA foreign_keys = ON")
+                if self.path != ":memory:":
+                    # Switching a new file to WAL can answer "locked" without waiting while another collect
+                    # creates the same store (SQLite skips the busy handler there): wait for it here.
+                    _when_unlocked(lambda: self.db.execute("PRAGMA journal_mode = WAL"))
+                self.db.execute("PRAGMA synchronous = NORMAL")
+                self.db.execute("PRAGMA wal_autocheckpoint = 16384")  # 64 MiB between checkpoints (fsyncs)
             self.db.execute("PRAGMA cache_size = -65536")
-            self._init_schema()
+            if self.readonly:
+                if not self._check_schema():
+                    raise StoreError(f"{self.path} holds no convbench store (run `convbench collect` first)")
+                self.db.execute("BEGIN")  # one snapshot for the whole read: never half of a run being replaced
+                self.db.execute("SELECT count(*) FROM runs").fetchone()
+            else:
+                self._init_schema()
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.path} is not a usable SQLite store: {exc}") from None
+            raise StoreError(_one_line(self.path, exc)) from None
         self._combo_ids: dict[str, int] = {}
         self._name_ids: dict[str, int] = {}
+
+    def _connect_readonly(self) -> sqlite3.Connection:
+        """A read-only connection; on a read-only mount (no -shm can be made) the file is read as immutable."""
+        uri = "file:" + quote(str(Path(self.path).resolve()))
+        db = sqlite3.connect(uri + "?mode=ro", uri=True, isolation_level=None, timeout=60)
+        try:
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return db
+        except sqlite3.OperationalError:
+            db.close()
+            if os.access(Path(self.path).resolve().parent, os.W_OK):
+                raise
+        return sqlite3.connect(uri + "?immutable=1", uri=True, isolation_level=None)
 
     def _init_schema(self) -> None:
         """Check the schema; create it in one write transaction, so two collects creating one store agree."""
@@ -246,25 +328,47 @@ class Store:
                 self.db.execute("INSERT INTO meta VALUES ('store_schema', ?)", (str(STORE_SCHEMA),))
             self.db.execute("COMMIT")
         except BaseException:
-            self.db.execute("ROLLBACK")
+            _rollback(self.db)
             raise
 
     def _check_schema(self) -> bool:
-        """True for a store of this schema, False for an empty file; StoreError for anything else."""
+        """True for a whole store of this schema, False for an empty file; StoreError for anything else."""
         tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if tables and "meta" not in tables:
             raise StoreError(f"{self.path} is an SQLite file but not a convbench store")
         if "meta" not in tables:
             return False
         row = self.db.execute("SELECT value FROM meta WHERE key='store_schema'").fetchone()
-        version = int(row[0]) if row else None
+        try:
+            version = int(row[0]) if row else None
+        except (TypeError, ValueError):
+            raise StoreError(f"{self.path}: store_schema is {str(row[0])[:40]!r}, not a number: the store is "
+                             f"damaged; {REBUILD}") from None
         if version != STORE_SCHEMA:
             raise StoreError(f"{self.path} has store schema {version}; this convbench reads {STORE_SCHEMA} "
                              "(collect the runs again into a new store)")
+        self._check_integrity(tables)
         return True
 
+    def _check_integrity(self, tables: set[str]) -> None:
+        """Every table and column the code reads is there, and SQLite finds no damaged page (quick_check
+        reads the whole file once: about a second per GiB)."""
+        expected = _expected_columns()
+        for table, columns in expected.items():
+            have = {r[1] for r in self.db.execute(f"PRAGMA table_info({table})")} if table in tables else set()
+            missing = columns - have
+            if missing:
+                raise StoreError(f"{self.path}: table {table} lacks {', '.join(sorted(missing))}: the store is "
+                                 f"damaged; {REBUILD}")
+        if self.path == ":memory:" or not self.verify:
+            return
+        problems = [r[0] for r in self.db.execute("PRAGMA quick_check(3)")]
+        if problems != ["ok"]:
+            raise StoreError(f"{self.path} is damaged ({'; '.join(p.splitlines()[0] for p in problems)[:200]}); "
+                             f"{REBUILD}")
+
     def close(self) -> None:
-        if self.path != ":memory:":
+        if self.path != ":memory:" and not self.readonly:
             try:
                 self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             except sqlite3.OperationalError:
@@ -300,41 +404,59 @@ class Store:
             for ident, key in self.db.execute(f"SELECT id, {col} FROM {table} WHERE {col} IN ({marks})", chunk):
                 cache[key] = ident
 
-    def ingest(self, parsed: ParsedRun) -> str:
+    def ingest(self, parsed: ParsedRun, *, replace: bool = False) -> str:
         """Insert or replace one run in one transaction; returns 'added', 'updated' or 'unchanged'."""
-        run = parsed.run
-        self.db.execute("BEGIN IMMEDIATE")
+        return self.ingest_all([parsed], replace=replace)[0]
+
+    def ingest_all(self, runs: list[ParsedRun], *, replace: bool = False) -> list[str]:
+        """Insert or replace runs in one transaction (an archive is stored whole or not at all)."""
+        if self.readonly:
+            raise StoreError(f"{self.path} is open read-only")
         try:
-            row = self.db.execute("SELECT id, digest FROM runs WHERE run_id=? AND machine=?",
-                                  (run["run_id"], run["machine"])).fetchone()
-            if row and row[1] == run["digest"]:
+            _when_unlocked(lambda: self.db.execute("BEGIN IMMEDIATE"))
+            try:
+                outcomes = [self._ingest_one(parsed, replace) for parsed in runs]
                 self.db.execute("COMMIT")
-                return "unchanged"
-            if row:  # the journal grew (a resumed run): replace the run as a whole
-                self.db.execute("DELETE FROM runs WHERE id=?", (row[0],))
-            cur = self.db.execute(f"INSERT INTO runs ({','.join(RUN_COLUMNS)}) VALUES "
-                                  f"({','.join('?' * len(RUN_COLUMNS))})", [run[c] for c in RUN_COLUMNS])
-            run_pk = cur.lastrowid
-            by_key = {c[0]: c for c in parsed.combos}
-            self._ids("combos", self._combo_ids, by_key, by_key)
-            combo_ids = [self._combo_ids[c[0]] for c in parsed.combos]
-            self.db.execute("INSERT INTO run_records VALUES (?,?,?,?,?,?,?)", (run_pk, *pack_records(combo_ids,
-                                                                                          parsed.records)))
-            if parsed.rankings:
-                self.db.executemany(f"INSERT INTO rankings VALUES ({','.join('?' * len(RANKING_COLUMNS))})",
-                                    [(run_pk, *r) for r in parsed.rankings])
-            chosen_names = parsed.vectors["chosen"]
-            self._ids("names", self._name_ids, [n for n in chosen_names if n], {})
-            chosen = np.array([self._name_ids[n] if n else -1 for n in chosen_names], dtype="<i4")
-            v = parsed.vectors
-            self.db.execute("INSERT INTO run_vectors VALUES (?,?,?,?,?,?,?)", (
-                run_pk, np.asarray(combo_ids, dtype="<i4").tobytes(), v["ok"].astype("u1").tobytes(),
-                v["median"].astype("<f4").tobytes(), v["norm_err"].astype("<f4").tobytes(),
-                v["hash"].astype("<i8").tobytes(), chosen.tobytes()))
-            self.db.execute("COMMIT")
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
+            except BaseException:
+                _rollback(self.db)
+                self._combo_ids.clear()  # ids handed out inside the rolled-back transaction are gone
+                self._name_ids.clear()
+                raise
+        except sqlite3.OperationalError as exc:  # a full disk, a read-only mount, an I/O error
+            raise StoreError(_one_line(self.path, exc)) from None
+        return outcomes
+
+    def _ingest_one(self, parsed: ParsedRun, replace: bool) -> str:
+        run = parsed.run
+        row = self.db.execute("SELECT id, digest, n_records FROM runs WHERE run_id=? AND machine=?",
+                              (run["run_id"], run["machine"])).fetchone()
+        if row and row[1] == run["digest"]:
+            return "unchanged"
+        if row and run["n_records"] < row[2] and not replace:
+            raise UnpackableRecord(f"run {run['run_id']} of {run['machine']} is stored with {row[2]} records; "
+                                   f"this copy has {run['n_records']}: a partial copy does not replace a run "
+                                   "(collect --replace does)")
+        if row:  # the journal grew (a resumed run): replace the run as a whole
+            self.db.execute("DELETE FROM runs WHERE id=?", (row[0],))
+        cur = self.db.execute(f"INSERT INTO runs ({','.join(RUN_COLUMNS)}) VALUES "
+                              f"({','.join('?' * len(RUN_COLUMNS))})", [run[c] for c in RUN_COLUMNS])
+        run_pk = cur.lastrowid
+        by_key = {c[0]: c for c in parsed.combos}
+        self._ids("combos", self._combo_ids, by_key, by_key)
+        combo_ids = [self._combo_ids[c[0]] for c in parsed.combos]
+        self.db.execute("INSERT INTO run_records VALUES (?,?,?,?,?,?,?)", (run_pk, *pack_records(combo_ids,
+                                                                                      parsed.records)))
+        if parsed.rankings:
+            self.db.executemany(f"INSERT INTO rankings VALUES ({','.join('?' * len(RANKING_COLUMNS))})",
+                                [(run_pk, *r) for r in parsed.rankings])
+        chosen_names = parsed.vectors["chosen"]
+        self._ids("names", self._name_ids, [n for n in chosen_names if n], {})
+        chosen = np.array([self._name_ids[n] if n else -1 for n in chosen_names], dtype="<i4")
+        v = parsed.vectors
+        self.db.execute("INSERT INTO run_vectors VALUES (?,?,?,?,?,?,?)", (
+            run_pk, np.asarray(combo_ids, dtype="<i4").tobytes(), v["ok"].astype("u1").tobytes(),
+            v["median"].astype("<f8").tobytes(), v["norm_err"].astype("<f8").tobytes(),
+            v["hash"].astype("<i8").tobytes(), chosen.tobytes()))
         return "updated" if row else "added"
 
     # ---- reading -------------------------------------------------------------------------------------------
@@ -395,7 +517,7 @@ class Store:
         if with_samples:
             counts = np.frombuffer(counts_blob, "<i4")
             bounds = np.concatenate([[0], np.cumsum(counts)]).tolist()
-            allsamples = np.frombuffer(samples_blob_, "<f4").astype(np.float64)
+            allsamples = _floats(samples_blob_, int(bounds[-1]))
         out = []
         for i, cid in enumerate(combo_ids):
             c = combos[cid]
@@ -434,7 +556,8 @@ class Store:
             for run, combo, ok, med, err, h, chosen in self.db.execute(
                     f"SELECT run, combo, ok, median, norm_err, hash, chosen FROM run_vectors WHERE run IN ({marks})",
                     chunk):
+                n = len(combo) // 4
                 out[run] = {"combo": np.frombuffer(combo, "<i4"), "ok": np.frombuffer(ok, "u1").astype(bool),
-                            "median": np.frombuffer(med, "<f4"), "norm_err": np.frombuffer(err, "<f4"),
+                            "median": _floats(med, n), "norm_err": _floats(err, n),
                             "hash": np.frombuffer(h, "<i8"), "chosen": np.frombuffer(chosen, "<i4")}
         return out

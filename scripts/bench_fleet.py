@@ -21,6 +21,7 @@ import multiprocessing as mp
 import os
 import platform
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -103,9 +104,16 @@ def gen_machine(args: tuple) -> int:
         run_id = f"{started:%Y%m%dT%H%M%SZ}-{image}-bench-{mi}"
         d = Path(out) / machine / run_id
         d.mkdir(parents=True, exist_ok=True)
-        fp = {"hostname": f"node{mi:02d}", "gpu": {"name": model, "sm": sm, "index": 0, "driver": "580.65"},
+        # the stack an image carries, so that the report pairs each night with its previous stack
+        cu, cudnn, torch_v, ort_v = (re.sub("^[a-z]+", "", part) for part in image.split("-"))
+        fp = {"hostname": f"node{mi:02d}", "gpu": {"name": model, "sm": sm, "index": 0, "driver": "580.65",
+                                                   "uuid": f"GPU-{mi:08x}-bench"},
               "image": image, "image_id": f"sha256:{hash(image) & (2**64 - 1):016x}", "cpu": "x86_64",
-              "cpu_count": 64, "software": {"python": "3.12", "torch": "2.x"}, "env": {}}
+              "cpu_count": 64, "libraries": {"cudnn": {"version": cudnn}},
+              "software": {"python": "3.12", "torch": torch_v, "torch_cuda": f"{cu[:-1]}.{cu[-1]}",
+                           "onnxruntime": ort_v, "onnxruntime_providers": ["CUDAExecutionProvider",
+                                                                                       "CPUExecutionProvider"]},
+              "env": {}}
         (d / "run.json").write_text(json.dumps({"schema": 1, "run_id": run_id, "machine": machine, "image": image,
                                                 "started": started.isoformat(), "suite_revision": "bench",
                                                 "fingerprint": fp, "options": {"synthetic": True}}))
@@ -351,7 +359,8 @@ def main() -> int:
     print(f"re-collect (nothing new): {s_wall:.1f} s -- {s_out.strip()}")
 
     try:
-        from harness.browser import Browser, BrowserUnavailable
+        sys.path.insert(0, str(ROOT / "tests"))  # the browser is a test helper, not part of the package
+        from browser import Browser, BrowserUnavailable
 
         try:
             with Browser() as b:

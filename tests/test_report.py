@@ -1,6 +1,7 @@
 """report: the pages, their numbers and their escaping, from hand-built fleets (logic) and real CPU runs."""
 
 import datetime as dt
+import html
 import re
 
 import pytest
@@ -8,7 +9,7 @@ from _fleet_data import noisy, real_sources, record, write_run
 
 from harness import cli
 from harness.collect import collect
-from harness.report import build, fmt_err, slug
+from harness.report import build, fmt_err, fmt_time, slug
 from harness.store import Store
 
 T0 = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
@@ -127,8 +128,9 @@ def _text(html):
 
 
 def test_fixture_report_answers_the_seed_questions(tmp_path):
-    """The H200 fixtures' crosscheck and autotune records, read from the tarballs here, appear on the index
-    with the numbers and explanations they carry; the index says which GPU generations were not measured."""
+    """The H200 fixtures' crosscheck and autotune records, read from the tarballs here, appear on the
+    investigations page with the numbers and explanations they carry, and it says which GPU generations were not
+    measured; the index links to it rather than opening with it."""
     from _fleet_data import fixture_records
 
     cross = [d for _, d in fixture_records(("crosscheck",))]
@@ -136,7 +138,9 @@ def test_fixture_report_answers_the_seed_questions(tmp_path):
     if not cross or not tune:
         pytest.skip("fixtures hold no crosscheck/autotune records")
     site = _fixture_site(tmp_path)
-    index = _text((site / "index.html").read_text())
+    front = (site / "index.html").read_text()
+    assert 'href="investigations.html"' in front and "Does cuDNN's autotuner" not in front
+    index = _text((site / "investigations.html").read_text())
     for d in cross:
         assert f"{d['extra']['max_abs_delta']:.3g}" in index and d["explanation"] in index
     sms = {(run["fingerprint"].get("gpu") or {}).get("sm") for run, _ in fixture_records()}
@@ -145,7 +149,7 @@ def test_fixture_report_answers_the_seed_questions(tmp_path):
     # autotune: every record whose fresh searches chose different algorithms with different output bits
     unstable = [d for d in tune if len(d["extra"].get("winners") or {}) > 1 and d["determinism"]["distinct_outputs"] > 1]
     assert unstable
-    top = index[index.index("Does cuDNN's autotuner"):index.index("Where the numbers come from")]
+    top = index[index.index("Does cuDNN's autotuner"):]
     assert f"{len(unstable)} chose different algorithms with bitwise-different outputs" in top
     for d in unstable:
         assert d["case"] in top and d["explanation"] in top
@@ -176,13 +180,175 @@ def test_fixture_report_shows_repro_and_ort_search_modes(tmp_path):
     page = _text((site / "ort.html").read_text())
     modes = {d["settings"]["cudnn_conv_algo_search"] for _, d in ort}
     for mode in modes & {"EXHAUSTIVE", "HEURISTIC", "DEFAULT"}:
-        assert f"{mode} ms" in page
+        assert f"{mode} time" in page
     for _, d in ort:
         assert fmt_err(d["accuracy"]["max_norm_err"]) in page
-        assert f"{d['time']['median_ms']:.4g}" in page
+        assert fmt_time(d["time"]["median_ms"]) in page
     interrupted = {run["run_id"] for run, _ in ort if not run.get("end_json_present")}
     complete = {run["run_id"] for run, _ in ort} - interrupted
     for run_id in interrupted:
         assert f"{run_id} on " in page and "interrupted: no end.json" in page
     for run_id in complete:
         assert re.search(rf"{run_id} on \S+ \(complete\)", page)
+
+
+# ---- the morning question: pairing, the index, the drill-down ----------------------------------------------------
+
+def _fp(host="h1", uuid="GPU-1", cudnn="9.19.0", **software):
+    fp = {"hostname": host, "gpu": {"name": "NVIDIA H200", "driver": "580.1", "uuid": uuid} if uuid else None,
+          "libraries": {"cudnn": {"version": cudnn}},
+          "software": {"torch": "2.11.0", "torch_cuda": "13.0", "onnxruntime": "1.30.0",
+                       "onnxruntime_providers": ["CUDAExecutionProvider", "CPUExecutionProvider"], **software}}
+    return fp
+
+
+def test_pairing_a_machine_is_a_gpu_on_a_host_and_nights_pair_by_stack():
+    from harness import pairing
+
+    runs, info = [], {}
+
+    def run(machine, day, fp, source="journal", options=None):
+        rid = len(runs) + 1
+        runs.append({"id": rid, "run_id": f"r{rid}", "machine": machine, "night": f"2026-11-{day:02d}",
+                     "started": f"2026-11-{day:02d}T02:00:00", "source": source})
+        info[rid] = {"fingerprint": fp, "options": options or {}}
+
+    for day in (1, 2):
+        run("box", day, _fp(uuid="GPU-a"))
+        run("box", day, _fp(uuid="GPU-b"))  # a second GPU under the same machine name
+    for day in (3, 4):
+        run("box", day, _fp(uuid="GPU-a", cudnn="9.20.0"))
+    run("box", 4, _fp(uuid="GPU-a", cudnn="9.21.0"), options={"paired": {"study": "s", "role": "B"}})
+    run("cpu-host", 4, {"hostname": "c", "gpu": None})
+    ms = {m.key: m for m in pairing.machines(runs, info)}
+    assert set(ms) == {"h1/GPU-a", "h1/GPU-b", "machine:cpu-host"}
+    a = ms["h1/GPU-a"]
+    assert [n.night for n in a.nights] == ["2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04"]
+    assert all(r["id"] != 10 for n in a.nights for r in n.runs)  # the paired study is not a night
+    (night, stack) = a.comparisons
+    assert (night.what, night.base.night, night.head.night) == ("previous night", "2026-11-03", "2026-11-04")
+    assert (stack.what, stack.base.night) == ("previous stack", "2026-11-02")
+    assert pairing.stack_change(stack.base, stack.head) == "cuDNN 9.19.0 -> 9.20.0"
+    assert [c.what for c in ms["h1/GPU-b"].comparisons] == ["previous night"]
+    assert ms["machine:cpu-host"].comparisons == []
+    assert pairing.stack_line(_fp()) == ("GPU NVIDIA H200, driver 580.1, CUDA 13.0, cuDNN 9.19.0, torch 2.11.0, "
+                                         "onnxruntime 1.30.0, providers CUDA+CPU")
+
+
+def test_index_counts_are_the_gates(tmp_path, capsys):
+    """The index's per-machine counts are compare_records + gate on the same nights: an image step of 1.28x on
+    the h200 fails the gate there and in `convbench compare` alike, and the index names it first."""
+    from harness.compare import Thresholds, compare_records, gate
+
+    db = _fleet(tmp_path)
+    with Store(db) as s:
+        runs = [r for r in s.runs() if r["machine"] == "h200"]
+        base, head = runs[-3], runs[-1]  # the last cu12 night and the last cu13 night
+        expected = gate(compare_records(s.records(base["id"]), s.records(head["id"]), Thresholds()), Thresholds())
+        build(s, tmp_path / "site")
+    assert expected and all(f.case == "a" for f in expected)
+    assert cli.main(["compare", base["run_id"], head["run_id"], "--store", str(db)]) == 1
+    capsys.readouterr()
+    index = html.unescape(_text((tmp_path / "site" / "index.html").read_text()))
+    assert f"{len(expected)} finding{'s' if len(expected) != 1 else ''} fail" in index
+    block = index[index.index("h200"):]
+    assert "vs previous stack" in block and "image cu12 -> cu13" in block
+    assert block.index("slower") < block.index("Investigations and other views")
+    changes = list((tmp_path / "site" / "changes").glob("*.html"))
+    assert len(changes) == 1 and "fails the gate" in changes[0].read_text()
+
+
+@pytest.mark.parametrize("ms,text", [(0.009408, "9.41 µs"), (0.5, "500 µs"), (1.0, "1 ms"), (12.345, "12.3 ms"),
+                                     (None, "-")])
+def test_times_read_in_us_or_ms_to_three_figures(ms, text):
+    assert fmt_time(ms) == text
+
+
+# ---- where the report goes ---------------------------------------------------------------------------------------
+
+def test_report_swaps_in_a_fresh_folder_and_touches_nothing_else(tmp_path, monkeypatch, capsys):
+    from harness.report import output
+
+    db = _fleet(tmp_path)
+    out = tmp_path / "site"
+    assert cli.main(["report", "--store", str(db), "--out", str(out)]) == 0
+    made = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    assert (out / output.MANIFEST).is_file() and (out / "index.html").is_file()
+    first = (out / "index.html").stat().st_ino
+    assert cli.main(["report", "--store", str(db), "--out", str(out)]) == 0  # a report replaces a report
+    assert (out / "index.html").stat().st_ino != first  # a new file swapped in, not written over
+    assert sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file()) == made
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".site.")] == []  # no temp folder left
+
+    # a file the report did not make: refused in one line, the file and the old report untouched
+    (out / "notes.txt").write_text("mine")
+    capsys.readouterr()
+    assert cli.main(["report", "--store", str(db), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "did not make" in err and len(err.strip().splitlines()) == 1
+    assert (out / "notes.txt").read_text() == "mine" and (out / "index.html").is_file()
+
+    # a build that fails leaves the old report as it was
+    (out / "notes.txt").unlink()
+    before = (out / "index.html").read_bytes()
+    monkeypatch.setattr("harness.report.gather", lambda *a: (_ for _ in ()).throw(RuntimeError("boom")))
+    with Store(db) as s, pytest.raises(RuntimeError):
+        build(s, out)
+    assert (out / "index.html").read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".site.")] == []
+
+
+@pytest.mark.parametrize("kind", ["empty", "root", "home", "cwd", "symlink", "file"])
+def test_dangerous_out_is_refused_in_one_line(tmp_path, monkeypatch, capsys, kind):
+    db = _fleet(tmp_path)
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "keep.txt").write_text("x")
+    monkeypatch.chdir(tmp_path)
+    out = {"empty": "", "root": "/", "home": str(__import__("pathlib").Path.home()), "cwd": ".",
+           "symlink": str(tmp_path / "link"), "file": str(real / "keep.txt")}[kind]
+    if kind == "symlink":
+        (tmp_path / "link").symlink_to(real)
+    capsys.readouterr()
+    assert cli.main(["report", "--store", str(db), "--out", out]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("convbench report: error: --out") and len(err.splitlines()) == 1, err
+    assert sorted(p.name for p in real.iterdir()) == ["keep.txt"]  # nothing written through the link
+
+
+def test_a_report_from_before_manifests_is_replaced(tmp_path):
+    db = _fleet(tmp_path)
+    out = tmp_path / "old"
+    (out / "machines").mkdir(parents=True)
+    (out / "index.html").write_text("old")
+    (out / "machines" / "x.html").write_text("old")
+    with Store(db) as s:
+        build(s, out)
+    assert (out / "index.html").read_text() != "old" and not (out / "machines" / "x.html").exists()
+
+
+def test_a_report_with_an_empty_changes_folder_is_replaced_by_the_next(tmp_path):
+    """A night without findings leaves changes/ empty; the next morning's report still replaces it."""
+    r = tmp_path / "r"
+    write_run(r, "h200", "cu12", T0, [record("a", median=1.0, samples=noisy(1.0, seed=1))])
+    db = tmp_path / "s.sqlite"
+    assert not collect(db, [r]).refused
+    out = tmp_path / "site"
+    for _ in range(2):
+        assert cli.main(["report", "--store", str(db), "--out", str(out)]) == 0
+    assert (out / "changes").is_dir() and not any((out / "changes").iterdir())
+
+
+def test_the_upgrade_page_answers_what_cudnn_927_changed(tmp_path):
+    """The real H200 study: the stack change in words, the counts, and the largest changes on the first screen."""
+    from _fleet_data import FIXTURES
+
+    db = tmp_path / "s.sqlite"
+    assert not collect(db, [FIXTURES / "h200-upgrade-cudnn927-fwd.tar.gz"]).refused
+    with Store(db) as s:
+        build(s, tmp_path / "site")
+    page = html.unescape(_text((tmp_path / "site" / "upgrade.html").read_text()))
+    assert "cuDNN 9.19.0 -> 9.27.0" in page
+    assert "changed bits: 121" in page and "slower: " in page and "faster: " in page
+    assert page.index("Largest slowdowns") < page.index("Largest speed-ups")
+    assert "Measured on one GPU" in page

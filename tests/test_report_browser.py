@@ -1,12 +1,15 @@
 """The report as a person sees it: headless Chromium (Debian's chromium) opens it from file:// with no errors."""
 
+import json
 import os
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 from _fleet_data import EVIL_NAME, copy_run, real_sources
+from browser import Browser, BrowserUnavailable
 
-from harness.browser import Browser, BrowserUnavailable
 from harness.collect import collect
 from harness.report import build, fmt_err, slug
 from harness.store import Store
@@ -24,12 +27,16 @@ def browser():
     b.close()
 
 
+# Screenshots are test artefacts: artefacts/screenshots/ at the repository root (git-ignored), or the folder
+# CONVBENCH_SCREENSHOT_DIR names (CI uploads it).
+ARTEFACTS = Path(os.environ.get("CONVBENCH_SCREENSHOT_DIR") or Path(__file__).resolve().parents[1] / "artefacts"
+                 / "screenshots")
+WIDTH, HEIGHT = 1440, 900  # the first screen a fleet engineer reads
+
+
 def _keep(png, name):
-    """CONVBENCH_SCREENSHOT_DIR keeps the screenshots (CI artifacts)."""
-    dest = os.environ.get("CONVBENCH_SCREENSHOT_DIR")
-    if dest:
-        os.makedirs(dest, exist_ok=True)
-        shutil.copy(png, os.path.join(dest, name))
+    ARTEFACTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(png, ARTEFACTS / name)
 
 
 def test_report_loads_clean_with_fixture_numbers(browser, tmp_path):
@@ -104,7 +111,7 @@ def test_fixture_findings_are_on_screen(browser, tmp_path):
     site = tmp_path / "site"
     with Store(db) as s:
         build(s, site)
-    page = browser.open((site / "index.html").as_uri())
+    page = browser.open((site / "investigations.html").as_uri())
     assert page.errors == [] and page.dialogs == []
     rows = page.evaluate("Array.from(document.querySelectorAll('#crosscheck tbody tr'))"
                          ".map(r => Array.from(r.cells).map(c => c.innerText))")
@@ -123,7 +130,7 @@ def test_fixture_findings_are_on_screen(browser, tmp_path):
         if d["extra"].get("max_abs_spread") is not None:
             assert row[-2] == f"{d['extra']['max_abs_spread']:.3g}"
         assert row[-1] == d["explanation"]
-    _keep(page.screenshot(tmp_path / "index-findings.png", full_page=True), "index-findings.png")
+    _keep(page.screenshot(tmp_path / "investigations.png", full_page=True), "investigations-fixtures.png")
     det = browser.open((site / "determinism.html").as_uri())
     assert det.errors == []
     assert det.evaluate("document.querySelectorAll('#sessions-table tbody tr').length") == len(tune)
@@ -161,3 +168,130 @@ def test_script_in_a_machine_name_does_not_run(browser, tmp_path):
         assert page.errors == [], url
         assert EVIL_NAME in page.evaluate("document.body.innerText"), url  # shown as text
         assert page.evaluate("document.scripts.length") == 1, url
+
+
+# ---- the morning question, on the first screen -------------------------------------------------------------------
+
+def _night_store(tmp_path, fixture="h200-fwd-asv", **changes):
+    """The committed run and a next night made from it with one change injected (tests/_report_data.py)."""
+    from _fleet_data import FIXTURES
+    from _report_data import next_night, unpack
+
+    if not (FIXTURES / f"{fixture}.tar.gz").exists():
+        pytest.skip(f"fixture {fixture} not committed")
+    base = unpack(fixture, tmp_path / "base")
+    head, changed = next_night(base, tmp_path / "next", **changes)
+    db = tmp_path / "s.sqlite"
+    assert not collect(db, [base, head]).refused
+    ids = [json.loads((d / "run.json").read_text())["run_id"] for d in (base, head)]
+    return db, ids, changed
+
+
+def _gate_of(db, ids, capsys):
+    """What `convbench compare --json` says about the two runs: the report must say the same."""
+    from harness import cli
+
+    capsys.readouterr()
+    rc = cli.main(["compare", *ids, "--store", str(db), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    return rc, [f for f in out["findings"] if f["verdict"] == "regression"]
+
+
+def _first_screen_rows(page):
+    return page.evaluate("""Array.from(document.querySelectorAll('table.top tbody tr, ul.lost li')).map(r => {
+        const b = r.getBoundingClientRect(); const a = r.querySelector('a');
+        return {text: r.innerText, bottom: b.bottom, right: b.right, href: a ? a.getAttribute('href') : null}; })""")
+
+
+def test_index_names_an_injected_regression_on_its_first_screen(browser, tmp_path, capsys):
+    db, ids, rec = _night_store(tmp_path, slower=1.5)
+    rc, failing = _gate_of(db, ids, capsys)
+    assert rc == 1 and len(failing) == 1  # the gate fails on exactly the injected slowdown
+    f = failing[0]
+    assert (f["case"], f["algo"], f["math"], f["dtype"], f["layout"]) == \
+        (rec["case"], rec["algo"], rec["math"], rec["dtype"], rec["layout"])
+    site = tmp_path / "site"
+    with Store(db) as s:
+        build(s, site)
+    page = browser.open((site / "index.html").as_uri(), width=WIDTH, height=HEIGHT)
+    assert page.errors == [] and page.dialogs == []
+    status = page.evaluate("document.getElementById('status').innerText")
+    assert "1 finding fails the gate" in status
+    rows = [r for r in _first_screen_rows(page) if rec["case"] in r["text"] and rec["algo"] in r["text"]]
+    assert len(rows) == 1, rows
+    row = rows[0]
+    assert "slower" in row["text"] and "fails the gate" in row["text"]
+    assert f["base"].replace(" us", " µs") in row["text"] and f["head"].replace(" us", " µs") in row["text"]
+    assert row["bottom"] <= HEIGHT and row["right"] <= WIDTH  # on the first screen, nothing to scroll
+    _keep(page.screenshot(tmp_path / "index.png"), "index-injected-regression.png")
+
+    # drill-down: the finding's permalink opens it with both records and the samples on an axis
+    href, anchor = row["href"].split("#")
+    cpage = browser.open((site / href).as_uri() + "#" + anchor, width=WIDTH, height=HEIGHT)
+    assert cpage.errors == []
+    assert cpage.evaluate(f"document.getElementById({anchor!r}).open") is True
+    ticks = cpage.evaluate(f"Array.from(document.querySelectorAll('#{anchor}-samples svg text'))"
+                           ".map(t => t.textContent)")
+    assert len(ticks) == 3 and all(re.fullmatch(r"[0-9.]+ (µs|ms)", t) for t in ticks), ticks
+    for side, value in (("base", f["base"]), ("head", f["head"])):
+        cells = cpage.evaluate(f"document.getElementById('{anchor}-{side}').innerText")
+        assert value.replace(" us", " µs") in cells
+    assert "libraries.cudnn.version" not in cpage.evaluate("document.body.innerText")  # same stack: no such diff
+    _keep(cpage.screenshot(tmp_path / "changes.png"), "changes-injected-regression.png")
+
+
+def test_what_a_machine_stopped_running_is_said_with_its_reason(browser, tmp_path, capsys):
+    reason = "onnxruntime has no CUDAExecutionProvider on this host"
+    db, ids, _ = _night_store(tmp_path, fixture="h200-ort-asv", skip_backend="ort", reason=reason)
+    rc, failing = _gate_of(db, ids, capsys)
+    assert rc == 1 and failing and all(f["kind"] == "availability" for f in failing)
+    site = tmp_path / "site"
+    with Store(db) as s:
+        build(s, site)
+    page = browser.open((site / "index.html").as_uri(), width=WIDTH, height=HEIGHT)
+    assert page.errors == []
+    assert f"{len(failing)} findings fail the gate" in page.evaluate("document.getElementById('status').innerText")
+    lost = [r for r in _first_screen_rows(page) if reason in r["text"]]
+    assert len(lost) == 1 and lost[0]["text"].startswith(f"{len(failing)} combinations ran before, now skipped")
+    assert lost[0]["bottom"] <= HEIGHT
+    _keep(page.screenshot(tmp_path / "index.png"), "index-stopped-running.png")
+
+
+def _links(site):
+    """(page, href) of every link in the site that points into it."""
+    for html in sorted(site.glob("**/*.html")):
+        for href in re.findall(r'href="([^"]+)"', html.read_text()):
+            yield html, href
+
+
+def test_every_page_clean_narrow_fast_and_linked(browser, tmp_path):
+    """Every page of a store of all the fixtures plus a next night on a new cuDNN: no console error, nothing wider
+    than 1440 px, loaded in under 0.5 s, every link and permalink resolves; a screenshot of each is kept."""
+    from _fleet_data import fixture_tarballs
+    from _report_data import next_night, unpack
+
+    tars = fixture_tarballs()
+    if not tars:
+        pytest.skip("no fixtures committed")
+    base = unpack("h200-fwd-asv", tmp_path / "base")
+    head, _ = next_night(base, tmp_path / "next", slower=1.5, fingerprint={"libraries.cudnn.version": "9.20.0"})
+    db = tmp_path / "s.sqlite"
+    assert not collect(db, [*tars, head]).refused
+    site = tmp_path / "site"
+    with Store(db) as s:
+        build(s, site)
+    index = (site / "index.html").read_text()
+    assert "vs previous stack" in index and "cuDNN 9.19.0 -&gt; 9.20.0" in index
+    for page_file, href in _links(site):
+        target, _, frag = href.partition("#")
+        dest = (page_file.parent / target).resolve() if target else page_file
+        assert dest.is_file(), (page_file.name, href)
+        if frag:
+            assert f'id="{frag}"' in dest.read_text(), (page_file.name, href)
+    for html in sorted(site.glob("**/*.html")):
+        page = browser.open(html.as_uri(), width=WIDTH, height=HEIGHT)
+        name = str(html.relative_to(site))
+        assert page.errors == [] and page.dialogs == [], name
+        assert page.load_seconds < 0.5, (name, page.load_seconds)
+        assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH, name
+        _keep(page.screenshot(tmp_path / "p.png", full_page=True), "page-" + name.replace("/", "-") + ".png")

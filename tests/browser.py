@@ -1,7 +1,7 @@
 """Headless Chromium over the DevTools protocol on a pipe: opens report pages as a person's browser would.
 
-Used by the report's browser test and by scripts/bench_fleet.py (render time). Standard library only: the
-protocol runs over --remote-debugging-pipe (fd 3 in, fd 4 out, NUL-separated JSON), so no port, no websocket
+A test helper, not shipped: the report's browser tests and scripts/bench_fleet.py (render time) use it. Standard
+library only: the protocol runs over --remote-debugging-pipe (fd 3 in, fd 4 out, NUL-separated JSON), so no port, no websocket
 client and no network. Console errors, uncaught exceptions, log errors and JavaScript dialogs (an escaped
 ``alert`` that did run) are recorded per page.
 """
@@ -126,7 +126,7 @@ class Browser:
             pass
         return out
 
-    def open(self, url: str, *, width: int = 1400, height: int = 900) -> Page:
+    def open(self, url: str, *, width: int = 1440, height: int = 900) -> Page:
         target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         page = Page(self, session, target)

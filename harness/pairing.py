@@ -1,0 +1,155 @@
+"""Which runs to compare for the morning question: for each machine, its latest night against its previous night
+on the same stack, and against the last night of its previous stack.
+
+A machine is its GPU on its host (``compare.machine_identity``: hostname and GPU UUID), so two GPUs under one
+machine name are two machines and a renamed host is still one; a run without a GPU UUID (a CPU host, asv results)
+falls back to its machine name. A stack is what the run's fingerprint says it ran on (driver, CUDA, cuDNN, torch,
+onnxruntime and its providers, and the stack name where one was given). Runs of a paired study (their options
+carry ``paired``) are investigations, not nights, and are left out. asv's copies of the suite's own records are a
+second view of the same night and are paired only with asv results.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from .compare import _field, machine_identity
+
+# (label, dotted fingerprint field) in the order a person reads a stack
+STACK_FIELDS = (
+    ("GPU", "gpu.name"), ("driver", "gpu.driver"), ("CUDA", "software.torch_cuda"),
+    ("cuDNN", "libraries.cudnn.version"), ("torch", "software.torch"), ("onnxruntime", "software.onnxruntime"),
+)
+
+
+def stack_fields(fp: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(label, value) of the stack a run ran on; cuDNN falls back to torch's own number (91900 -> 9.19.0)."""
+    out = []
+    for label, dotted in STACK_FIELDS:
+        v = _field(fp, dotted)
+        if label == "cuDNN" and v is None and isinstance(_field(fp, "software.torch_cudnn"), int):
+            n = _field(fp, "software.torch_cudnn")
+            v = f"{n // 10000}.{n // 100 % 100}.{n % 100}" if n >= 10000 else str(n)
+        out.append((label, v))
+    providers = _field(fp, "software.onnxruntime_providers")
+    if providers is not None:
+        out.append(("providers", "+".join(p.replace("ExecutionProvider", "") for p in providers) or "none"))
+    if fp.get("image") and fp["image"] != "native":  # a container image is a stack of its own
+        out.insert(0, ("image", fp["image"]))
+    if fp.get("stack"):
+        out.insert(0, ("stack", fp["stack"] if isinstance(fp["stack"], str) else _stack_name(fp["stack"])))
+    return out
+
+
+def _stack_name(stack: Any) -> str:
+    return str(stack.get("name")) if isinstance(stack, dict) and stack.get("name") else str(stack)
+
+
+def stack_line(fp: dict[str, Any]) -> str:
+    """The stack in one line: 'GPU NVIDIA H200, driver 580.65, CUDA 13.0, cuDNN 9.19.0, torch 2.11.0, ...'."""
+    parts = [f"{label} {value}" for label, value in stack_fields(fp) if value is not None]
+    return ", ".join(parts) if parts else "stack not recorded"
+
+
+def stack_key(fp: dict[str, Any]) -> tuple:
+    """What must be equal for two runs to be on the same stack (the GPU is the machine's, not the stack's)."""
+    return tuple(v for label, v in stack_fields(fp) if label != "GPU")
+
+
+def machine_key(run: dict[str, Any], fp: dict[str, Any]) -> str:
+    """The machine a run belongs to: its GPU on its host, else its machine name."""
+    return machine_identity(fp) if _field(fp, "gpu.uuid") else f"machine:{run['machine']}"
+
+
+@dataclass
+class Night:
+    """The runs of one machine on one night (a nightly job may write several: forward, autotune, onnxruntime)."""
+
+    night: str
+    stack: tuple
+    stack_line: str
+    runs: list[dict[str, Any]]  # oldest first
+    fields: list[tuple[str, Any]] = field(default_factory=list)  # stack_fields of its runs
+
+
+def stack_change(base: Night, head: Night) -> str:
+    """What differs between two nights' stacks, as 'cuDNN 9.19.0 -> 9.20.0, torch 2.11.0 -> 2.12.0'."""
+    return fields_change(base.fields, head.fields)
+
+
+def fields_change(base: list[tuple[str, Any]], head: list[tuple[str, Any]]) -> str:
+    """What differs between two ``stack_fields`` lists, in one line ('' when the stacks are the same)."""
+    b, h = dict(base), dict(head)
+    return ", ".join(f"{k} {b.get(k, '-')} -> {h.get(k, '-')}" for k in dict.fromkeys([*b, *h])
+                     if k != "GPU" and b.get(k) != h.get(k))
+
+
+@dataclass
+class Comparison:
+    """One answer of the morning question: ``head`` against ``base`` on one machine."""
+
+    what: str  # "previous night" or "previous stack"
+    base: Night
+    head: Night
+
+
+@dataclass
+class MachineNights:
+    key: str
+    name: str  # the machine name the runs carry (the newest one, should a host be renamed)
+    source: str  # journal or asv
+    nights: list[Night]
+    comparisons: list[Comparison] = field(default_factory=list)
+
+    @property
+    def latest(self) -> Night:
+        return self.nights[-1]
+
+
+HISTORY_RUNS = 5  # earlier runs whose spread widens a combination's time threshold (compare.HISTORY_FACTOR)
+
+
+def history_runs(base: dict[str, Any], base_fp: dict[str, Any], runs: list[dict[str, Any]],
+                 fingerprint_of) -> list[dict[str, Any]]:
+    """Up to HISTORY_RUNS runs started before ``base`` on its machine (its GPU on its host) and its stack, oldest
+    first: the runs whose spread compare uses (``fingerprint_of(run)`` gives a run's fingerprint)."""
+    key, stack = machine_key(base, base_fp), stack_key(base_fp)
+    same = [r for r in runs if r["started"] < base["started"] and r["id"] != base["id"]
+            and r["source"] == base["source"] and machine_key(r, fp := fingerprint_of(r)) == key
+            and stack_key(fp) == stack]
+    return same[-HISTORY_RUNS:]
+
+
+def machines(runs: list[dict[str, Any]], info: dict[int, dict[str, Any]]) -> list[MachineNights]:
+    """Every machine's nights (oldest first) and its comparisons. ``info`` maps a run's id to its
+    ``Store.run_json`` (fingerprint and options)."""
+    grouped: dict[tuple[str, str], dict[tuple[str, tuple], list[dict[str, Any]]]] = defaultdict(dict)
+    lines: dict[tuple, tuple[str, list[tuple[str, Any]]]] = {}
+    names: dict[tuple[str, str], str] = {}
+    for r in runs:
+        meta = info[r["id"]]
+        if (meta.get("options") or {}).get("paired"):
+            continue
+        fp = meta.get("fingerprint") or {}
+        mk = (machine_key(r, fp), r["source"])
+        sk = stack_key(fp)
+        lines[sk] = (stack_line(fp), stack_fields(fp))
+        grouped[mk].setdefault((r["night"], sk), []).append(r)
+        names[mk] = r["machine"]
+    out = []
+    for mk, by_night in grouped.items():
+        nights = [Night(n, sk, lines[sk][0], rs, lines[sk][1]) for (n, sk), rs in by_night.items()]
+        nights.sort(key=lambda n: (n.night, n.runs[-1]["started"]))
+        m = MachineNights(mk[0], names[mk], mk[1], nights)
+        head = nights[-1]
+        same = [n for n in nights[:-1] if n.stack == head.stack]
+        if same:
+            m.comparisons.append(Comparison("previous night", same[-1], head))
+        other = [n for n in nights[:-1] if n.stack != head.stack]
+        if other:
+            m.comparisons.append(Comparison("previous stack", other[-1], head))
+        out.append(m)
+    out.sort(key=lambda m: (m.source != "journal", m.name, m.key))
+    return out

@@ -1,0 +1,84 @@
+"""Drill-down, one page per machine: every finding of its latest night, each with a permalink, the two records
+side by side, their timing samples on one axis, both fingerprints and what differs between them, and the record's
+explanation."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from ..compare import Thresholds, fingerprint_diff, gate
+from .charts import strip_plot
+from .fmt import flatten, fmt_err, fmt_time, minute, settings_str
+from .model import MAX_EVIDENCE_PLOTS, NightlyComparison
+from .morning import anchor, label, rank
+
+MAX_ROWS = 500  # findings listed per comparison
+MAX_DETAILED = 100  # of which the first carry their two record tables and samples (the rest: one line each)
+
+# (label, record field, formatter) of a record as the drill-down shows it
+RECORD_FIELDS = (
+    ("status", "status", str), ("reason", "reason", str), ("median", "median_ms", fmt_time),
+    ("interquartile range", "iqr_ms", fmt_time), ("samples", "n", str), ("timer", "timer", str),
+    ("precision class", "precision_class", str), ("max normalised error", "max_norm_err", fmt_err),
+    ("output hash", "hash", str), ("in-place repeats equal", "repeat_equal", str),
+    ("fresh handle equal", "fresh_handle_equal", str), ("distinct outputs", "distinct_outputs", str),
+    ("chosen algorithm", "chosen_algo", str),
+)
+
+
+def record_rows(rec: dict[str, Any] | None) -> list[tuple[str, str]]:
+    if rec is None:
+        return [("status", "not measured")]
+    out = []
+    for name, key, show in RECORD_FIELDS:
+        v = rec.get(key)
+        if key == "n" and rec.get("samples") is not None:
+            v = len(rec["samples"])
+        if v is not None:
+            out.append((name, show(v)))
+    return out
+
+
+def _samples(rec: dict[str, Any] | None) -> np.ndarray | None:
+    s = (rec or {}).get("samples")
+    return None if s is None else np.asarray(s, dtype=np.float64)
+
+
+def comparison(c: NightlyComparison, index: int, th: Thresholds) -> dict[str, Any]:
+    failing = {id(f) for f in gate(c.findings, th)}
+    # combinations only one side measured are counted by backend and direction, not listed one by one
+    one_side = Counter((f.head == "not measured", f.backend, f.direction) for f in c.findings
+                       if f.kind == "availability" and f.verdict == "change")
+    shown = sorted((f for f in c.findings if not (f.kind == "availability" and f.verdict == "change")),
+                   key=lambda f: rank(f, failing))
+    rows, plots = [], 0
+    for k, f in enumerate(shown[:MAX_ROWS]):
+        b, h = c.base_records.get(f.key), c.head_records.get(f.key)
+        if k >= MAX_DETAILED:
+            rows.append({"f": f, "label": label(f), "gated": id(f) in failing, "anchor": anchor(f),
+                         "settings": settings_str(f.settings), "detailed": False})
+            continue
+        plot = None
+        if f.kind == "time" and plots < MAX_EVIDENCE_PLOTS:
+            plot = strip_plot(_samples(b), _samples(h))
+            plots += plot is not None
+        rows.append({"f": f, "label": label(f), "gated": id(f) in failing, "anchor": anchor(f), "detailed": True,
+                     "settings": settings_str(f.settings), "base_rec": record_rows(b), "head_rec": record_rows(h),
+                     "base_run": (b or {}).get("run"), "head_run": (h or {}).get("run"), "plot": plot})
+    return {"index": index, "what": c.comparison.what, "base": c.comparison.base, "head": c.comparison.head,
+            "base_started": minute(c.comparison.base.runs[-1]["started"]),
+            "head_started": minute(c.comparison.head.runs[-1]["started"]),
+            "diff": [(k, "-" if a is None else str(a), "-" if b is None else str(b))
+                     for k, a, b in fingerprint_diff(c.base_fp, c.head_fp)],
+            "base_fp": flatten(c.base_fp), "head_fp": flatten(c.head_fp), "rows": rows,
+            "left_out": max(0, len(shown) - MAX_ROWS), "n_failing": len(failing),
+            "one_side": [{"n": n, "side": "base only" if gone else "head only", "where": f"{backend} {direction}"}
+                         for (gone, backend, direction), n in sorted(one_side.items())]}
+
+
+def changes_page(block: dict[str, Any], comps: list[NightlyComparison]) -> dict[str, Any]:
+    th = Thresholds()
+    return {"block": block, "comparisons": [comparison(c, i, th) for i, c in enumerate(comps)]}

@@ -1,0 +1,190 @@
+"""Charts as numbers: SVG coordinates computed here from the data; the templates only place them (no script)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections import Counter, defaultdict
+from typing import Any
+
+import numpy as np
+
+from .. import changepoint
+from ..records import OK
+from .fmt import err_color, fmt_err, fmt_time
+
+METRIC_NAMES = {"max_norm_err": "max normalised error", "rel_l2": "relative L2 error (asv records no other)",
+                None: "error (not measured)"}
+
+
+def _epoch(stamp: str) -> float:
+    d = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    return (d if d.tzinfo else d.replace(tzinfo=dt.timezone.utc)).timestamp()
+
+
+def line_chart(stamps: list[str], values: np.ndarray, changes: list[changepoint.Change], *,
+               events: list[tuple[int, str]] = (), width: int = 620, height: int = 170,
+               unit: str = "ms") -> dict[str, Any]:
+    """One series on a time axis (x by when each run started, 5 evenly spaced date ticks): change points as red
+    lines, segment levels dashed, ``events`` (index, label) such as a new stack as grey lines labelled below.
+    ``unit`` "ms" labels the y axis in µs or ms."""
+    pad_l, pad_r, pad_t, pad_b = 60, 10, 8, 36
+    v = np.asarray(values, dtype=np.float64)
+    finite = np.isfinite(v)
+    n = len(v)
+    if not finite.any():
+        return {"width": width, "height": height, "points": "", "changes": [], "ylabels": [], "xlabels": [],
+                "events": []}
+    lo, hi = float(np.nanmin(v[finite])), float(np.nanmax(v[finite]))
+    if hi - lo < 1e-12 * max(abs(hi), 1):
+        lo, hi = lo * 0.95, hi * 1.05 + 1e-12
+    span = hi - lo
+    lo, hi = lo - 0.05 * span, hi + 0.05 * span
+    t = [_epoch(x) for x in stamps]
+    t0, t1 = min(t), max(t)
+    t1 = t1 if t1 > t0 else t0 + 86400.0
+
+    def x(i: int) -> float:
+        return pad_l + (width - pad_l - pad_r) * (t[i] - t0) / (t1 - t0)
+
+    def y(val: float) -> float:
+        return pad_t + (height - pad_t - pad_b) * (1 - (val - lo) / (hi - lo))
+
+    def show(val: float) -> str:
+        return fmt_time(val) if unit == "ms" else f"{val:.3g}"
+
+    pts = " ".join(f"{x(i):.1f},{y(val):.1f}" for i, val in enumerate(v) if math.isfinite(val))
+    dots = [{"x": round(x(i), 1), "y": round(y(val), 1), "title": f"{stamps[i][:16].replace('T', ' ')}: {show(val)}"}
+            for i, val in enumerate(v) if math.isfinite(val)]
+    marks = [{"x": round(x(c.index), 1), "night": stamps[c.index][:10],
+              "label": f"step x{c.ratio:.2f} from {stamps[c.index][:10]}: {show(c.before)} -> {show(c.after)}"}
+             for c in changes]
+    bounds = [0, *[c.index for c in changes], n]
+    levels = []
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        seg = v[a:b][np.isfinite(v[a:b])]
+        if len(seg):
+            lv = float(np.exp(np.mean(np.log(seg)))) if (seg > 0).all() else float(np.mean(seg))
+            levels.append({"x1": round(x(a), 1), "x2": round(x(b - 1), 1), "y": round(y(lv), 1)})
+    ylabels = [{"y": round(y(val), 1), "text": show(val)} for val in (lo, (lo + hi) / 2, hi)]
+    short = t1 - t0 < 3 * 86400
+    xlabels = []
+    for k in range(5):
+        when = dt.datetime.fromtimestamp(t0 + (t1 - t0) * k / 4, dt.timezone.utc)
+        xlabels.append({"x": round(pad_l + (width - pad_l - pad_r) * k / 4, 1),
+                        "text": when.strftime("%m-%d %H:%M" if short else "%Y-%m-%d"),
+                        "anchor": "start" if k == 0 else ("end" if k == 4 else "middle")})
+    ev = [{"x": round(x(i), 1), "label": f"{stamps[i][:10]}: {text}", "n": k + 1} for k, (i, text) in enumerate(events)]
+    return {"width": width, "height": height, "points": pts, "dots": dots, "changes": marks, "levels": levels,
+            "ylabels": ylabels, "xlabels": xlabels, "events": ev, "x0": pad_l, "x1": width - pad_r,
+            "y1": height - pad_b}
+
+
+def strip_plot(base: np.ndarray, head: np.ndarray, *, width: int = 300, height: int = 62) -> dict[str, Any] | None:
+    """Both sides' timing samples (ms) on one axis labelled in µs or ms, medians as bars, ticks at both ends and
+    the middle: base row above, head row below."""
+    if base is None or head is None or not len(base) or not len(head):
+        return None
+    allv = np.concatenate([base, head]).astype(np.float64)
+    lo, hi = float(allv.min()), float(allv.max())
+    if hi <= lo:
+        hi = lo + max(abs(lo) * 1e-3, 1e-9)
+    pad = 12
+    sx = (width - 2 * pad) / (hi - lo)
+
+    def x(v: float) -> float:
+        return round(pad + (float(v) - lo) * sx, 1)
+
+    ticks = [{"x": x(v), "text": fmt_time(v)} for v in (lo, (lo + hi) / 2, hi)]
+    return {"width": width, "height": height, "base": [x(v) for v in base[:200]], "head": [x(v) for v in head[:200]],
+            "base_med": x(np.median(base)), "head_med": x(np.median(head)), "axis_y": 44, "ticks": ticks,
+            "lo": fmt_time(lo), "hi": fmt_time(hi), "x0": pad, "x1": width - pad}
+
+
+def heatmaps(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Accuracy heatmaps: algo x math, one per (dtype, direction); cell = worst max_norm_err of the
+    measurements (autotune, crosscheck and repro records have their own tables)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in recs:
+        if r["kind"] == "measurement":
+            groups[(r["dtype"], r["direction"])].append(r)
+    out = []
+    for (dtype, direction), rs in sorted(groups.items()):
+        # asv results carry the relative L2 error only; a map says which measure it shows
+        metric = next((m for m in ("max_norm_err", "rel_l2") if any(r[m] is not None for r in rs
+                                                                      if r["status"] == OK)), None)
+        algos = sorted({r["algo"] for r in rs})
+        maths = sorted({r["math"] for r in rs})
+        cell_w, cell_h, left, top = 92, 26, 230, 60
+        cells = []
+        for i, a in enumerate(algos):
+            for j, mth in enumerate(maths):
+                sel = [r for r in rs if r["algo"] == a and r["math"] == mth]
+                if not sel:
+                    continue
+                ok = [r for r in sel if r["status"] == OK]
+                errs = [r[metric] for r in ok if metric and r[metric] is not None]
+                classes = Counter(r["precision_class"] for r in ok if r["precision_class"])
+                worst = max(errs) if errs else None
+                statuses = Counter(r["status"] for r in sel)
+                broken = classes.get("broken", 0)
+                text = (("no error" if metric is None else fmt_err(worst)) if ok
+                        else next(iter(statuses)).replace("CUDNN_STATUS_", "").replace("NOT_SUPPORTED",
+                                                                                       "unsupported")[:13])
+                expl = next((r["explanation"] for r in sel if r.get("explanation")), None)
+                cells.append({"x": left + j * cell_w, "y": top + i * cell_h, "w": cell_w - 2, "h": cell_h - 2,
+                              "fill": "#cfd8e3" if ok and metric is None else
+                              err_color(None if broken else worst, bool(ok)), "text": text,
+                              "dark": bool(ok) and (broken or (worst is not None and worst > 1e-4)),
+                              "title": (f"{a} / {mth} / {dtype} / {direction}: {len(sel)} records, "
+                                        f"{dict(statuses)}; classes {dict(classes)}; worst {METRIC_NAMES[metric]} "
+                                        f"{fmt_err(worst)}" + (f". {expl}" if expl else ""))})
+        out.append({"dtype": dtype, "direction": direction, "rows": algos, "cols": maths, "cells": cells,
+                    "metric": METRIC_NAMES[metric],
+                    "width": left + cell_w * len(maths) + 10, "height": top + cell_h * len(algos) + 10,
+                    "left": left, "top": top, "cell_w": cell_w, "cell_h": cell_h})
+    return out
+
+
+def time_color(ratio: float) -> str:
+    """Heatmap colour for a time relative to the fastest in its row: green at 1x, through yellow to red at 10x."""
+    t = min(1.0, max(0.0, math.log10(max(ratio, 1.0))))
+    return f"hsl({120 * (1 - t):.0f},65%,{50 + 8 * (1 - t):.0f}%)"
+
+
+def time_heatmaps(recs: list[dict[str, Any]], max_rows: int = 60) -> list[dict[str, Any]]:
+    """Timing heatmaps: case x algorithm, one per (backend, dtype, direction); a cell is the best median over the
+    math types, layouts and settings of that case and algorithm, coloured by how much slower it is than the
+    fastest algorithm of its case."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in recs:
+        if r["kind"] == "measurement" and r["status"] == OK and r.get("median_ms"):
+            groups[(r["backend"], r["dtype"], r["direction"])].append(r)
+    out = []
+    for (backend, dtype, direction), rs in sorted(groups.items()):
+        best: dict[tuple[str, str], dict[str, Any]] = {}
+        for r in rs:
+            k = (r["case_id"], r["algo"])
+            if k not in best or r["median_ms"] < best[k]["median_ms"]:
+                best[k] = r
+        cases = sorted({c for c, _ in best})[:max_rows]
+        algos = sorted({a for _, a in best})
+        fastest = {c: min(v["median_ms"] for (cc, _), v in best.items() if cc == c) for c in cases}
+        cell_w, cell_h, left, top = 92, 22, 230, 60
+        cells = []
+        for i, c in enumerate(cases):
+            for j, a in enumerate(algos):
+                r = best.get((c, a))
+                if r is None:
+                    continue
+                ratio = r["median_ms"] / fastest[c]
+                cells.append({"x": left + j * cell_w, "y": top + i * cell_h, "w": cell_w - 2, "h": cell_h - 2,
+                              "fill": time_color(ratio), "text": fmt_time(r["median_ms"]), "dark": ratio > 4,
+                              "title": f"{c} / {a} / {backend} {dtype} {direction}: median "
+                                       f"{fmt_time(r['median_ms'])} ({ratio:.3g}x the case's fastest), math "
+                                       f"{r['math']}, layout {r['layout']}"})
+        out.append({"backend": backend, "dtype": dtype, "direction": direction, "rows": cases, "cols": algos,
+                    "cells": cells, "left_out": max(0, len({c for c, _ in best}) - max_rows),
+                    "width": left + cell_w * len(algos) + 10, "height": top + cell_h * len(cases) + 10,
+                    "left": left, "top": top, "cell_w": cell_w, "cell_h": cell_h})
+    return out

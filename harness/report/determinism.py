@@ -1,0 +1,91 @@
+"""Determinism: what was not bitwise reproducible, with documented non-determinism (the record's explanation
+says why) grouped and collapsed apart from what nothing explains."""
+
+from __future__ import annotations
+
+from collections import Counter
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from ..explain import nondeterminism_cause
+from ..records import OK
+from .fmt import settings_str
+from .investigations import findings
+from .model import MAX_ROWS, _combo_label, _distinct_per_column
+
+MAX_EXPECTED = 200  # rows per documented cause: the same explanation again and again says nothing new
+
+
+def documented_cause(rec: dict[str, Any]) -> str | None:
+    """Why a stored record may differ run to run by documentation (explain.nondeterminism_cause), or None."""
+    return nondeterminism_cause(SimpleNamespace(extra=rec.get("extra") or {}, backend=rec["backend"],
+                                                direction=rec["direction"], settings=rec.get("settings") or {}))
+
+
+def determinism(g: dict[str, Any]) -> dict[str, Any]:
+    within = []  # newest record of each combination per (machine, image) whose repeats / fresh handles differ
+    summary = []
+    repro_diff = []
+    for (machine, img), cur in sorted(g["current"].items()):
+        recs = [x for x in cur if x["status"] == OK and x["kind"] == "measurement"]
+        nd = [x for x in recs if x["repeat_equal"] == 0 or x["fresh_handle_equal"] == 0
+              or (x["distinct_outputs"] or 1) > 1]
+        checked = [x for x in recs if x["repeat_equal"] is not None]
+        repro = [x for x in cur if x["kind"] == "repro"]
+        fpe = Counter((x["extra"] or {}).get("fresh_process_equal") for x in repro)
+        summary.append({"machine": machine, "label": g["minfo"][machine].label, "image": img,
+                        "runs": list(dict.fromkeys(x["run"]["run_id"] for x in cur)),
+                        "ok": len(recs), "checked": len(checked), "nondeterministic": len(nd),
+                        "repro": len(repro), "repro_equal": fpe.get(True, 0), "repro_differs": fpe.get(False, 0),
+                        "repro_unknown": len(repro) - fpe.get(True, 0) - fpe.get(False, 0)})
+        for x in nd:
+            within.append({"machine": machine, "image": img, "rec": x, "settings": settings_str(x["settings"]),
+                           "cause": documented_cause(x)})
+        for x in repro:
+            if (x["extra"] or {}).get("fresh_process_equal") is False:
+                repro_diff.append({"machine": machine, "image": img, "rec": x,
+                                   "settings": settings_str(x["settings"])})
+    across = []
+    autotune = []
+    n_series = 0
+    for s in g["series"]:
+        if len(s.runs) < 2:
+            continue
+        n_series += 1
+        distinct = _distinct_per_column(s.hashes, 0)
+        for col in np.flatnonzero(distinct > 1):
+            c = _combo_label(g["combos"][int(s.combos[col])])
+            counts = Counter(int(h) for h in s.hashes[:, col] if h)
+            across.append({"machine": s.machine, "image": s.image, "combo": c, "distinct": int(distinct[col]),
+                           "nights": int((s.hashes[:, col] != 0).sum()),
+                           "top_share": counts.most_common(1)[0][1] / max(1, sum(counts.values()))})
+        has = (s.chosen >= 0).any(axis=0)
+        dch = _distinct_per_column(s.chosen, -1)
+        for col in np.flatnonzero(has):
+            counts = Counter(int(v) for v in s.chosen[:, col] if v >= 0)
+            if sum(counts.values()) < 2:  # one night says nothing about stability across nights
+                continue
+            c = _combo_label(g["combos"][int(s.combos[col])])
+            top, top_n = counts.most_common(1)[0]
+            autotune.append({"machine": s.machine, "image": s.image, "combo": c, "distinct": int(dch[col]),
+                             "nights": sum(counts.values()), "top": g["names"].get(top, "?"),
+                             "top_share": top_n / sum(counts.values()),
+                             "all": ", ".join(f"{g['names'].get(k, '?')} x{n}" for k, n in counts.most_common())})
+    autotune.sort(key=lambda a: (a["top_share"], a["machine"]))
+    across.sort(key=lambda a: (-a["distinct"], a["machine"]))
+    unexpected = [w for w in within if w["cause"] is None]
+    expected: dict[str, list[dict[str, Any]]] = {}
+    for w in within:
+        if w["cause"] is not None:
+            expected.setdefault(w["cause"], []).append(w)
+    return {"summary": summary, "within": unexpected[:MAX_ROWS], "within_left_out": max(0, len(unexpected) - MAX_ROWS),
+            "expected": [{"cause": cause, "n": len(ws), "machines": sorted({w["machine"] for w in ws}),
+                          "rows": ws[:MAX_EXPECTED], "left_out": max(0, len(ws) - MAX_EXPECTED)}
+                         for cause, ws in sorted(expected.items(), key=lambda kv: -len(kv[1]))],
+            "across": across[:MAX_ROWS], "across_left_out": max(0, len(across) - MAX_ROWS),
+            "autotune": autotune[:MAX_ROWS], "autotune_left_out": max(0, len(autotune) - MAX_ROWS),
+            "n_autotune_unstable": sum(1 for a in autotune if a["distinct"] > 1), "n_series": n_series,
+            "repro_diff": repro_diff[:MAX_ROWS], "repro_diff_left_out": max(0, len(repro_diff) - MAX_ROWS),
+            "sessions": findings(g)}

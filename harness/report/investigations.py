@@ -1,0 +1,125 @@
+"""Investigations, each on its own page: F.conv2d against direct cuDNN (crosscheck records), the autotuner's
+choices over fresh sessions (autotune records) and onnxruntime's search modes. Not nightly news: linked from the
+index, not on it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..records import OK  # noqa: F401  (kept for page modules that filter by status)
+from .fmt import settings_str
+from .model import MAX_ROWS
+
+
+def _sm_family(sm: str | None) -> str | None:
+    try:
+        major = int(str(sm).split(".")[0])
+    except ValueError:
+        return None
+    return {6: "Pascal", 7: "Volta/Turing", 8: "Ampere/Ada", 9: "Hopper", 10: "Blackwell", 12: "Blackwell"}.get(
+        major, f"sm {major}.x")
+
+
+def coverage(g: dict[str, Any]) -> dict[str, Any]:
+    """Which GPU generations the store holds, so that every answer can say which side it has no data for."""
+    gpus = sorted({(r["gpu_model"], r["sm"]) for r in g["runs"] if r["gpu_model"]}, key=str)
+    families = {_sm_family(sm) for _, sm in gpus}
+    return {"gpus": [f"{name} (sm {sm}, {_sm_family(sm)})" for name, sm in gpus],
+            "has_pre_tf32": any(f in ("Pascal", "Volta/Turing") for f in families),
+            "has_ampere": "Ampere/Ada" in families, "cpu_machines": [m.name for m in g["machines"]
+                                                                    if m.hardware == "cpu"]}
+
+
+def _autotune_row(machine: str, label: str, image: str, x: dict[str, Any]) -> dict[str, Any]:
+    extra = x["extra"] or {}
+    winners = extra.get("winners") or {}
+    near = extra.get("near_ties") or []
+    spread = extra.get("max_abs_spread")
+    distinct = x["distinct_outputs"] or 1
+    if len(winners) > 1 and distinct > 1:
+        verdict, rank = "different algorithms, different bits", 0
+    elif distinct > 1:
+        verdict, rank = "different bits", 1
+    elif len(winners) > 1:
+        verdict, rank = "different algorithms, same bits", 2
+    elif near:
+        verdict, rank = "near tie", 3
+    else:
+        verdict, rank = "stable", 4
+    return {"machine": machine, "label": label, "image": image, "rec": x, "run": x["run"], "verdict": verdict,
+            "rank": rank, "winners": ", ".join(f"{k} x{n}" for k, n in sorted(winners.items(), key=lambda kv: -kv[1])),
+            "trials": sum(winners.values()) if winners else (x["repeats"] or 0), "spread": spread,
+            "near": "; ".join(f"{t.get('winner')} leads {t.get('runner_up')} by {100 * t.get('gap', 0):.1f} %, "
+                              f"max |delta| {t.get('max_abs_delta', 0):.3g}" for t in near),
+            "settings": settings_str({k: v for k, v in x["settings"].items() if k != "record"})}
+
+
+def findings(g: dict[str, Any]) -> dict[str, Any]:
+    """The records that answer the suite's seed questions: F.conv2d against direct cuDNN with FMA math
+    (crosscheck records) and whether cuDNN's autotuner picks the same algorithm every session (autotune)."""
+    cross, tune = [], []
+    for (machine, img), recs in sorted(g["current"].items()):
+        label = g["minfo"][machine].label
+        for x in recs:
+            if x["kind"] == "crosscheck":
+                e = x["extra"] or {}
+                cross.append({"machine": machine, "label": label, "image": img, "rec": x, "run": x["run"],
+                              "delta": e.get("max_abs_delta"), "torch_class": e.get("torch_class"),
+                              "fma_class": e.get("cudnn_fma_class"), "fma_err": e.get("cudnn_fma_max_abs"),
+                              "sm": e.get("sm"), "settings": settings_str({k: v for k, v in x["settings"].items()
+                                                                           if k != "record"})})
+            elif x["kind"] == "autotune":
+                tune.append(_autotune_row(machine, label, img, x))
+    cross.sort(key=lambda c: (c["machine"], c["rec"]["case_id"], c["rec"]["dtype"]))
+    # the seed cases first: they are the ones the suite's questions were asked about
+    tune.sort(key=lambda t: (t["rank"], not t["rec"]["case_id"].startswith("seed."), -(t["spread"] or 0),
+                             t["machine"], t["rec"]["case_id"]))
+    return {"cross": cross, "autotune": tune, "coverage": coverage(g),
+            "n_unstable": sum(1 for t in tune if t["rank"] <= 1),
+            "n_same_bits": sum(1 for t in tune if t["rank"] == 2),
+            "n_near": sum(1 for t in tune if t["rank"] == 3)}
+
+
+ORT_MODES = ("EXHAUSTIVE", "HEURISTIC", "DEFAULT")
+
+
+def ort(g: dict[str, Any]) -> dict[str, Any]:
+    rows = []
+    pivot: dict[tuple, dict[str, Any]] = {}
+    for (machine, img), cur in sorted(g["current"].items()):
+        for x in cur:
+            # asv's copies of the grid (one value per track function) say less than the journaled records
+            # beside them; the page reads the records
+            if x["backend"] != "ort" or "asv_benchmark" in (x["settings"] or {}):
+                continue
+            mode = (x["settings"] or {}).get("cudnn_conv_algo_search")
+            others = {k: v for k, v in x["settings"].items() if k != "cudnn_conv_algo_search"}
+            rows.append({"machine": machine, "label": g["minfo"][machine].label, "image": img, "rec": x,
+                         "mode": mode if mode is not None else "-", "settings": settings_str(others)})
+            key = (machine, img, x["case_id"], x["dtype"], settings_str(others))
+            p = pivot.setdefault(key, {"machine": machine, "label": g["minfo"][machine].label, "image": img,
+                                       "case": x["case_id"], "dtype": x["dtype"], "settings": key[-1],
+                                       "modes": {}, "run": x["run"]})
+            p["modes"][str(mode)] = x
+    modes = list(ORT_MODES) + sorted({m for p in pivot.values() for m in p["modes"]} - set(ORT_MODES))
+    table = []
+    for p in pivot.values():
+        ms = {m: p["modes"][m]["median_ms"] for m in ORT_MODES if m in p["modes"]
+              and p["modes"][m]["median_ms"] is not None}
+        hashes = {p["modes"][m]["hash"] for m in p["modes"] if p["modes"][m]["hash"]}
+        several = len(p["modes"]) >= 2
+        table.append({**p, "ms": ms, "fastest": min(ms, key=ms.get) if len(ms) >= 2 else None,
+                      "same_bits": (len(hashes) == 1) if several and hashes else None,
+                      "cells": [p["modes"].get(m) for m in modes]})
+    table.sort(key=lambda p: (p["machine"], p["image"], p["case"], p["dtype"], p["settings"]))
+    rows.sort(key=lambda r: (r["machine"], r["image"], r["rec"]["case_id"], r["rec"]["dtype"], r["mode"]))
+    runs = {id(None)}
+    ort_runs = []
+    for r in rows:
+        if r["rec"]["run"]["id"] not in runs:
+            runs.add(r["rec"]["run"]["id"])
+            ort_runs.append(r["rec"]["run"])
+    notes = sorted({r["rec"]["explanation"] for r in rows if r["rec"]["explanation"]})
+    return {"rows": rows[:MAX_ROWS], "left_out": max(0, len(rows) - MAX_ROWS), "modes": modes,
+            "pivot": table[:MAX_ROWS], "pivot_left_out": max(0, len(table) - MAX_ROWS), "runs": ort_runs,
+            "notes": notes[:20]}

@@ -1,0 +1,115 @@
+"""One page per machine: timing and accuracy heatmaps of its newest records, nightly series with change points
+and stack changes, and every run's stack and fingerprint as a table with what changed since the run before."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .. import changepoint, pairing
+from ..compare import fingerprint_diff
+from ..pairing import stack_line
+from .charts import heatmaps, line_chart, time_heatmaps
+from .fmt import flatten
+from .model import MAX_CHARTS, MAX_ROWS, MachineInfo, Series, _combo_label
+
+MAX_FINGERPRINTS = 20  # newest runs shown with their whole fingerprint; every run keeps its stack and its diff
+
+
+def history(series: list[Series], info: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """A machine's image series joined on one time axis: its runs by start, medians over the union of their
+    combinations, and an event wherever the stack changes from one run to the next (an upgrade shows as a step
+    at an event instead of a chart that restarts)."""
+    runs = sorted((r for s in series for r in s.runs), key=lambda r: (r["started"], r["id"]))
+    row = {id(r): i for i, r in enumerate(runs)}
+    ids = np.unique(np.concatenate([s.combos for s in series]))
+    col = {int(c): j for j, c in enumerate(ids)}
+    median = np.full((len(runs), len(ids)), np.nan)
+    for s in series:
+        rows = [row[id(r)] for r in s.runs]
+        cols = [col[int(c)] for c in s.combos]
+        median[np.ix_(rows, cols)] = s.median
+    events = []
+    for i in range(1, len(runs)):
+        before, after = (pairing.stack_fields(info[r["id"]]["fingerprint"]) for r in (runs[i - 1], runs[i]))
+        change = pairing.fields_change(before, after)
+        if change:
+            events.append((i, change))
+    return {"runs": runs, "median": median, "col": col, "events": events}
+
+
+def chained_index(median: np.ndarray) -> np.ndarray:
+    """Run-level time index: each run against the last earlier run it shares combinations with (geometric mean
+    of the ratios), chained from 1 at the first run; runs that cover other parts of a sweep do not break it."""
+    idx = np.full(len(median), np.nan)
+    if not len(median):
+        return idx
+    with np.errstate(invalid="ignore", divide="ignore"):
+        logm = np.log(median)
+    have = np.isfinite(logm)
+    first = next((i for i in range(len(median)) if have[i].any()), None)
+    if first is None:
+        return idx
+    idx[first] = 1.0
+    for i in range(first + 1, len(median)):
+        for j in range(i - 1, first - 1, -1):
+            shared = have[i] & have[j] & np.isfinite(idx[j])
+            if shared.any():
+                idx[i] = idx[j] * float(np.exp(np.mean(logm[i, shared] - logm[j, shared])))
+                break
+    return idx
+
+
+def machine_page(g: dict[str, Any], m: MachineInfo) -> dict[str, Any]:
+    maps = []
+    for img in m.images:
+        recs = g["current"][(m.name, img)]
+        from_runs = list(dict.fromkeys(x["run"]["run_id"] for x in recs))
+        maps.append({"image": img, "run": g["latest"][(m.name, img)], "from_runs": from_runs,
+                     "maps": heatmaps(recs)})
+    charts = []
+    overview_charts = []
+    for source in ("journal", "asv"):
+        series = [x for x in g["series"] if x.machine == m.name and x.runs[0]["source"] == source]
+        if not series:
+            continue
+        h = history(series, g["info"])
+        stamps = [r["started"] for r in h["runs"]]
+        if len(h["runs"]) >= 2:
+            idx = chained_index(h["median"])
+            if np.isfinite(idx).sum() >= 2:
+                ch = changepoint.detect(idx)
+                overview_charts.append({"source": source, "n": len(h["runs"]), "changes": ch,
+                                        "events": h["events"],
+                                        "chart": line_chart(stamps, idx, ch, events=h["events"],
+                                                            unit="x the first run")})
+        ranked = sorted(((s_, col, chs) for s_ in series for col, chs in s_.changes.items()),
+                        key=lambda t: -max(abs(math.log(c.ratio)) for c in t[2]))
+        for s_, col, chs in ranked[:MAX_CHARTS]:
+            combo = int(s_.combos[col])
+            j = h["col"][combo]
+            at = {id(r): i for i, r in enumerate(h["runs"])}
+            moved = [changepoint.Change(at[id(s_.runs[c.index])], c.before, c.after, c.ratio, c.score) for c in chs]
+            charts.append({"image": s_.image, "combo": _combo_label(g["combos"][combo]),
+                           "chart": line_chart(stamps, h["median"][:, j], moved, events=h["events"]),
+                           "changes": [{"night": s_.runs[c.index]["night"], "ratio": c.ratio, "before": c.before,
+                                        "after": c.after} for c in chs]})
+    runs = []
+    shown = m.runs[-MAX_ROWS:]
+    for i, r in enumerate(shown):
+        info = g["info"][r["id"]]
+        fp = info["fingerprint"]
+        before = g["info"][shown[i - 1]["id"]]["fingerprint"] if i else None
+        full = i >= len(shown) - MAX_FINGERPRINTS
+        runs.append({"run": r, "stack": stack_line(fp), "fingerprint": flatten(fp) if full else None,
+                     "options": flatten(info["options"]) if full else None,
+                     "end": flatten(info["end"]) if info["end"] and full else None,
+                     "diff": None if before is None else [(k, "-" if a is None else str(a), "-" if b is None else str(b))
+                                                          for k, a, b in fingerprint_diff(before, fp)]})
+    # timing of what the machine runs now: its newest image of each source (older images are in the history)
+    newest = {g["latest"][(m.name, img)]["source"]: img for img in m.images}
+    times = [{"image": img, "maps": time_heatmaps(g["current"][(m.name, img)])} for img in newest.values()]
+    return {"m": m, "maps": maps, "times": times, "charts": charts, "overview_charts": overview_charts, "runs": runs,
+            "runs_left_out": max(0, len(m.runs) - MAX_ROWS)}

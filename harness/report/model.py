@@ -1,0 +1,240 @@
+"""The model every page renders: the store's runs grouped by machine and image, the newest record of every
+combination, nightly series with change points, image transitions compared with the gate's own
+``compare_records``, and each machine's nights paired for the morning question (pairing.py).
+
+The model aggregates, so the index stays small for a fleet of any size; anything per run or per combination lives
+on the per-topic and per-machine pages, and long tables are capped with the count of rows left out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import changepoint, pairing
+from ..compare import Thresholds, compare_records
+from ..store import Store
+from .fmt import hardware_label, settings_str, slug
+
+MAX_ROWS = 3000  # per table; more rows are counted, not shown
+MAX_CHARTS = 24  # series charts per machine page
+MAX_EVIDENCE_PLOTS = 300
+
+
+# ---- the model the templates render ------------------------------------------------------------------------------
+
+@dataclass
+class MachineInfo:
+    name: str
+    slug: str
+    hardware: str
+    label: str
+    images: list[str]
+    runs: list[dict[str, Any]]
+    latest_fp: dict[str, Any]
+
+
+@dataclass
+class Series:
+    """Nightly values of one (machine, image): rows are runs (oldest first), columns combination ids."""
+
+    machine: str
+    image: str
+    runs: list[dict[str, Any]]
+    combos: np.ndarray
+    median: np.ndarray
+    hashes: np.ndarray
+    chosen: np.ndarray
+    changes: dict[int, list[changepoint.Change]] = field(default_factory=dict)
+
+
+def _series(store: Store, machine: str, image: str, runs: list[dict[str, Any]],
+            vectors: dict[int, dict[str, np.ndarray]]) -> Series:
+    ids = np.unique(np.concatenate([vectors[r["id"]]["combo"] for r in runs if r["id"] in vectors] or [[]]))
+    ids = ids.astype(np.int64)
+    T, S = len(runs), len(ids)
+    med = np.full((T, S), np.nan)
+    hashes = np.zeros((T, S), dtype=np.int64)
+    chosen = np.full((T, S), -1, dtype=np.int32)
+    for i, r in enumerate(runs):
+        v = vectors.get(r["id"])
+        if v is None or not len(v["combo"]):
+            continue
+        cols = np.searchsorted(ids, v["combo"])
+        ok = v["ok"]
+        med[i, cols[ok]] = v["median"][ok]
+        hashes[i, cols[ok]] = v["hash"][ok]
+        chosen[i, cols] = v["chosen"]
+    return Series(machine, image, runs, ids, med, hashes, chosen)
+
+
+def _distinct_per_column(M: np.ndarray, missing: int) -> np.ndarray:
+    S = np.sort(M, axis=0)
+    new = np.ones(S.shape, dtype=bool)
+    new[1:] = S[1:] != S[:-1]
+    return (new & (S != missing)).sum(axis=0)
+
+
+def _combo_label(c: dict[str, Any]) -> dict[str, Any]:
+    settings = json.loads(c["settings"]) if isinstance(c["settings"], str) else c["settings"]
+    if c.get("kind", "measurement") != "measurement":
+        settings = {"record": c["kind"], **settings}
+    return {"case": c["case_id"], "backend": c["backend"], "direction": c["direction"], "algo": c["algo"],
+            "math": c["math"], "dtype": c["dtype"], "layout": c["layout"], "settings": settings_str(settings),
+            "raw_settings": settings}
+
+
+def current_records(store: Store, runs: list[dict[str, Any]], vectors: dict[int, dict[str, np.ndarray]],
+                    memo: dict[int, list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
+    """The newest record of every combination over the runs of one machine and image (oldest first).
+
+    A nightly run covers everything, so only the newest run is read; runs that each cover part of a sweep
+    (a forward run, then autotune, then backward, one after another) are read in turn for what no newer run
+    measured. Each record says which run it came from."""
+    seen: set[int] = set()
+    out: list[dict[str, Any]] = []
+    for r in reversed(runs):
+        v = vectors.get(r["id"])
+        if v is None or not len(v["combo"]):
+            continue
+        new = set(v["combo"].tolist()) - seen
+        if not new:
+            continue
+        if memo is None or r["id"] not in memo:
+            recs = store.records(r["id"])  # with samples: comparisons test times on them
+            if memo is not None:
+                memo[r["id"]] = recs
+        for x in memo[r["id"]] if memo is not None else recs:
+            if x["combo"] in new:
+                x["run"] = r
+                out.append(x)
+        seen |= new
+    return out
+
+
+def gather(store: Store, title: str) -> dict[str, Any]:
+    runs = store.runs()
+    combos = store.combos()
+    names = store.names()
+    fps: dict[int, dict[str, Any]] = {}
+    by_machine: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in runs:
+        by_machine[r["machine"]].append(r)
+    images_order: list[str] = []
+    for r in runs:
+        if r["image"] not in images_order:
+            images_order.append(r["image"])
+    machines: list[MachineInfo] = []
+    for m in sorted(by_machine):
+        rs = by_machine[m]
+        known = [r for r in rs if r["hardware"] != "unknown"] or rs  # asv results record no hardware
+        fp = store.run_json(known[-1]["id"])["fingerprint"]
+        fps[known[-1]["id"]] = fp
+        imgs = list(dict.fromkeys(r["image"] for r in rs))
+        machines.append(MachineInfo(m, slug(m), known[-1]["hardware"], hardware_label(known[-1], fp), imgs, rs,
+                                    fp))
+    minfo = {m.name: m for m in machines}
+    latest = {(r["machine"], r["image"]): r for r in runs}  # runs are oldest first: the last one wins
+
+    # nightly series and change points, per (machine, image)
+    all_vectors = store.vectors([r["id"] for r in runs])
+    runs_of: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in runs:
+        runs_of[(r["machine"], r["image"])].append(r)
+    memo: dict[int, list[dict[str, Any]]] = {}
+    current = {key: current_records(store, runs_of[key], all_vectors, memo) for key in latest}
+    info = {r["id"]: store.run_json(r["id"]) for r in runs}  # fingerprint and options: stacks, studies
+    verdicts: dict[tuple, list[Any]] = {}  # one compare_records per pair of record sets, shared by the pages
+    nightly = nightly_comparisons(store, runs, info, all_vectors, memo, verdicts)
+    series: list[Series] = []
+    for m in machines:
+        for img in m.images:
+            rs = [r for r in m.runs if r["image"] == img]
+            s = _series(store, m.name, img, rs, all_vectors)
+            s.changes = changepoint.detect_matrix(s.median) if len(rs) >= 2 * changepoint.MIN_SIZE else {}
+            series.append(s)
+    del all_vectors, memo
+
+    # image transitions on each machine: latest run of an image vs latest run of the image that followed it
+    th = Thresholds()
+    transitions = []
+    pairs = []
+    for m in machines:
+        # asv results and the suite's own journals are two views, not two images: each is compared with its kind
+        for source in ("journal", "asv"):
+            imgs = [i for i in m.images if latest[(m.name, i)]["source"] == source]
+            pairs.extend((m, a, b) for a, b in zip(imgs[:-1], imgs[1:], strict=True))
+    for m, a, b in pairs:
+        rb, rh = latest[(m.name, a)], latest[(m.name, b)]
+        findings = judged(current[(m.name, a)], current[(m.name, b)], th, verdicts)
+        for f in findings:
+            f.machine, f.base_run, f.head_run = m.name, rb["run_id"], rh["run_id"]
+        transitions.append({"machine": m.name, "slug": m.slug, "label": m.label, "base": rb, "head": rh,
+                            "findings": findings})
+
+    # per-(machine, image) regression counts for the overview
+    regressed: Counter = Counter()
+    for t in transitions:
+        regressed[(t["machine"], t["head"]["image"])] += sum(f.verdict == "regression" for f in t["findings"])
+    steps_up: Counter = Counter()
+    for s in series:
+        for _col, chs in s.changes.items():
+            steps_up[(s.machine, s.image)] += sum(c.ratio > 1 for c in chs)
+
+    return {"title": title, "runs": runs, "combos": combos, "names": names, "machines": machines, "minfo": minfo,
+            "images": images_order, "latest": latest, "series": series, "transitions": transitions,
+            "regressed": regressed, "steps_up": steps_up, "store": store, "current": current,
+            "nightly": nightly, "info": info}
+
+
+@dataclass
+class NightlyComparison:
+    """One machine's latest night against a base night, judged by the gate's own ``compare_records``."""
+
+    machine: pairing.MachineNights
+    comparison: pairing.Comparison
+    findings: list[Any]  # compare.Finding
+    base_records: dict[str, dict[str, Any]]  # by record key: the drill-down shows both records
+    head_records: dict[str, dict[str, Any]]
+    base_fp: dict[str, Any]
+    head_fp: dict[str, Any]
+
+
+def judged(base: list[dict[str, Any]], head: list[dict[str, Any]], th: Thresholds,
+           verdicts: dict[tuple, list[Any]], history: list[list[dict[str, Any]]] = ()) -> list[Any]:
+    """``compare_records`` of two record sets (with the history of the base's machine and stack, as the gate
+    has it), once per pair of the runs they come from: a machine's previous stack is usually its previous image,
+    and the two pages share the one judgement."""
+    key = tuple(tuple(sorted({x["run"]["id"] for x in side})) for side in (base, head, *history))
+    if key not in verdicts:
+        verdicts[key] = compare_records(base, head, th, history)
+    return verdicts[key]
+
+
+def nightly_comparisons(store: Store, runs: list[dict[str, Any]], info: dict[int, dict[str, Any]],
+                        vectors: dict[int, dict[str, np.ndarray]], memo: dict[int, list[dict[str, Any]]],
+                        verdicts: dict[tuple, list[Any]]) -> list[tuple[pairing.MachineNights, list[NightlyComparison]]]:
+    """Every machine's nights (pairing.py) with, for each of its comparisons, the findings of its latest night."""
+    th = Thresholds()
+    out = []
+    for m in pairing.machines(runs, info):
+        done = []
+        for c in m.comparisons:
+            base = current_records(store, c.base.runs, vectors, memo)
+            head = current_records(store, c.head.runs, vectors, memo)
+            earlier = pairing.history_runs(c.base.runs[-1], info[c.base.runs[-1]["id"]]["fingerprint"],
+                                           [r for n in m.nights for r in n.runs],
+                                           lambda r: info[r["id"]]["fingerprint"])
+            history = [current_records(store, [r], vectors, memo) for r in earlier]
+            fs = judged(base, head, th, verdicts, history)
+            for f in fs:
+                f.machine, f.base_run, f.head_run = m.name, c.base.runs[-1]["run_id"], c.head.runs[-1]["run_id"]
+            done.append(NightlyComparison(m, c, fs, {x["key"]: x for x in base}, {x["key"]: x for x in head},
+                                          info[c.base.runs[-1]["id"]]["fingerprint"],
+                                          info[c.head.runs[-1]["id"]]["fingerprint"]))
+        out.append((m, done))
+    return out

@@ -1,0 +1,128 @@
+"""The index: what changed last night, machine by machine, in the gate's own verdicts and words.
+
+For each machine (a GPU on a host) its latest night against its previous night on the same stack and against its
+previous stack (pairing.py), judged by ``compare.compare_records`` and ``compare.gate`` with the calibrated
+``Thresholds()``: the counts first, then the top findings with their explanation, then what the machine stopped
+running and why. Verdict words come from the findings themselves, so a new verdict shows up without a change here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import Counter
+from typing import Any
+
+from .. import pairing
+from ..compare import Thresholds, gate
+from ..records import OK, SKIPPED
+from .fmt import minute, settings_str, slug
+from .model import NightlyComparison
+
+TOP = 5  # findings per comparison on the index; the machine's changes page has them all
+# what matters most first: a gate failure, then an undecided time, then what stopped running
+ORDER = {"regression": 0, "ambiguous": 1, "improvement": 3, "change": 4}
+
+
+def neutral(status: str) -> bool:
+    """A status that is the expected answer, not a failure: the library does not support the combination, or the
+    host cannot run it. It is counted apart and never colours a machine red."""
+    return status.endswith("NOT_SUPPORTED") or status == SKIPPED
+
+
+def label(f: Any) -> str:
+    """The finding's verdict as ``convbench compare`` words it, with its kind where the words alone are vague."""
+    return f.words if f.kind == "time" else f"{f.kind} {f.words}"
+
+
+def rank(f: Any, failing: set[int]) -> tuple:
+    size = abs(math.log(f.ratio)) if f.ratio and f.ratio > 0 else 0.0
+    return (id(f) not in failing, ORDER.get(f.verdict, 2), -size, f.key)
+
+
+def anchor(f: Any) -> str:
+    """The permalink id of a finding on its machine's changes page: stable for the same finding night after night."""
+    return f"f-{f.kind}-" + hashlib.sha1(f"{f.key}|{f.evidence.split(',')[0]}".encode()).hexdigest()[:12]
+
+
+def lost(c: NightlyComparison) -> list[dict[str, Any]]:
+    """What the latest night ran less than its base, grouped by why: combinations that were ok and now fail with
+    a status and reason, and combinations the night did not measure at all."""
+    why: Counter = Counter()
+    for f in c.findings:
+        if f.kind != "availability":
+            continue
+        if f.verdict == "regression":
+            rec = c.head_records.get(f.key) or {}
+            why[(f"ran before, now {f.head}", rec.get("reason") or "no reason recorded")] += 1
+        elif f.head == "not measured":
+            rec = c.base_records.get(f.key) or {}
+            where = f"{rec.get('backend', '?')} {rec.get('direction', '?')}"
+            why[("not measured in the latest night", f"{where}: no run of the night covered it")] += 1
+    return [{"n": n, "what": what, "why": reason} for (what, reason), n in why.most_common()]
+
+
+def comparison(c: NightlyComparison, th: Thresholds) -> dict[str, Any]:
+    failing = {id(f) for f in gate(c.findings, th)}
+    counts = Counter(label(f) for f in c.findings)
+    order = {label(f): rank(f, failing)[:2] for f in c.findings}
+    # what stopped running is summed up by why (lost), not listed combination by combination
+    top = sorted((f for f in c.findings if f.kind != "availability"), key=lambda f: rank(f, failing))[:TOP]
+    return {"what": c.comparison.what, "base": c.comparison.base, "head": c.comparison.head,
+            "n_failing": len(failing), "n": len(c.findings),
+            "counts": [(lab, n, order[lab][1] == 0) for lab, n in
+                       sorted(counts.items(), key=lambda kv: (order[kv[0]], -kv[1]))],
+            "top": [{"f": f, "label": label(f), "gated": id(f) in failing, "settings": settings_str(f.settings), "anchor": anchor(f)}
+                    for f in top],
+            "lost": lost(c), "stack_change": pairing.stack_change(c.comparison.base, c.comparison.head)}
+
+
+def morning(g: dict[str, Any]) -> dict[str, Any]:
+    """Index context: one block per machine, the ones with gate failures first."""
+    th = Thresholds()
+    blocks = []
+    for m, comps in g["nightly"]:
+        latest = m.latest
+        cs = [comparison(c, th) for c in comps]
+        minfo = g["minfo"].get(m.name)
+        where = "" if m.key.startswith("machine:") else "host {}, {}".format(*m.key.split("/", 1))
+        blocks.append({"name": m.name, "key": m.key, "where": where, "source": m.source, "slug": slug(m.key),
+                       "machine_slug": minfo.slug if minfo else None, "label": minfo.label if minfo else "",
+                       "night": latest.night, "runs": latest.runs, "stack": latest.stack_line,
+                       "started": minute(latest.runs[0]["started"]), "comparisons": cs,
+                       "n_failing": sum(c["n_failing"] for c in cs),
+                       "n_findings": sum(c["n"] for c in cs), "n_nights": len(m.nights)})
+    blocks.sort(key=lambda b: (-b["n_failing"], -b["n_findings"], b["source"] != "journal", b["name"]))
+    last = max((b["night"] for b in blocks), default=None)
+    return {"blocks": blocks, "night": last, "n_failing": sum(b["n_failing"] for b in blocks),
+            "machines_failing": sum(1 for b in blocks if b["n_failing"]), "thresholds": th}
+
+
+def overview(g: dict[str, Any]) -> dict[str, Any]:
+    """Machines x images: what ran, what failed (neutral statuses apart), what regressed between images."""
+    rows = []
+    for m in g["machines"]:
+        cells = []
+        for img in g["images"]:
+            rs = [r for r in m.runs if r["image"] == img]
+            if not rs:
+                cells.append(None)
+                continue
+            last = rs[-1]
+            cur = g["current"].get((m.name, img), [])
+            statuses = Counter(x["status"] for x in cur)
+            failed = {k: v for k, v in statuses.items() if k != OK and not neutral(k)}
+            expected = {k: v for k, v in statuses.items() if neutral(k)}
+            cells.append({"runs": len(rs), "last_night": last["night"], "records": len(cur),
+                          "ok": statuses.get(OK, 0), "failed": sum(failed.values()), "failed_by": failed,
+                          "expected": sum(expected.values()), "expected_by": expected,
+                          "asv": last["source"] == "asv",
+                          "from_runs": len({x["run"]["id"] for x in cur}),
+                          "incomplete": sum(1 for r in rs if not r["complete"]),
+                          "regressions": g["regressed"].get((m.name, img), 0),
+                          "steps": g["steps_up"].get((m.name, img), 0)})
+        rows.append({"machine": m, "cells": cells})
+    total_records = sum(r["n_records"] for r in g["runs"])
+    hw = Counter(m.label for m in g["machines"])
+    return {"rows": rows, "n_runs": len(g["runs"]), "n_records": total_records, "hardware": sorted(hw.items()),
+            "n_regressions": sum(g["regressed"].values()), "n_steps": sum(g["steps_up"].values())}

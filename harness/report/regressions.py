@@ -1,0 +1,49 @@
+"""Every image transition's findings from the gate's own comparison, and the nightly change points."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+from ..compare import Thresholds
+from .charts import strip_plot
+from .fmt import settings_str
+from .model import MAX_EVIDENCE_PLOTS, MAX_ROWS, _combo_label
+
+
+def regressions(g: dict[str, Any]) -> dict[str, Any]:
+    items = []
+    plots = 0
+    for t in g["transitions"]:
+        regs = [f for f in t["findings"] if f.verdict == "regression"]
+        changes = Counter(f"{f.kind} {f.verdict}" for f in t["findings"] if f.verdict != "regression")
+        rows = []
+        base_recs: dict[str, dict[str, Any]] | None = None
+        head_recs: dict[str, dict[str, Any]] = {}
+        for f in regs[:MAX_ROWS]:
+            plot = None
+            if f.kind == "time" and plots < MAX_EVIDENCE_PLOTS:
+                if base_recs is None:
+                    base_recs = {x["key"]: x for x in g["current"][(t["machine"], t["base"]["image"])]}
+                    head_recs = {x["key"]: x for x in g["current"][(t["machine"], t["head"]["image"])]}
+                b, h = base_recs.get(f.key), head_recs.get(f.key)
+                if b is not None and h is not None:
+                    plot = strip_plot(b["samples"], h["samples"])
+                    plots += 1
+            rows.append({"f": f, "settings": settings_str(f.settings), "plot": plot})
+        items.append({"t": t, "rows": rows, "left_out": max(0, len(regs) - MAX_ROWS), "other": sorted(
+            changes.items())})
+    steps = []
+    for s in g["series"]:
+        nights = [r["night"] for r in s.runs]
+        for col, chs in s.changes.items():
+            c = _combo_label(g["combos"][int(s.combos[col])])
+            for ch in chs:
+                steps.append({"machine": s.machine, "slug": g["minfo"][s.machine].slug,
+                              "label": g["minfo"][s.machine].label, "image": s.image, "combo": c,
+                              "night": nights[ch.index], "ratio": ch.ratio, "before": ch.before, "after": ch.after,
+                              "score": ch.score, "n": len(s.runs)})
+    steps.sort(key=lambda x: -abs(math.log(x["ratio"])))
+    return {"pairs": items, "steps": steps[:MAX_ROWS], "steps_left_out": max(0, len(steps) - MAX_ROWS),
+            "n_steps": len(steps), "thresholds": Thresholds()}
