@@ -22,7 +22,7 @@ from .fmt import hardware_label, settings_str, slug
 
 MAX_ROWS = 3000  # per table; more rows are counted, not shown
 MAX_CHARTS = 24  # series charts per machine page
-MAX_EVIDENCE_PLOTS = 300
+MAX_EVIDENCE_PLOTS = 40  # sample strips per page: each is two rows of up to 100 dots
 
 
 # ---- the model the templates render ------------------------------------------------------------------------------
@@ -160,7 +160,6 @@ def gather(store: Store, title: str) -> dict[str, Any]:
     del all_vectors, memo
 
     # image transitions on each machine: latest run of an image vs latest run of the image that followed it
-    th = Thresholds()
     transitions = []
     pairs = []
     for m in machines:
@@ -170,7 +169,7 @@ def gather(store: Store, title: str) -> dict[str, Any]:
             pairs.extend((m, a, b) for a, b in zip(imgs[:-1], imgs[1:], strict=True))
     for m, a, b in pairs:
         rb, rh = latest[(m.name, a)], latest[(m.name, b)]
-        findings = judged(current[(m.name, a)], current[(m.name, b)], th, verdicts)
+        findings = judged(store, current[(m.name, a)], current[(m.name, b)], rb, info, verdicts)
         for f in findings:
             f.machine, f.base_run, f.head_run = m.name, rb["run_id"], rh["run_id"]
         transitions.append({"machine": m.name, "slug": m.slug, "label": m.label, "base": rb, "head": rh,
@@ -204,13 +203,17 @@ class NightlyComparison:
     head_fp: dict[str, Any]
 
 
-def judged(base: list[dict[str, Any]], head: list[dict[str, Any]], th: Thresholds,
-           verdicts: dict[tuple, list[Any]]) -> list[Any]:
-    """``compare_records`` of two record sets, once per pair of the runs they come from: a machine's previous
-    stack is usually its previous image, and the two pages share the one judgement."""
-    key = tuple(tuple(sorted({x["run"]["id"] for x in side})) for side in (base, head))
+def judged(store: Store, base: list[dict[str, Any]], head: list[dict[str, Any]], base_run: dict[str, Any],
+           info: dict[int, dict[str, Any]], verdicts: dict[tuple, list[Any]]) -> list[Any]:
+    """What ``convbench compare`` finds between two record sets: ``compare_records`` with the calibrated
+    ``Thresholds()`` and the base machine's history (``cmd_fleet.history``), once per pair of the runs they
+    come from (a machine's previous stack is usually its previous image: the pages share the one judgement)."""
+    from ..cmd_fleet import history
+
+    key = tuple(tuple(sorted({x["run"]["id"] for x in side})) for side in (base, head)) + (base_run["id"],)
     if key not in verdicts:
-        verdicts[key] = compare_records(base, head, th)
+        past = history(store, base_run, info[base_run["id"]]["fingerprint"], lambda pk: info[pk]["fingerprint"])
+        verdicts[key] = compare_records(base, head, Thresholds(), past)
     return verdicts[key]
 
 
@@ -218,14 +221,13 @@ def nightly_comparisons(store: Store, runs: list[dict[str, Any]], info: dict[int
                         vectors: dict[int, dict[str, np.ndarray]], memo: dict[int, list[dict[str, Any]]],
                         verdicts: dict[tuple, list[Any]]) -> list[tuple[pairing.MachineNights, list[NightlyComparison]]]:
     """Every machine's nights (pairing.py) with, for each of its comparisons, the findings of its latest night."""
-    th = Thresholds()
     out = []
     for m in pairing.machines(runs, info):
         done = []
         for c in m.comparisons:
             base = current_records(store, c.base.runs, vectors, memo)
             head = current_records(store, c.head.runs, vectors, memo)
-            fs = judged(base, head, th, verdicts)
+            fs = judged(store, base, head, c.base.runs[-1], info, verdicts)
             for f in fs:
                 f.machine, f.base_run, f.head_run = m.name, c.base.runs[-1]["run_id"], c.head.runs[-1]["run_id"]
             done.append(NightlyComparison(m, c, fs, {x["key"]: x for x in base}, {x["key"]: x for x in head},
