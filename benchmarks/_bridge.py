@@ -50,7 +50,18 @@ def settle() -> None:
 
 
 def case_ids() -> list[str]:
+    """The cases this run measures (CONVBENCH_CASES, else the host's default set)."""
     return list(_selected(os.environ.get("CONVBENCH_CASES")))
+
+
+def param_cases() -> list[str]:
+    """asv's case parameter: the whole catalogue, whatever this run measures.
+
+    asv publish reads the parameters from benchmarks.json, which each run rewrites; parameters that followed
+    CONVBENCH_CASES left a published site showing only the latest run's cases (1 of 26 after an ort-only run).
+    A case this run did not measure is n/a (``check``), and `convbench bench` does not hand it to asv at all.
+    """
+    return list(catalogue.CATALOGUE)
 
 
 def results_root() -> Path:

@@ -8,7 +8,7 @@ the default job; the backward ones run when CONVBENCH_DIRECTIONS names them.
 
 import os
 
-from ._bridge import BITWISE_STABLE, REL_L2, TIME_S, case_ids, check, run_sweep, settle, summary, value
+from ._bridge import BITWISE_STABLE, REL_L2, TIME_S, check, param_cases, run_sweep, settle, summary, value
 
 ALGOS = {
     "fwd": ("IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING", "WINOGRAD",
@@ -57,7 +57,7 @@ class _Numerics:
 
 
 def _time_params(direction):
-    return [case_ids(), list(ALGOS[direction]), MATHS, DTYPES, ["NCHW", "NHWC"]]
+    return [param_cases(), list(ALGOS[direction]), MATHS, DTYPES, ["NCHW", "NHWC"]]
 
 
 def _fwd(self):
@@ -86,7 +86,7 @@ if "fwd" in DIRECTIONS:
     class CudnnForwardNumerics(_Numerics):
         """cudnnConvolutionForward: worst error vs float64 and unstable combinations per case/math/dtype."""
 
-        params = [case_ids(), MATHS, DTYPES]
+        params = [param_cases(), MATHS, DTYPES]
         setup_cache = _fwd
 
 if "bwd_data" in DIRECTIONS:
@@ -99,7 +99,7 @@ if "bwd_data" in DIRECTIONS:
     class CudnnBackwardDataNumerics(_Numerics):
         """cudnnConvolutionBackwardData: worst error and unstable combinations per case/math/dtype."""
 
-        params = [case_ids(), MATHS, DTYPES]
+        params = [param_cases(), MATHS, DTYPES]
         setup_cache = _bwd_data
 
 if "bwd_filter" in DIRECTIONS:
@@ -112,7 +112,7 @@ if "bwd_filter" in DIRECTIONS:
     class CudnnBackwardFilterNumerics(_Numerics):
         """cudnnConvolutionBackwardFilter: worst error and unstable combinations per case/math/dtype."""
 
-        params = [case_ids(), MATHS, DTYPES]
+        params = [param_cases(), MATHS, DTYPES]
         setup_cache = _bwd_filter
 
 settle()

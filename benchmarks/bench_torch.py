@@ -10,9 +10,9 @@ from ._bridge import (
     BITWISE_STABLE,
     REL_L2,
     TIME_S,
-    case_ids,
     check,
     on_gpu,
+    param_cases,
     run_sweep,
     settle,
     summary,
@@ -41,7 +41,7 @@ def _key(case, precision, layout, setting):
 
 
 class _Time:
-    params = [case_ids(), PRECISIONS, ["NCHW", "NHWC"], SETTINGS]
+    params = [param_cases(), PRECISIONS, ["NCHW", "NHWC"], SETTINGS]
     param_names = ["case", "precision", "layout", "setting"]
     rounds = repeat = number = 1
 
@@ -55,7 +55,7 @@ class _Time:
 
 
 class _Numerics:
-    params = [case_ids(), PRECISIONS, SETTINGS]
+    params = [param_cases(), PRECISIONS, SETTINGS]
     param_names = ["case", "precision", "setting"]
     rounds = repeat = number = 1
 

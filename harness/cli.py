@@ -15,8 +15,32 @@ from harness.errors import EXIT_ENVIRONMENT, EXIT_NO_DATA, EXIT_USAGE, UserError
 # Each module exposes register(subparsers); a subcommand's handler returns the exit code.
 COMMAND_MODULES = ("harness.cmd_measure", "harness.cmd_fleet", "harness.cmd_images", "harness.cmd_upgrade")
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with its errors in one line (no usage block): `-inf` read as a flag, a missing value..."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {printable(message)} (see {self.prog} --help)\n")
+
+
+def version_line() -> str:
+    """What --version says: the release and the suite revision it was built from (baked into a wheel)."""
+    from harness import __version__
+    from harness.resources import revision
+
+    return f"convbench {__version__} (suite revision {revision()})"
+
+
+class _Version(argparse.Action):
+    """argparse's version action, but the revision is only looked up (git) when --version is given."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_line())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="convbench", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="convbench", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and suite revision, exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:

@@ -19,7 +19,7 @@ def register(sub) -> None:
     q.set_defaults(handler=images_list)
 
     q = isub.add_parser("lock", help="resolve rows' wheel closures and pin every wheel by sha256 (no download)")
-    q.add_argument("rows", nargs="*", help="rows (default: all)")
+    q.add_argument("rows", nargs="*", help="rows or overlays (default: all)")
     q.set_defaults(handler=images_lock)
 
     q = isub.add_parser("render", help="print the Dockerfile of rows, or fleet manifests (--slurm, --k8s)")
@@ -41,19 +41,42 @@ def register(sub) -> None:
     q.add_argument("--wheel-cache", type=Path, default=None, help="wheelhouse cache (default: ~/.cache/convbench)")
     q.set_defaults(handler=images_build)
 
-    p = sub.add_parser("run", help="run the sweep on every GPU of this host in parallel (containers or --no-docker)")
+    p = sub.add_parser("stacks", help="stacks without Docker: pinned wheel overlays over this host's own Python")
+    p.add_argument("--matrix", type=Path, default=None, help="matrix file (default: docker/matrix.toml)")
+    ssub = p.add_subparsers(dest="stacks_command", metavar="SUBCOMMAND")
+    p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])
+    q = ssub.add_parser("list", help="the declared overlays, the rows they stand in for, and which are installed")
+    q.set_defaults(handler=stacks_list)
+    q = ssub.add_parser("download", help="fetch an overlay's locked wheels into a wheelhouse (needs the index)")
+    q.add_argument("name")
+    q.add_argument("--wheelhouse", type=Path, required=True, help="folder to download the wheels into")
+    q.set_defaults(handler=stacks_download)
+    q = ssub.add_parser("install", help="install an overlay offline from a wheelhouse (hashes from its lock)")
+    q.add_argument("name")
+    q.add_argument("--wheelhouse", type=Path, required=True, help="folder holding the overlay's locked wheels")
+    q.add_argument("--into", type=Path, default=None,
+                   help="stacks folder (default: $CONVBENCH_STACKS or ~/.local/share/convbench/stacks)")
+    q.set_defaults(handler=stacks_install)
+
+    p = sub.add_parser("run", help="run the asv suite on every GPU of this host in parallel (containers or --no-docker)")
     p.add_argument("--rows", type=lambda s: [x for x in s.split(",") if x], default=None,
                    help="image rows to run, comma-separated (default: every built row that fits the GPUs)")
     p.add_argument("--no-docker", action="store_true", help="run the workers as local processes, one per GPU")
+    p.add_argument("--stacks", type=lambda s: [x for x in s.split(",") if x], default=None,
+                   help="with --no-docker: stacks each GPU runs in turn: host, installed overlays (convbench stacks), "
+                        "NAME=FOLDER (default: host)")
     p.add_argument("--gpus", default=None, help="NVML indices to use, comma-separated (default: all)")
-    p.add_argument("--cases", default="quick", help="cases or sets for the sweep (default: %(default)s)")
-    p.add_argument("--backends", default="torch,cudnn", help="backends for the sweep (default: %(default)s)")
+    p.add_argument("--job", choices=("bench", "sweep"), default="bench",
+                   help="bench: the asv suite, every class the stack supports; sweep: a plain sweep of --backends "
+                        "(default: %(default)s)")
+    p.add_argument("--cases", default="quick", help="cases or sets to measure (default: %(default)s)")
+    p.add_argument("--backends", default="torch,cudnn", help="backends of --job sweep (default: %(default)s)")
     p.add_argument("--results", type=Path, default=Path(os.environ.get("CONVBENCH_RESULTS", "results")),
                    help="results root on this host (default: %(default)s)")
     p.add_argument("--host-name", default=None, help="host part of machine names (default: this host's name)")
     p.add_argument("--name-gpus-by", choices=("index", "uuid"), default="index",
                    help="GPU part of machine names: NVML index, or UUID where indices are not stable (pods)")
-    p.add_argument("sweep_args", nargs=argparse.REMAINDER, help="after --: more `convbench sweep` flags")
+    p.add_argument("sweep_args", nargs=argparse.REMAINDER, help="after --: more flags of `convbench bench` (e.g. -b REGEX) or `sweep`")
     p.set_defaults(handler=run)
 
 
@@ -111,7 +134,11 @@ def images_lock(args) -> int:
     from . import images
 
     matrix = _matrix(args)
-    for row in _rows(matrix, args.rows):
+    names = args.rows or list(matrix.rows) + list(matrix.overlays)
+    targets = [matrix.overlays[n] for n in names if n in matrix.overlays]
+    targets = _rows(matrix, [n for n in names if n not in matrix.overlays]) + targets if len(targets) < len(names) \
+        else targets
+    for row in targets:
         try:
             images.lock_row(matrix, row)
         except images.MatrixError as exc:
@@ -165,3 +192,45 @@ def run(args) -> int:
     from . import hostrun
 
     return hostrun.run(args)
+
+
+def _overlay(matrix, name):
+    if name not in matrix.overlays:
+        raise UserError(f"no overlay {name!r} in {matrix.path}; declared: {', '.join(matrix.overlays) or 'none'}")
+    return matrix.overlays[name]
+
+
+def stacks_list(args) -> int:
+    from . import stacks
+
+    matrix = _matrix(args)
+    where = stacks.stacks_dir()
+    for ov in matrix.overlays.values():
+        state = "installed" if (where / ov.name / stacks.MANIFEST).is_file() else "not installed"
+        print(f"{ov.name:12s} {', '.join(ov.libraries)}; over {ov.host}; stands in for "
+              f"{', '.join(ov.stands_in_for)}; {state} ({where / ov.name})")
+    return 0
+
+
+def stacks_download(args) -> int:
+    from . import images
+
+    matrix = _matrix(args)
+    overlay = _overlay(matrix, args.name)
+    try:
+        images.overlay_lock(overlay)
+        dest, lock = images.wheelhouse(matrix, overlay, args.wheelhouse)
+    except images.MatrixError as exc:
+        raise UserError(str(exc), EXIT_ENVIRONMENT) from None
+    print(f"{len(lock.pins)} locked wheels of {overlay.name} in {dest}; copy that folder to the GPU host and run "
+          f"`convbench stacks install {overlay.name} --wheelhouse {dest}`")
+    return 0
+
+
+def stacks_install(args) -> int:
+    from . import stacks
+
+    matrix = _matrix(args)
+    stack = stacks.install(_overlay(matrix, args.name), args.wheelhouse, args.into)
+    print(f"stack {stack.name} installed in {stack.prefix}: libraries {', '.join(stack.library_dirs()) or 'none'}")
+    return 0

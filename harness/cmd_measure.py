@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import sys
 from pathlib import Path
 
-from . import asvselect
+from . import asvselect, resources
 from . import cases as catalogue
 from .backends import BACKENDS, SweepOptions
 from .cli import EXIT_ENVIRONMENT, UserError
@@ -31,9 +33,9 @@ def _list(allowed: tuple[str, ...], what: str):
 
 def _backend_names() -> tuple[str, ...]:
     """The backends a user may name; the fault-injecting one only where CONVBENCH_TEST_BACKENDS=1."""
-    from .backends import faulty
+    from .worker import backend_names
 
-    return BACKENDS + (("faulty",) if faulty.enabled() else ())
+    return backend_names()
 
 
 MAX_REPEATS = 1000  # in-place repeats of one combination: more only makes a run that never ends
@@ -197,6 +199,16 @@ def sweep(args) -> int:
     end = (journal.path / "end.json").read_text()
     print(f"run written to {journal.path}")
     print(end.strip())
+    return _failed_backends(json.loads(end))
+
+
+def _failed_backends(summary: dict) -> int:
+    """1 (said on stderr) when some backend's every record failed: a run that measured nothing must not pass."""
+    failed = summary.get("failed_backends") or []
+    if failed:
+        print(f"convbench: error: every record of backend {', '.join(failed)} failed; the journal says why",
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -229,16 +241,10 @@ def bench(args) -> int:
     from .backends.cudnn import cuda_unavailable_reason
 
     try:
-        import asv  # noqa: F401
+        from . import asvplugin
     except ImportError:
         raise UserError("asv is not installed here (pip install asv)", EXIT_ENVIRONMENT) from None
-    root = Path(__file__).resolve().parents[1]
-    if not (root / "asv.conf.json").is_file():
-        raise UserError(f"no asv.conf.json in {root}: run from a convbench checkout", EXIT_ENVIRONMENT)
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
-    if head.returncode != 0:
-        raise UserError(f"{root} is not a git checkout with a commit; asv records results per commit",
-                        EXIT_ENVIRONMENT)
+    root = resources.root()  # the checkout, or the suite shipped in the wheel
     gpu = cuda_unavailable_reason() is None
     names = args.cases or ("default" if gpu else "quick")
     try:
@@ -266,26 +272,33 @@ def bench(args) -> int:
     env = asv_env(os.environ, CONVBENCH_RUN_DIR=str(journal.path), CONVBENCH_CASES=",".join(c.id for c in cases),
                   CONVBENCH_RESULTS=str(results), CONVBENCH_SWEPT=",".join(swept))
     machine = journal.meta["machine"]
+    if resources.in_git_checkout():  # the checkout's own asv project: `asv publish` there shows every run
+        cwd, config, asv_results = root, [], root / ".asv" / "results"
+    else:  # installed (an image) or no git: asv's project, results and machine file inside the run directory
+        cwd = journal.path / "asv"
+        config, asv_results = ["--config", str(asvplugin.project(cwd))], cwd / "results"
+        env["HOME"] = str(cwd / "home")
     log_path = journal.path / "asv.log"
     with open(log_path, "w") as log:
-        subprocess.run([sys.executable, "-m", "asv", "machine", "--yes", "--machine", machine], cwd=root, env=env,
-                       stdout=log, stderr=subprocess.STDOUT)
-        cmd = [sys.executable, "-m", "asv", "run", "-E", f"existing:{sys.executable}", "--machine", machine,
-               "--set-commit-hash", head.stdout.strip(), "--show-stderr", "--durations", "all"]
+        subprocess.run([sys.executable, "-m", "asv", *config, "machine", "--yes", "--machine", machine], cwd=cwd,
+                       env=env, stdout=log, stderr=subprocess.STDOUT)
+        # HEAD^!: the commit this interpreter's convbench is (asvplugin.HostEnvironment), results saved
+        cmd = [sys.executable, "-m", "asv", *config, "run", "HEAD^!", "--machine", machine, "--show-stderr",
+               "--durations", "all"]
         for regex in regexes:
             cmd += ["-b", regex]
         print(f"asv run for {len(cases)} cases on {machine}: {n_sets} parameter sets, {n_left_out} left out as "
               f"n/a (no data in this run); asv's output goes to {log_path}", flush=True)
-        rc = (subprocess.run(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT).returncode if n_sets
+        rc = (subprocess.run(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT).returncode if n_sets
               else 0)
     seconds = time.perf_counter() - t0
     summary = sweep_mod.summarize(journal, gpu, seconds)
-    summary.update(asv_returncode=rc, asv_results=str(root / ".asv" / "results" / machine),
+    summary.update(asv_returncode=rc, asv_results=str(asv_results / machine),
                    sweep_seconds=round(sweep_s, 1), asv_seconds=round(seconds - sweep_s, 1))
     journal.finish(summary)
     print(f"run written to {journal.path} ({summary['seconds']} s: sweep {sweep_s:.1f} s, asv "
           f"{seconds - sweep_s:.1f} s; {summary['ok']} records ok, counts {summary['counts']}); asv exit code {rc}")
-    return 0 if rc == 0 else 1
+    return _failed_backends(summary) or (0 if rc == 0 else 1)
 
 
 def autotune(args) -> int:

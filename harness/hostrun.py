@@ -146,6 +146,13 @@ def sweep_args(cases: str, backends: str, results: str, extra: list[str]) -> lis
     return ["sweep", "--cases", cases, "--backends", backends, "--results", results, *extra]
 
 
+def worker_args(job: str, cases: str, backends: str, results: str, extra: list[str]) -> list[str]:
+    """What each worker runs: the asv suite (`bench`, every class the stack supports) or a plain `sweep`."""
+    if job == "bench":
+        return ["bench", "--cases", cases, "--results", results, *extra]
+    return sweep_args(cases, backends, results, extra)
+
+
 def new_runs(machine_dir: Path, before: set[str]) -> list[Path]:
     if not machine_dir.is_dir():
         return []
@@ -306,28 +313,53 @@ def docker_worker(client, results: Path, command: list[str]):
     return work
 
 
-def native_worker(results: Path, command: list[str]):
+def native_worker(results: Path, command: list[str], stacks: list | None = None):
+    """Processes of this interpreter, one GPU each; with ``stacks`` (stacks.Stack) each GPU runs them in turn,
+    each process in its stack's environment (its libraries first on LD_LIBRARY_PATH, its wheels on PYTHONPATH)."""
+    from .stacks import Stack
+
     def work(runner: Runner, worker: Worker) -> None:
         machine_dir = results / worker.machine
-        before = _listing(machine_dir)
-        env = dict(os.environ, CONVBENCH_MACHINE=worker.machine, CUDA_DEVICE_ORDER="PCI_BUS_ID",
-                   CUDA_VISIBLE_DEVICES=worker.gpu["uuid"] if worker.gpu else "", PYTHONUNBUFFERED="1")
-        started = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "harness.cli", *command], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, errors="replace")
-        runner._live.append(proc)
-        tail: list[str] = []
-        try:
-            for line in proc.stdout:
-                tail = (tail + [line.rstrip()])[-5:]
-                runner.say(worker.label, line.rstrip())
-            code = proc.wait()
-        finally:
-            runner._live.remove(proc)
-        runner.record(Outcome(worker.label, "native", code, "" if code == 0 else
-                              f"exited {code}: {tail[-1] if tail else '(no output)'}",
-                              new_runs(machine_dir, before), time.monotonic() - started))
+        for stack in stacks or [Stack("host")]:
+            if runner.stopping:
+                return
+            before = _listing(machine_dir)
+            base = dict(os.environ, CONVBENCH_MACHINE=worker.machine, CUDA_DEVICE_ORDER="PCI_BUS_ID",
+                        CUDA_VISIBLE_DEVICES=worker.gpu["uuid"] if worker.gpu else "", PYTHONUNBUFFERED="1")
+            env = stack.env(base)
+            started = time.monotonic()
+            label = worker.label if stacks is None else f"{worker.label} {stack.name}"
+            proc = subprocess.Popen([sys.executable, "-m", "harness.cli", *command], env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, errors="replace")
+            runner._live.append(proc)
+            tail: list[str] = []
+            try:
+                for line in proc.stdout:
+                    tail = (tail + [line.rstrip()])[-5:]
+                    runner.say(label, line.rstrip())
+                code = proc.wait()
+            finally:
+                runner._live.remove(proc)
+            runner.record(Outcome(worker.label, "native" if stacks is None else f"stack {stack.name}", code,
+                                  "" if code == 0 else f"exited {code}: {tail[-1] if tail else '(no output)'}",
+                                  new_runs(machine_dir, before), time.monotonic() - started))
     return work
+
+
+def _stacks(args) -> list:
+    """--stacks resolved: declared overlays by name (installed), host, or NAME=FOLDER; each once."""
+    from . import images
+    from .stacks import resolve
+
+    try:
+        overlays = images.load_matrix(images.DEFAULT_MATRIX).overlays
+    except images.MatrixError:
+        overlays = {}
+    out = [resolve(spec, overlays) for spec in args.stacks]
+    names = [s.name for s in out]
+    if len(set(names)) != len(names):
+        raise UserError(f"--stacks names a stack twice: {', '.join(names)}", 2)
+    return out
 
 
 def run(args, log=print) -> int:
@@ -344,10 +376,17 @@ def run(args, log=print) -> int:
     if args.no_docker:
         if args.rows:
             raise UserError("--rows picks image rows; it has no meaning with --no-docker", 2)
+        stacks = _stacks(args) if getattr(args, "stacks", None) else None
         workers = [Worker(f"gpu{g['index']}", machine_for(g, host, args.name_gpus_by), g) for g in gpus] or \
             [Worker("cpu", machine_for(None, host), None)]
-        target = native_worker(results, sweep_args(args.cases, args.backends, str(results), extra))
+        target = native_worker(results, worker_args(args.job, args.cases, args.backends, str(results), extra),
+                               stacks)
+        if stacks:
+            log(f"stacks, in turn on each worker: {', '.join(s.name for s in stacks)}")
     else:
+        if getattr(args, "stacks", None):
+            raise UserError("--stacks runs overlays on this host's Python; it needs --no-docker (images are the "
+                            "stacks with Docker: --rows)", 2)
         from .images import EngineError, engine
 
         try:
@@ -355,7 +394,8 @@ def run(args, log=print) -> int:
         except EngineError as exc:
             raise UserError(str(exc), EXIT_ENVIRONMENT) from None
         workers = plan_docker(gpus, local_rows(client), args.rows, host, args.name_gpus_by, log)
-        target = docker_worker(client, results, sweep_args(args.cases, args.backends, CONTAINER_RESULTS, extra))
+        target = docker_worker(client, results, worker_args(args.job, args.cases, args.backends, CONTAINER_RESULTS,
+                                                            extra))
     log(f"{len(workers)} worker(s) in parallel: " + ", ".join(
         f"{w.label} -> {w.machine}" + (f" [{', '.join(i['row'] for i in w.images)}]" if w.images else "")
         for w in workers))

@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import resources
 from .digest import sha256_file
 
-REPO = Path(__file__).resolve().parent.parent
-DOCKER_DIR = REPO / "docker"
+REPO = resources.root()  # a checkout, or the wheel's shipped copy (harness/_shipped)
+DOCKER_DIR = resources.docker_dir()
 DEFAULT_MATRIX = DOCKER_DIR / "matrix.toml"
 TEMPLATE = DOCKER_DIR / "Dockerfile.j2"
 LOCK_DIR = DOCKER_DIR / "locks"
@@ -100,12 +101,41 @@ class Pool:
     k8s_node_selector: dict[str, str]
 
 
+@dataclass(frozen=True)
+class Overlay:
+    """A stack without Docker: pinned wheels laid over a GPU host's own Python and torch (harness.stacks).
+
+    ``python``/``glibc`` are the host interpreter's the lock is resolved for; ``libraries`` what the wheels bring
+    (said in reports, checked against what a run really mapped); ``stands_in_for`` the image rows it approximates
+    where those images cannot run; ``host`` what it needs from the host (e.g. the torch it loads into).
+    """
+
+    name: str
+    python: str
+    glibc: str
+    host: str
+    requirements: list[str]
+    libraries: list[str]
+    stands_in_for: list[str]
+    extra_index_urls: list[str] = field(default_factory=list)
+    note: str = ""
+
+    def lock_path(self) -> Path:
+        return LOCK_DIR / f"overlay-{self.name}.txt"
+
+    def digest(self, base=None) -> str:
+        key = {"requirements": sorted(self.requirements), "python": self.python, "glibc": self.glibc,
+               "indexes": self.extra_index_urls, "no_deps": True}
+        return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
 @dataclass
 class Matrix:
     path: Path
     bases: dict[str, Base]
     rows: dict[str, Row]
     pools: dict[str, Pool]
+    overlays: dict[str, Overlay] = field(default_factory=dict)
 
     def select(self, names: list[str] | None) -> list[Row]:
         if not names:
@@ -201,9 +231,10 @@ def _check_row(where: str, row: Row, bases: dict[str, Base]) -> None:
 def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
     """Read and validate the matrix; every problem is a MatrixError naming the row and the field."""
     data = _load_toml(path)
-    unknown = sorted(set(data) - {"bases", "row", "pool"})
+    unknown = sorted(set(data) - {"bases", "row", "pool", "overlay"})
     if unknown:
-        raise MatrixError(f"{path}: unknown table {', '.join(unknown)}; expected [bases.*], [[row]], [[pool]]")
+        raise MatrixError(f"{path}: unknown table {', '.join(unknown)}; expected [bases.*], [[row]], [[pool]], "
+                          "[[overlay]]")
     bases: dict[str, Base] = {}
     for name, table in (data.get("bases") or {}).items():
         where = f"{path}: base {name!r}"
@@ -239,7 +270,28 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
         if not _NAME.match(f["name"]) or not _SM.match(f["sm"]):
             raise MatrixError(f"{where}: name must be a lower-case word and sm like \"9.0\"")
         pools[f["name"]] = Pool(**f)
-    return Matrix(path=Path(path), bases=bases, rows=rows, pools=pools)
+    overlays: dict[str, Overlay] = {}
+    spec = {"name": (str, True), "python": (str, True), "glibc": (str, True), "host": (str, True),
+            "requirements": (list, True), "libraries": (list, True), "stands_in_for": (list, True),
+            "extra_index_urls": (list, False), "note": (str, False)}
+    for i, table in enumerate(data.get("overlay") or [], 1):
+        label = table.get("name") if isinstance(table, dict) and isinstance(table.get("name"), str) else "?"
+        where = f"{path}: overlay {i} ({label})"
+        if not isinstance(table, dict):
+            raise MatrixError(f"{where}: must be a table")
+        ov = Overlay(**_fields(where, table, spec))
+        if not _NAME.match(ov.name) or ov.name == "host" or ov.name in overlays:
+            raise MatrixError(f"{where}: name must be a lower-case word, not 'host', and unique")
+        bad = [r for r in ov.requirements if not _PIN.match(r)]
+        if bad or not ov.requirements:
+            raise MatrixError(f"{where}: requirements must be exact pins, name==version (got {bad or 'none'})")
+        missing = [r for r in ov.stands_in_for if r not in rows]
+        if missing:
+            raise MatrixError(f"{where}: stands_in_for names no row {', '.join(missing)}; rows: {', '.join(rows)}")
+        if not re.match(r"^\d+\.\d+$", ov.glibc) or not re.match(r"^3\.\d+$", ov.python):
+            raise MatrixError(f"{where}: python must look like \"3.12\" and glibc like \"2.35\"")
+        overlays[ov.name] = ov
+    return Matrix(path=Path(path), bases=bases, rows=rows, pools=pools, overlays=overlays)
 
 
 # ---- the engine -------------------------------------------------------------------------------------------
@@ -265,17 +317,8 @@ def engine():
 
 
 def suite_revision() -> str:
-    """The git revision of the suite tree the image is built from, with -dirty when it has local edits."""
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=30)
-    try:
-        head = git("rev-parse", "--short=12", "HEAD")
-        if head.returncode != 0:
-            return "unknown"
-        dirty = git("status", "--porcelain", "--untracked-files=no", "--", "harness", "benchmarks", "pyproject.toml")
-        return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
+    """The revision of the suite the image is built from (resources.revision: git HEAD, -dirty with edits)."""
+    return resources.revision()
 
 
 def labels(row: Row, base: Base, revision: str, lock_sha256: str) -> dict[str, str]:
@@ -416,14 +459,16 @@ def _pip(args: list[str], log, what: str) -> subprocess.CompletedProcess:
     return proc
 
 
-def resolve_lock(matrix: Matrix, row: Row, log=print) -> Lock:
+def resolve_lock(matrix: Matrix, row: Row | Overlay, log=print) -> Lock:
     """Resolve the row's closure from the indexes' metadata alone (pip --dry-run --report): no wheel is
-    downloaded, so GPU rows (gigabytes of CUDA wheels) can be locked on any host that reaches the index."""
-    base = matrix.bases[row.base]
+    downloaded, so GPU rows (gigabytes of CUDA wheels) can be locked on any host that reaches the index.
+    An overlay is exactly its pins (--no-deps): everything else comes from the host it is laid over."""
+    base = row if isinstance(row, Overlay) else matrix.bases[row.base]
+    no_deps = ["--no-deps"] if isinstance(row, Overlay) else []
     with tempfile.TemporaryDirectory(prefix="convbench-lock-") as tmp:
         report = Path(tmp) / "report.json"
         log(f"[{row.name}] resolving {len(row.requirements)} pins for Python {base.python}, glibc {base.glibc}")
-        _pip(["install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
+        _pip(["install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report), *no_deps,
               "--target", str(Path(tmp) / "t"), *platform_args(base), *_index_args(row, log), *row.requirements],
              log, f"resolving row {row.name}")
         data = json.loads(report.read_text())
@@ -441,7 +486,20 @@ def resolve_lock(matrix: Matrix, row: Row, log=print) -> Lock:
     return Lock(row.digest(base), pins)
 
 
-def lock_row(matrix: Matrix, row: Row, log=print) -> Path:
+def overlay_lock(overlay: Overlay) -> Lock:
+    """The overlay's committed lock, checked fresh; a missing or stale one says the command that remakes it."""
+    path = overlay.lock_path()
+    if not path.is_file():
+        raise MatrixError(f"overlay {overlay.name} has no lock ({path.name}); make it with "
+                          f"`convbench images lock {overlay.name}` on a host that reaches the index")
+    lock = read_lock(path)
+    if lock.row_digest != overlay.digest():
+        raise MatrixError(f"{path.name} is stale: overlay {overlay.name} changed since it was made; run "
+                          f"`convbench images lock {overlay.name}`")
+    return lock
+
+
+def lock_row(matrix: Matrix, row: Row | Overlay, log=print) -> Path:
     lock = resolve_lock(matrix, row, log)
     path = row.lock_path()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -450,14 +508,14 @@ def lock_row(matrix: Matrix, row: Row, log=print) -> Path:
     return path
 
 
-def wheelhouse(matrix: Matrix, row: Row, cache: Path = WHEEL_CACHE, log=print) -> tuple[Path, Lock]:
+def wheelhouse(matrix: Matrix, row: Row | Overlay, cache: Path = WHEEL_CACHE, log=print) -> tuple[Path, Lock]:
     """Download the row's wheels on the host into ``cache/<row>`` and check each against the lock.
 
     Without a lock, the requirements are resolved and downloaded, and the sha256 of every wheel that came
     down is written as the row's lock (commit it); with a lock, pip downloads exactly the locked files
     (--require-hashes) and each file's sha256 is checked again here before it may enter a build.
     """
-    base = matrix.bases[row.base]
+    base = row if isinstance(row, Overlay) else matrix.bases[row.base]
     dest = Path(cache) / row.name
     dest.mkdir(parents=True, exist_ok=True)
     path = row.lock_path()
@@ -515,7 +573,11 @@ def verify(dest: Path, lock: Lock, row: Row) -> None:
 
 
 def suite_wheel(out: Path, log=print) -> Path:
-    """convbench itself as a wheel, built from this source tree."""
+    """convbench itself as a wheel, built from this source tree; the wheel carries the asv suite, the matrix
+    and the suite revision (setup.py), so the image needs nothing else from the checkout."""
+    if not resources.in_checkout():
+        raise MatrixError("building an image needs a convbench source tree (the image installs convbench built "
+                          "from it): run `convbench images build` from a checkout or an unpacked sdist")
     out.mkdir(parents=True, exist_ok=True)
     log(f"building the convbench wheel from {REPO}")
     try:
@@ -533,8 +595,8 @@ def suite_wheel(out: Path, log=print) -> Path:
 # ---- the build ---------------------------------------------------------------------------------------------
 
 def build_context(matrix: Matrix, row: Row, ctx: Path, wheels: Path, lock: Lock, revision: str, log=print) -> None:
-    """Lay out what the engine receives: the Dockerfile, the locked wheels, the lock, the convbench wheel and
-    the asv suite. Nothing else from the host enters the image."""
+    """Lay out what the engine receives: the Dockerfile, the locked wheels, the lock and the convbench wheel
+    (which carries the asv suite). Nothing else from the host enters the image."""
     (ctx / "wheelhouse").mkdir(parents=True)
     for src in locked_files(wheels, lock).values():
         dst = ctx / "wheelhouse" / src.name
@@ -544,13 +606,6 @@ def build_context(matrix: Matrix, row: Row, ctx: Path, wheels: Path, lock: Lock,
             shutil.copy2(src, dst)
     (ctx / "wheelhouse" / "requirements.lock").write_text(lock.text(row, "convbench images build"))
     suite_wheel(ctx / "suite-wheel", log)
-    suite = ctx / "suite"
-    suite.mkdir()
-    if (REPO / "benchmarks").is_dir():
-        shutil.copytree(REPO / "benchmarks", suite / "benchmarks",
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    if (REPO / "asv.conf.json").is_file():
-        shutil.copy2(REPO / "asv.conf.json", suite / "asv.conf.json")
     (ctx / "Dockerfile").write_text(render(matrix, row, revision, lock.sha256))
 
 

@@ -18,7 +18,6 @@ import datetime as dt
 import json
 import os
 import stat
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -34,18 +33,10 @@ END_FILE = "end.json"
 
 
 def suite_revision() -> str:
-    """The git revision of the suite, or CONVBENCH_REVISION (set in images, which carry no .git)."""
-    rev = os.environ.get("CONVBENCH_REVISION")
-    if rev:
-        return rev
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).resolve().parent, timeout=10)
-        if out.returncode == 0:
-            return out.stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    return "unknown"
+    """CONVBENCH_REVISION (set in images), else the checkout's git HEAD or the wheel's baked revision."""
+    from .resources import revision
+
+    return os.environ.get("CONVBENCH_REVISION") or revision()
 
 
 class JournalError(UserError):

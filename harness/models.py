@@ -37,7 +37,8 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 BN_EPS = 1e-5
 MODELS = ("resnet50", "mobilenetv2")
-SAMPLE_IMAGES = ("astronaut", "chelsea", "coffee")  # shipped inside the scikit-image wheel
+SAMPLE_IMAGES = ("astronaut", "chelsea", "coffee")  # scikit-image's sample photographs, cropped
+SAMPLE_DATA = Path(__file__).resolve().parent / "data" / "sample_images.npz"
 
 
 class UnknownModel(KeyError):
@@ -289,10 +290,10 @@ def _resample_matrix(n_in: int, n_out: int) -> np.ndarray:
     return m
 
 
-def imagenet_preprocess(img: np.ndarray, size: int = IMAGE_SIZE) -> np.ndarray:
-    """HWC uint8 RGB -> 3xHxW float32 the ImageNet way: shorter side to 256/224*size, centre crop, normalise.
+def imagenet_crop(img: np.ndarray, size: int = IMAGE_SIZE) -> np.ndarray:
+    """HWC uint8 RGB -> size x size x 3 uint8, the ImageNet way: shorter side to 256/224*size, centre crop.
 
-    The resize is rounded back to uint8 (as PIL does), so the input is the same bits on every machine.
+    The resize is rounded back to uint8 (as PIL does), so the crop is the same bits on every machine.
     """
     if img.ndim != 3 or img.shape[2] < 3:
         raise ValueError(f"expected an RGB image (H, W, 3), got shape {img.shape}")
@@ -304,25 +305,37 @@ def imagenet_preprocess(img: np.ndarray, size: int = IMAGE_SIZE) -> np.ndarray:
     resized = np.stack([mh @ img[:, :, c] @ mw.T for c in range(3)], axis=2)
     resized = np.clip(np.floor(resized + 0.5), 0, 255).astype(np.uint8)
     top, left = (nh - size) // 2, (nw - size) // 2
-    crop = resized[top:top + size, left:left + size].astype(np.float32) / np.float32(255)
+    return np.ascontiguousarray(resized[top:top + size, left:left + size])
+
+
+def imagenet_normalize(crop: np.ndarray) -> np.ndarray:
+    """HWC uint8 crop -> 3xHxW float32: scaled to [0, 1], ImageNet mean and std, channels first."""
+    x = crop.astype(np.float32) / np.float32(255)
     mean = np.array(IMAGENET_MEAN, dtype=np.float32)
     std = np.array(IMAGENET_STD, dtype=np.float32)
-    return np.ascontiguousarray(((crop - mean) / std).transpose(2, 0, 1))
+    return np.ascontiguousarray(((x - mean) / std).transpose(2, 0, 1))
 
 
-def sample_image(name: str) -> np.ndarray:
-    """One of scikit-image's bundled photographs (shipped in its wheel, no download)."""
-    try:
-        from skimage import data
-    except ImportError as exc:
-        raise RuntimeError("scikit-image is needed for the real-image input (pip install scikit-image)") from exc
-    return getattr(data, name)()
+def imagenet_preprocess(img: np.ndarray, size: int = IMAGE_SIZE) -> np.ndarray:
+    """HWC uint8 RGB -> 3xHxW float32 the ImageNet way (imagenet_crop, then imagenet_normalize)."""
+    return imagenet_normalize(imagenet_crop(img, size))
+
+
+def sample_crops() -> dict[str, np.ndarray]:
+    """The real-image input: scikit-image's sample photographs, already cropped (uint8, 224x224x3 each).
+
+    Shipped as package data (harness/data/sample_images.npz, made by scripts/make_sample_images.py) so that
+    no image or host needs scikit-image; tests/test_models.py proves the crops equal scikit-image's.
+    """
+    with np.load(SAMPLE_DATA) as data:
+        return {name: data[name] for name in SAMPLE_IMAGES}
 
 
 def model_inputs(model_id: str, batch: int = 1) -> dict[str, np.ndarray]:
-    """{"image": real photographs (scikit-image samples, cycled to ``batch``), "random": seeded N(0,1)}."""
+    """{"image": real photographs (the shipped sample crops, cycled to ``batch``), "random": seeded N(0,1)}."""
     check_model(model_id)
-    images = [imagenet_preprocess(sample_image(SAMPLE_IMAGES[i % len(SAMPLE_IMAGES)])) for i in range(batch)]
+    crops = sample_crops()
+    images = [imagenet_normalize(crops[SAMPLE_IMAGES[i % len(SAMPLE_IMAGES)]]) for i in range(batch)]
     rng = _rng(model_id, f"input.random.n{batch}")
     return {"image": np.stack(images), "random": rng.standard_normal((batch, 3, IMAGE_SIZE, IMAGE_SIZE),
                                                                      dtype=np.float32)}

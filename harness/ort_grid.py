@@ -19,7 +19,7 @@ from pathlib import Path
 from . import fingerprint, models
 from .backends.ort import CUDA_EP, ModelOptions, OrtBackend
 from .journal import JOURNAL_FILE, Journal, iter_journal
-from .records import OK, Record
+from .records import OK, Record, wholly_failed
 
 
 def seed_table(records) -> list[str]:
@@ -147,6 +147,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{len(kept)} records in {seconds:.0f} s ({dict(counts)}); distinct outputs of the image input:")
     for line in seed_table(kept):
         print("  " + line)
+    failed = wholly_failed((rec.case, rec.status) for rec in kept)
+    if failed:
+        first = next(r for r in kept if r.case == failed[0])
+        print(f"ort_grid: error: every record of {', '.join(failed)} failed (first: {first.reason})", file=sys.stderr)
+        return 1
     return 0
 
 

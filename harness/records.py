@@ -24,6 +24,16 @@ ERROR = "error"  # an exception the backend did not expect; reason holds it
 CRASHED = "crashed"  # the worker died (signal) while running this combination
 TIMEOUT = "timeout"  # the watchdog ended the worker
 OOM = "out_of_memory"
+FAILED = (ERROR, CRASHED, TIMEOUT, OOM)  # the statuses that mean a combination should have run and did not
+
+
+def wholly_failed(pairs) -> list[str]:
+    """Groups (e.g. backends) whose every record failed, from (group, status) pairs; a skipped or n/a record is
+    not a failure. A command whose backend never produced a single result must not exit 0."""
+    seen: dict[str, bool] = {}
+    for group, status in pairs:
+        seen[group] = seen.get(group, True) and status in FAILED
+    return sorted(g for g, all_failed in seen.items() if all_failed)
 
 DIRECTIONS = ("fwd", "bwd_data", "bwd_filter")
 DTYPES = ("fp32", "fp16", "bf16")

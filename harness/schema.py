@@ -11,7 +11,6 @@ Every failure is a ``SchemaError`` naming the field by its dotted path; callers 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as dt
 import functools
@@ -47,6 +46,7 @@ EXTRA_TYPES: dict[str, Any] = {
 }
 CLOCK_TYPES: dict[str, Any] = {"sm_mhz_min": float | None, "sm_mhz_max": float | None, "slowdowns": list[str]}
 _ENUMS = {"direction": DIRECTIONS, "dtype": DTYPES, "layout": LAYOUTS}
+_NUMBER_TYPES = {int, float}
 
 
 class SchemaError(ValueError):
@@ -85,7 +85,7 @@ def _text(v: Any, path: str, limit: int) -> None:
         raise SchemaError(path, f"is {_type_name(v)}, not text")
     if len(v) > limit:
         raise SchemaError(path, f"is {len(v)} characters long (at most {limit})")
-    if limit == MAX_TEXT and _CONTROL.search(v):
+    if limit <= MAX_TEXT and _CONTROL.search(v):
         raise SchemaError(path, "holds control characters")
 
 
@@ -143,6 +143,8 @@ def _checker(tp: Any, name: str, nonneg: bool) -> Check:
             if v.__class__ is str and v in seen:
                 return
             _text(v, p, limit)
+            if not v and name in _REQUIRED:
+                raise SchemaError(p, "is empty")
             if allowed and v not in allowed:
                 raise SchemaError(p, f"is {v[:40]!r}, not one of {', '.join(allowed)}")
             if len(seen) < 100_000:
@@ -161,12 +163,10 @@ def _checker(tp: Any, name: str, nonneg: bool) -> Check:
                 raise SchemaError(p, f"is {_type_name(v)}, not a list")
             if len(v) > most:
                 raise SchemaError(p, f"has {len(v)} entries (at most {most})")
-            if floats and v:  # timing samples: one C pass when they are all plain numbers (the usual case)
-                with contextlib.suppress(TypeError):
-                    a = array("d", v)
-                    if (min(a) >= 0 or not nonneg) \
-                            and max(map(abs, a)) <= 1e300:
-                        return
+            if floats and v and set(map(type, v)) <= _NUMBER_TYPES:  # timing samples: C loops, the usual case
+                a = array("d", v)
+                if (min(a) >= 0 or not nonneg) and max(map(abs, a)) <= 1e300:
+                    return
             for i, x in enumerate(v):
                 item(x, f"{p}[{i}]")
         return check_list
@@ -194,10 +194,16 @@ def _checker(tp: Any, name: str, nonneg: bool) -> Check:
     raise TypeError(f"schema has no check for {tp!r}")  # a new annotation in records.py: add it above
 
 
+def _nullable(tp: Any) -> bool:
+    """Whether null is a value of ``tp``: an Optional, or a float (measured NaN is written as null)."""
+    return tp is float or tp is Any or type(None) in typing.get_args(tp)
+
+
 def _object_checker(cls: type, nonneg: bool) -> Check:
     hints = typing.get_type_hints(cls)
     fields = {f.name: _checker(hints[f.name], f.name, nonneg) for f in dataclasses.fields(cls)
               if f.name not in ("kind", "schema")}
+    not_null = {name for name in fields if not _nullable(hints[name])}
 
     def check_object(v, p):
         if type(v) is not dict:
@@ -208,7 +214,7 @@ def _object_checker(cls: type, nonneg: bool) -> Check:
                 if k in ("kind", "schema") and p == "record":
                     continue
                 raise SchemaError(f"{p}.{k}" if p != "record" else k, "is not a field of this schema")
-            if x is not None or k in _REQUIRED:
+            if x is not None or k in not_null:
                 check(x, k if p == "record" else f"{p}.{k}")
     return check_object
 

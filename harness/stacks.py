@@ -69,3 +69,68 @@ def parse(spec: str) -> Stack:
         raise UserError(f"stack {name}: {folder} holds neither nvidia/*/lib nor a Python package",
                         EXIT_ENVIRONMENT)
     return stack
+
+
+# ---- overlays declared in the image matrix ([[overlay]] in docker/matrix.toml) --------------------------------
+
+STACKS_ENV = "CONVBENCH_STACKS"
+MANIFEST = "convbench-stack.json"
+
+
+def stacks_dir() -> Path:
+    """Where `convbench stacks install` puts overlays: CONVBENCH_STACKS, else ~/.local/share/convbench/stacks."""
+    return Path(os.environ.get(STACKS_ENV) or Path.home() / ".local" / "share" / "convbench" / "stacks")
+
+
+def install(overlay, wheelhouse: Path, into: Path | None = None, log=print) -> Stack:
+    """Install a declared overlay offline: exactly its locked wheels (sha256 checked twice: here and by pip's
+    --require-hashes) from ``wheelhouse`` with --no-index --no-deps, into ``into/NAME``. Nothing else of the
+    host changes; the folder is replaced whole only once the install succeeded."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    from . import images
+
+    try:
+        lock = images.overlay_lock(overlay)
+        images.verify(Path(wheelhouse), lock, overlay)
+    except images.MatrixError as exc:
+        raise UserError(str(exc), EXIT_ENVIRONMENT) from None
+    root = Path(into) if into else stacks_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    target = root / overlay.name
+    staging = Path(tempfile.mkdtemp(prefix=f".{overlay.name}-", dir=root))
+    req = staging / "requirements.lock"
+    req.write_text(lock.text(overlay, "convbench stacks install"))
+    log(f"[{overlay.name}] installing {len(lock.pins)} locked wheels from {wheelhouse} into {target}")
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--find-links",
+                           str(wheelhouse), "--no-deps", "--require-hashes", "--no-compile", "--target",
+                           str(staging / "tree"), "-r", str(req)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        shutil.rmtree(staging, ignore_errors=True)
+        lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if "ERROR" in ln] or ["(no output)"]
+        raise UserError(f"installing overlay {overlay.name} failed: {lines[0].strip()}", EXIT_ENVIRONMENT)
+    (staging / "tree" / MANIFEST).write_text(json.dumps(
+        {"name": overlay.name, "lock_sha256": lock.sha256, "libraries": overlay.libraries, "host": overlay.host,
+         "stands_in_for": overlay.stands_in_for, "pins": {n: v for n, (v, _) in sorted(lock.pins.items())}},
+        indent=1) + "\n")
+    if target.exists():
+        shutil.rmtree(target)
+    (staging / "tree").rename(target)
+    shutil.rmtree(staging, ignore_errors=True)
+    return parse(f"{overlay.name}={target}")
+
+
+def resolve(spec: str, overlays=None) -> Stack:
+    """A stack for `run --stacks`: ``host``, a declared overlay's name (installed under stacks_dir()), or what
+    ``parse`` accepts (NAME=FOLDER, FOLDER)."""
+    if spec != HOST and "=" not in spec and "/" not in spec and spec in (overlays or {}):
+        folder = stacks_dir() / spec
+        if not folder.is_dir():
+            raise UserError(f"stack {spec} is not installed in {stacks_dir()}: run `convbench stacks install {spec} "
+                            f"--wheelhouse DIR` (or set {STACKS_ENV})", EXIT_ENVIRONMENT)
+        return parse(f"{spec}={folder}")
+    return parse(spec)

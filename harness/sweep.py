@@ -25,7 +25,7 @@ from .cases import Case
 from .errors import UserError
 from .explain import explain
 from .journal import JOURNAL_FILE, RUN_FILE, Journal, iter_journal
-from .records import OK
+from .records import OK, wholly_failed
 from .slicetime import SliceClock
 
 
@@ -182,10 +182,13 @@ def _in_process(journal: Journal, backend: Any, case: Case, combos: list, option
 def summarize(journal: Journal, cuda: bool, seconds: float) -> dict[str, Any]:
     """Counts by status over the whole journal, the time taken, and the GPU clocks after the run."""
     counts: Counter[str] = Counter()
+    statuses = []
     for rec in iter_journal(journal.path / JOURNAL_FILE):
         if rec.get("kind") == "measurement":
             counts[rec["status"]] += 1
-    summary: dict[str, Any] = {"counts": dict(counts), "ok": counts.get(OK, 0), "seconds": round(seconds, 1)}
+            statuses.append((rec.get("backend", "?"), rec["status"]))
+    summary: dict[str, Any] = {"counts": dict(counts), "ok": counts.get(OK, 0), "seconds": round(seconds, 1),
+                               "failed_backends": wholly_failed(statuses)}
     gpu = journal.meta["fingerprint"].get("gpu")
     if cuda and gpu:
         summary["clocks_after"] = fingerprint.clocks(gpu["index"])

@@ -48,19 +48,33 @@ _OOM_WORDS = ("OutOfMemoryError", "out of memory", "CUDNN_STATUS_ALLOC_FAILED", 
               "CUBLAS_STATUS_ALLOC_FAILED")
 
 
+def _test_backend():
+    """The tests' fault-injecting backend (tests/faulty_backend.py, not shipped in the wheel) when
+    CONVBENCH_TEST_BACKENDS=1 and this is a checkout that has it; else None."""
+    if os.environ.get("CONVBENCH_TEST_BACKENDS") != "1":
+        return None
+    tests = str(Path(__file__).resolve().parents[1] / "tests")
+    if tests not in sys.path:
+        sys.path.append(tests)
+    try:
+        import faulty_backend
+    except ImportError:
+        return None
+    return faulty_backend
+
+
 def resolve_backend(name: str):
     """A backend by name; the fault-injecting test backend only when CONVBENCH_TEST_BACKENDS=1."""
-    from .backends import faulty
-
-    if name == faulty.FaultyBackend.name and faulty.enabled():
+    faulty = _test_backend()
+    if faulty and name == faulty.FaultyBackend.name:
         return faulty.FaultyBackend()
     return get_backend(name)
 
 
 def backend_names() -> tuple[str, ...]:
-    from .backends import BACKENDS, faulty
+    from .backends import BACKENDS
 
-    return BACKENDS + (("faulty",) if faulty.enabled() else ())
+    return BACKENDS + (("faulty",) if _test_backend() else ())
 
 
 def classify(rec: Record) -> Record:

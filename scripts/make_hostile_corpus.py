@@ -24,6 +24,7 @@ import random
 import stat
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -367,10 +368,580 @@ def asv_items(c: Corpus) -> None:
         c.items.append({"path": item.name, "category": "asv", "why": why})
 
 
+# ---- issue 19 (2026-11-30): generated items of each kind the hostile run found ------------------------------------
+
+def _set(d: dict, dotted: str, value) -> dict:
+    """A copy of ``d`` with the field at the dotted path set (objects on the way created)."""
+    d = json.loads(json.dumps(d))
+    *head, last = dotted.split(".")
+    cur = d
+    for k in head:
+        if not isinstance(cur.get(k), dict):
+            cur[k] = {}
+        cur = cur[k]
+    cur[last] = value
+    return d
+
+
+TYPED = {  # fields that parse but hold the wrong type: each one, once stored, broke every later report
+    "extra": ([1], "x", 5, True), "extra.winners": ("ALGO_0", None, [1], 5, {"a": "x"}, {"a": 1.5}),
+    "extra.near_ties": ("none", 5, {"a": 1}, [1]), "extra.max_abs_spread": ("big", [1], {"a": 1}, True),
+    "extra.fresh_process_equal": ([True], "yes", 1, {"a": 1}), "extra.trials": ("x", 3, [1]),
+    "extra.documented_nondeterministic": ("yes", 1, None), "extra.wall_ms": ("1", [1]),
+    "time.clock": ("fast", 5, [1]), "time.clock.slowdowns": (7, "power", [1], [None]),
+    "time.clock.sm_mhz_min": ("low", [1]), "time.flags": ("host_bound", [1], 5), "time.host_ms": ("x", [1]),
+    "time.iqr_ms": ("x", True), "time.mode": (5, None, []), "time.timer": (5, []), "time.samples_ms": ([True, 1.0],
+                                                                                                   [None], [[1.0]]),
+    "accuracy.nan": (0.5, "0", True), "accuracy.precision_class": (5, []), "accuracy.reduction": ("72", 1.5),
+    "determinism.repeat_equal": ("yes", 1, []), "determinism.hash": (5, []), "determinism.repeats": (2.5, "2"),
+    "determinism.distinct_outputs": ("1", None), "workspace_bytes": ("0", 1.5, True),
+    "settings.device": ([1], {"a": 1}), "chosen_algo": (5, []), "explanation": (5, [], {"a": 1}),
+    "reason": (5, []), "device": (5, None),
+}
+RANGES = {  # the right type, out of range or unsafe to print or hold
+    "time.median_ms": (-1.0, -1e-9, 1e301), "accuracy.max_abs": (-0.5,), "time.n": (-1, 1 << 70),
+    "workspace_bytes": (-4096, 1 << 64), "accuracy.unwritten": (-3,),
+    "case": ("", "x" * 2000, "quick.seed\x1b[2J", "quick\rseed", "quick\x00seed", "quick\u0085seed"),
+    "algo": ("A" * 5000, "ALGO\x07"), "status": ("ok\x1b]0;pwned\x07", ""), "dtype": ("FP32", "Fp32", "fp32 ", "tf32"),
+    "direction": ("forward", "FWD"), "layout": ("nchw", "NCWH"), "kind": ("Measurement", "ranking2"),
+    "reason": ("r" * (70 << 10),), "settings.k\x1bey": ("v",), "extra.clock": ({"slowdowns": ["x" * 2000]},),
+}
+
+
+def typed_items(c: Corpus, rng: random.Random) -> None:
+    for dotted, values in TYPED.items():
+        for bad in values:
+            rec = _set(valid_record(), dotted, bad)
+            c.run_dir("record-typed", f"{dotted} = {json.dumps(bad)[:40]}", records=GOOD_LINES[0] + line(rec))
+    for dotted, values in RANGES.items():
+        for bad in values:
+            rec = _set(valid_record(), dotted, bad)
+            c.run_dir("record-range", f"{dotted} = {json.dumps(bad)[:40]}", records=GOOD_LINES[0] + line(rec))
+    rec = valid_record()
+    rec["time"]["samples_ms"] = [0.5] * 100_001
+    c.run_dir("record-range", "100001 timing samples (compare holds both sides in memory)",
+              records=GOOD_LINES[0] + line(rec))
+    rec = _set(valid_record(), "extra.blob", [[[[[[[[[[[1]]]]]]]]]]])
+    c.run_dir("record-range", "extra nested 11 deep (under the parser's limit)", records=GOOD_LINES[0] + line(rec))
+    rec = _set(valid_record(), "extra.big", list(range(5000)))
+    c.run_dir("record-range", "a list of 5000 entries in extra", records=GOOD_LINES[0] + line(rec))
+    scalars = ("time.iqr_ms", "time.mode", "time.timer", "accuracy.nan", "accuracy.precision_class", "reason",
+               "determinism.hash", "determinism.repeats", "workspace_bytes", "chosen_algo", "explanation", "device",
+               "extra.max_abs_spread", "extra.fresh_process_equal", "time.host_ms", "settings.device", "status")
+    for i in range(20):  # random lists and objects where a scalar belongs
+        dotted = rng.choice(scalars)
+        bad = rng.choice([[rng.random()], {"k": rng.random()}, [str(rng.random())], {}])
+        rec = _set(valid_record(), dotted, bad)
+        c.run_dir("record-typed", f"random #{i}: {dotted} = {json.dumps(bad)[:40]}", records=GOOD_LINES[0] + line(rec))
+
+
+def journal_items(c: Corpus) -> None:
+    """Journals with nothing in them: each once became a complete run of 0 records."""
+    for why, data in (("empty", b""), ("one newline", b"\n"), ("spaces", b"   "), ("tabs and newlines", b"\t\n\t\n"),
+                      ("CRLF only", b"\r\n" * 10), ("4 KiB of NUL", b"\x00" * 4096), ("one NUL", b"\x00"),
+                      ("NUL then newline", b"\x00\n"), ("50 MiB of newlines", b"\n" * (50 << 20)),
+                      ("a blank line between records", GOOD_LINES[0] + b"\n" + GOOD_LINES[1]),
+                      ("records after 1 MiB of spaces", b" " * (1 << 20) + b"\n" + GOOD_LINES[0])):
+        c.run_dir("journal-empty", f"records.jsonl: {why}", records=data)
+
+
+def _tar(members: list[tuple], mode: str) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode=mode, format=tarfile.PAX_FORMAT) as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buf.getvalue()
+
+
+def archive_items(c: Corpus) -> None:
+    """Tarballs with good runs and one bad: stored half before; now refused as a whole."""
+    bad_record = [m if not m[0].name.endswith("records.jsonl") else member(m[0].name, GOOD_LINES[0] + b"{\n")
+                  for m in run_members("hostile-host/bad")]
+    bad_meta = [m if not m[0].name.endswith("run.json") else member(m[0].name, b'{"schema": 1}')
+                for m in run_members("hostile-host/bad")]
+    bad_type = [m if not m[0].name.endswith("records.jsonl") else member(
+        m[0].name, line(_set(valid_record(), "extra.winners", "ALGO"))) for m in run_members("hostile-host/bad")]
+    for mode, suffix in (("w:gz", ".tar.gz"), ("w", ".tar"), ("w:bz2", ".tar.bz2"), ("w:xz", ".tar.xz")):
+        for bad_name, bad in (("a malformed line", bad_record), ("a run.json without identity", bad_meta),
+                              ("a wrongly typed field", bad_type)):
+            for where in ("after", "before"):
+                good = run_members(f"hostile-host/good-{where}")
+                members = good + bad if where == "after" else bad + good
+                c.file("tar-partial", f"{suffix}: a good run {where} a run with {bad_name}", "runs" + suffix,
+                       _tar(members, mode))
+
+
+def archive_bombs(c: Corpus) -> None:
+    """Bombs under every per-member limit: many members that add up, and a journal under the old 4 GiB limit."""
+    mib15 = 15 << 20
+    block = gzip.compress(b"\x00" * mib15, 9, mtime=0)
+    parts = []
+    for i in range(200):
+        info = tarfile.TarInfo(f"hostile-host/run{i}/extra-{i}.json")
+        info.size = mib15
+        parts.append(gzip.compress(info.tobuf(tarfile.GNU_FORMAT), mtime=0) + block)
+    c.file("archive-bomb", "200 members of 15 MiB .json each (3 GiB), 13 MiB compressed", "sum.tar.gz",
+           b"".join(parts) + gzip.compress(b"\x00" * 1024, mtime=0))
+    info = tarfile.TarInfo("hostile-host/run1/records.jsonl")
+    info.size = 3 << 30
+    head = b"".join(m[0].tobuf(tarfile.GNU_FORMAT) + m[1] + b"\x00" * (-len(m[1]) % 512)
+                    for m in run_members()[:1]) + info.tobuf(tarfile.GNU_FORMAT)
+    chunk = gzip.compress(b"\x00" * (64 << 20), 9, mtime=0)
+    c.file("archive-bomb", "a 3 GiB records.jsonl of zeros (under the old 4 GiB limit)", "sparse.tar.gz",
+           gzip.compress(head, mtime=0) + chunk * 48 + gzip.compress(b"\x00" * 1024, mtime=0))
+
+
+def asv_hostile_items(c: Corpus) -> None:
+    machine = json.dumps({"machine": "hostile-host", "version": 1}).encode()
+    base = {"version": 2, "commit_hash": "abc", "env_name": "e", "date": 1764374400000,
+            "params": {"machine": "hostile-host"}, "result_columns": ["result", "params", "samples"]}
+
+    def variant(why: str, result, bench_params, samples=None, **top) -> None:
+        item = c._slot("asv-hostile")
+        d = item / "results" / "hostile-host"
+        d.mkdir(parents=True)
+        (d / "machine.json").write_bytes(machine)
+        doc = {**base, "results": {"bench_x.Cls.time_x": [result, bench_params, samples]}, **top}
+        (d / "abc-e.json").write_bytes(json.dumps(doc).encode())
+        c.items.append({"path": item.name, "category": "asv-hostile", "why": why})
+
+    for n, k in ((300, 4), (1000, 2), (50, 5), (100_001, 1)):
+        variant(f"parameters {n}^{k} in a few KiB", [1.0], [[f"'v{i}'" for i in range(n)]] * k)
+    variant("result is text", "fast", [["'a'"]])
+    variant("a result value is text", ["fast"], [["'a'"]])
+    variant("a result value is an object", [{"a": 1}], [["'a'"]])
+    variant("samples are text", [1.0], [["'a'"]], ["many"])
+    variant("a sample is text", [1.0], [["'a'"]], [["x"]])
+    variant("params is an object", [1.0], {"a": ["x"]})
+    variant("a parameter is an object", [1.0], [[{"a": 1}]])
+    variant("machine has an escape sequence", [1.0], [["'a'"]], params={"machine": "box\x1b[2J"})
+    variant("env_name is a list", [1.0], [["'a'"]], env_name=["e"])
+    variant("params of the run is a list", [1.0], [["'a'"]], params=["box"])
+
+
+# ---- scenarios: hostile inputs that enter elsewhere than collect's sources --------------------------------------
+
+SWEEP = ["sweep", "--cases", "quick", "--backends", "torch", "--dtypes", "fp32", "--budget-ms", "5"]
+
+
+class Scenarios:
+    """Inputs for resume, repro, the store, the gate, the command line and the terminal: each a folder under
+    OUT/scenarios and commands to run there (``{dir}`` is that folder), with the exit codes that mean a clean
+    refusal, the records the store must hold afterwards, and files that must not change."""
+
+    def __init__(self, out: Path):
+        self.root = out / "scenarios"
+        self.items: list[dict] = []
+
+    def add(self, category: str, why: str, argv: list[str], expect: tuple[int, ...], *, env: dict | None = None,
+            before: list[list[str]] | None = None, records: int | None = None, victim: str | None = None,
+            setup=None) -> Path:
+        d = self.root / f"{len(self.items):05d}-{category}"
+        d.mkdir(parents=True)
+        if setup:
+            setup(d)
+        self.items.append({"path": f"scenarios/{d.name}", "category": category, "why": why, "argv": argv,
+                           "expect": list(expect), "env": env or {}, "before": before or [], "records": records,
+                           "victim": victim})
+        return d
+
+
+def _write_run(d: Path, lines: list[bytes] = GOOD_LINES, finished: bool = False, run_id: str = "run1") -> Path:
+    r = d / "results" / "hostile-host" / run_id
+    r.mkdir(parents=True)
+    (r / "run.json").write_bytes(json.dumps(valid_meta(run_id)).encode())
+    (r / "records.jsonl").write_bytes(b"".join(lines))
+    if finished:
+        (r / "end.json").write_bytes(GOOD_END)
+    return r
+
+
+def resume_scenarios(sc: Scenarios, rng: random.Random) -> None:
+    journal_damage = {
+        "an unknown field": lambda p: p.write_bytes(line({**valid_record(), "colour": 1})),
+        "schema 2": lambda p: p.write_bytes(line({**valid_record(), "schema": 2})),
+        "schema as text": lambda p: p.write_bytes(line({**valid_record(), "schema": "1"})),
+        "a byte order mark": lambda p: p.write_bytes(b"\xef\xbb\xbf" + p.read_bytes()),
+        "a directory": lambda p: (p.unlink(), p.mkdir()),
+        "a link to /dev/null": lambda p: (p.unlink(), p.symlink_to("/dev/null")),
+        "a link to /dev/zero": lambda p: (p.unlink(), p.symlink_to("/dev/zero")),
+        "a FIFO": lambda p: (p.unlink(), os.mkfifo(p)),
+        "a link to a file outside": lambda p: (p.unlink(), p.symlink_to(p.parents[3] / "victim.txt")),
+        "winners as text": lambda p: p.write_bytes(line(_set(valid_record(), "extra.winners", "A"))),
+        "NaN median": lambda p: p.write_bytes(GOOD_LINES[0].replace(b'"median_ms": 0.5', b'"median_ms": NaN')),
+    }
+    for i in range(8):
+        junk = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200))).replace(b"\n", b" ") + b"\n"
+        journal_damage[f"garbage line #{i}"] = lambda p, junk=junk: p.write_bytes(p.read_bytes() + junk)
+    header_damage = {
+        "schema as text": {"schema": "1"}, "schema 2": {"schema": 2}, "run_id a number": {"run_id": 5},
+        "started not a time": {"started": "yesterday"}, "machine empty": {"machine": ""},
+        "options a list": {"options": [1]}, "fingerprint nested 50 deep": {"fingerprint": json.loads(nested(50))},
+    }
+
+    def victim(d: Path) -> None:
+        (d / "victim.txt").write_bytes(b"precious, no newline at the end")
+
+    for command in ("sweep", "repro"):
+        for why, damage in journal_damage.items():
+            def setup(d, damage=damage):
+                victim(d)
+                damage(_write_run(d) / "records.jsonl")
+            argv = (SWEEP + ["--resume", "{dir}/results/hostile-host/run1"] if command == "sweep"
+                    else ["repro", "{dir}/results/hostile-host/run1"])
+            sc.add(f"{command}-tampered", f"{command}: the journal holds {why}", argv, (2,), victim="victim.txt",
+                   setup=setup)
+        for why, change in header_damage.items():
+            def setup(d, change=change):
+                victim(d)
+                r = _write_run(d)
+                (r / "run.json").write_bytes(json.dumps({**valid_meta(), **change}).encode())
+            argv = (SWEEP + ["--resume", "{dir}/results/hostile-host/run1"] if command == "sweep"
+                    else ["repro", "{dir}/results/hostile-host/run1"])
+            sc.add(f"{command}-tampered", f"{command}: run.json with {why}", argv, (2,), victim="victim.txt",
+                   setup=setup)
+
+
+def path_scenarios(sc: Scenarios) -> None:
+    for name in ("../../../escaped", "../escaped", "..", ".", "a/b", "/tmp/convbench-escape", "x\x1b[31m",
+                 "a" * 200, " ", "-rf", ".hidden"):  # an empty one means unset: the fingerprint's name
+        sc.add("machine-name", f"CONVBENCH_MACHINE={name[:30]!r}", SWEEP + ["--results", "{dir}/deep/a/b/results"],
+               (2,), env={"CONVBENCH_MACHINE": name}, setup=lambda d: (d / "deep/a/b").mkdir(parents=True))
+
+
+def cli_scenarios(sc: Scenarios) -> None:
+    for flag, values in (("--budget-ms", ("nan", "inf", "-inf", "-1", "0", "1e300")),
+                         ("--repeats", ("1000000000", "-1")), ("--timeout", ("nan", "inf", "0", "-5"))):
+        for v in values:
+            sc.add("cli-number", f"sweep {flag} {v}", SWEEP[:-2] + [flag, v, "--results", "{dir}/results"], (2,))
+    for target, why in (("{dir}/a-file", "a file"), ("/proc/self/convbench", "/proc"), ("/dev/null", "/dev/null")):
+        sc.add("cli-path", f"sweep --results at {why}", SWEEP + ["--results", target], (2,), victim="a-file",
+               setup=lambda d: (d / "a-file").write_bytes(b"keep me"))
+    for v in ("0", "100000", "-3"):
+        sc.add("cli-number", f"collect --jobs {v}", ["collect", "{dir}", "--jobs", v, "--store", "{dir}/s.sqlite"],
+               (2,))
+    for v in ("", ":memory:", "  ", "file::memory:"):
+        sc.add("cli-path", f"collect --store {v!r}", ["collect", "{dir}/results", "--store", v], (2,),
+               setup=lambda d: _write_run(d, finished=True))
+    for flag in ("--time-threshold", "--error-growth", "--abs-us", "--alpha"):
+        for v in ("nan", "inf", "-inf"):
+            sc.add("gate-threshold", f"compare {flag} {v}",
+                   ["compare", "{dir}/results", "{dir}/results", flag, v], (2,),
+                   setup=lambda d: _write_run(d, finished=True))
+
+
+def store_scenarios(sc: Scenarios, rng: random.Random) -> None:
+    """Damaged stores: refused in one line, never modified; made by collecting a real run first."""
+    damage = {
+        "store_schema as text": "UPDATE meta SET value = 'two' WHERE key = 'store_schema'",
+        "store_schema 99": "UPDATE meta SET value = '99' WHERE key = 'store_schema'",
+        "a missing column": "ALTER TABLE runs DROP COLUMN end_info",
+        "a missing table": "DROP TABLE run_vectors",
+        "no meta row": "DELETE FROM meta",
+    }
+    for why, sql in damage.items():
+        for command in ("compare", "collect"):
+            argv = (["compare", "hostile-host", "hostile-host", "--store", "{dir}/s.sqlite"] if command == "compare"
+                    else ["collect", "{dir}/results", "--store", "{dir}/s.sqlite"])
+            sc.add("store-damaged", f"{command} on a store with {why}", argv, (2,), victim="s.sqlite",
+                   before=[["collect", "{dir}/results", "--store", "{dir}/s.sqlite"], ["sql", sql]],
+                   setup=lambda d: _write_run(d, finished=True))
+    for _ in range(6):
+        seed = rng.randrange(1 << 30)
+        for command in ("compare", "collect"):
+            argv = (["compare", "hostile-host", "hostile-host", "--store", "{dir}/s.sqlite"] if command == "compare"
+                    else ["collect", "{dir}/results", "--store", "{dir}/s.sqlite"])
+            sc.add("store-damaged", f"{command} on a store with bit-rot (seed {seed})", argv, (2,),
+                   victim="s.sqlite", before=[["collect", "{dir}/results", "--store", "{dir}/s.sqlite"],
+                                              ["rot", str(seed)]], setup=lambda d: _write_run(d, finished=True))
+    for why, data in (("text", b"not a store\n"), ("zeros", b"\x00" * 8192), ("a truncated header", b"SQLite fo")):
+        sc.add("store-damaged", f"compare on a store file of {why}",
+               ["compare", "hostile-host", "hostile-host", "--store", "{dir}/s.sqlite"], (2,), victim="s.sqlite",
+               setup=lambda d, data=data: (d / "s.sqlite").write_bytes(data))
+    sc.add("store-damaged", "collect into a store that is a directory",
+           ["collect", "{dir}/results", "--store", "{dir}/s.sqlite"], (2,),
+           setup=lambda d: (_write_run(d, finished=True), (d / "s.sqlite").mkdir()))
+    sc.add("store-damaged", "collect into a store that links elsewhere",
+           ["collect", "{dir}/results", "--store", "{dir}/s.sqlite"], (2,), victim="victim.sqlite",
+           setup=lambda d: (_write_run(d, finished=True), (d / "victim.sqlite").write_bytes(b"x"),
+                            (d / "s.sqlite").symlink_to(d / "victim.sqlite")))
+
+
+def keep_scenarios(sc: Scenarios) -> None:
+    """What the store holds afterwards: nothing lost, nothing duplicated."""
+    many = [line(valid_record(i)) for i in range(6)]
+    for n in (1, 3, 5):
+        def setup(d, n=n):
+            _write_run(d / "full", many, finished=True)
+            _write_run(d / "part", many[:n], finished=True)
+        sc.add("store-keeps", f"a partial copy ({n} of 6 records) after the whole run",
+               ["collect", "{dir}/part/results", "--store", "{dir}/s.sqlite"], (1,), records=6,
+               before=[["collect", "{dir}/full/results", "--store", "{dir}/s.sqlite"]], setup=setup)
+    for k in (2, 3, 10):
+        sc.add("store-keeps", f"every line written {k} times", ["collect", "{dir}/results", "--store",
+                                                                 "{dir}/s.sqlite"], (0,), records=3,
+               setup=lambda d, k=k: _write_run(d, GOOD_LINES * k, finished=True))
+    sc.add("store-keeps", "a finished run's last line without its newline",
+           ["collect", "{dir}/results", "--store", "{dir}/s.sqlite"], (0,), records=3,
+           setup=lambda d: _write_run(d, GOOD_LINES[:2] + [GOOD_LINES[2].rstrip(b"\n")], finished=True))
+    for mode, suffix in (("w:gz", ".tar.gz"), ("w", ".tar"), ("w:bz2", ".tar.bz2"), ("w:xz", ".tar.xz")):
+        bad = [m if not m[0].name.endswith("records.jsonl") else member(m[0].name, b"{\n")
+               for m in run_members("hostile-host/bad")]
+        sc.add("store-keeps", f"{suffix} with a good run, then a bad one", ["collect", "{dir}/runs" + suffix,
+                                                                            "--store", "{dir}/s.sqlite"], (1,),
+               records=0, setup=lambda d, mode=mode, suffix=suffix, bad=bad: (d / ("runs" + suffix)).write_bytes(
+                   _tar(run_members("hostile-host/good") + bad, mode)))
+
+
+def gate_scenarios(sc: Scenarios) -> None:
+    other = [line(_set(valid_record(i), "case", "quick.other")) for i in range(3)]
+    sc.add("gate-no-data", "compare two runs with no combination in common",
+           ["compare", "{dir}/a/results", "{dir}/b/results"], (4,),
+           setup=lambda d: (_write_run(d / "a", finished=True), _write_run(d / "b", other, finished=True)))
+    sc.add("gate-no-data", "compare against an empty folder", ["compare", "{dir}/a/results", "{dir}/empty"], (4,),
+           setup=lambda d: (_write_run(d / "a", finished=True), (d / "empty").mkdir()))
+    sc.add("gate-no-data", "compare against a head whose journal is empty",
+           ["compare", "{dir}/a/results", "{dir}/b/results"], (4,),
+           setup=lambda d: (_write_run(d / "a", finished=True), _write_run(d / "b", [], finished=True)))
+    sc.add("gate-no-data", "compare against a head that collect refuses",
+           ["compare", "{dir}/a/results", "{dir}/b/results"], (4,),
+           setup=lambda d: (_write_run(d / "a", finished=True),
+                            _write_run(d / "b", [line(_set(valid_record(), "extra", [1]))], finished=True)))
+    sc.add("gate-no-data", "compare two machines with nothing in common",
+           ["compare", "{dir}/a/results", "{dir}/b/results"], (4,),
+           setup=lambda d: (_write_run(d / "a", finished=True), _write_run(d / "b", other, finished=True)))
+
+
+def terminal_scenarios(sc: Scenarios) -> None:
+    for why, name in (("an escape sequence", "r\x1b[2J"), ("a carriage return", "r\rX"), ("a bell", "r\x07"),
+                      ("a bidi override", "r\u202eX"), ("a C1 control", "r\x9b31m"), ("a title escape",
+                                                                                       "r\x1b]0;pwned\x07")):
+        sc.add("terminal", f"a source folder named with {why}", ["collect", "{dir}/" + name, "--store",
+                                                                 "{dir}/s.sqlite"], (1,),
+               setup=lambda d, name=name: ((d / name / "m").mkdir(parents=True), (d / name / "m" / "run.json")
+                                           .write_bytes(b"{")))
+
+
+def make_scenarios(out: Path, rng: random.Random) -> list[dict]:
+    sc = Scenarios(out)
+    resume_scenarios(sc, rng)
+    path_scenarios(sc)
+    cli_scenarios(sc)
+    store_scenarios(sc, rng)
+    keep_scenarios(sc)
+    gate_scenarios(sc)
+    terminal_scenarios(sc)
+    return sc.items
+
+
+# ---- the tally: every item run where it enters, in a forked child with a time and memory limit --------------------
+
+OUTCOMES = ("refused cleanly", "traceback", "hang", "written outside", "lost", "duplicated", "wrong outcome",
+            "over 2 GiB")
+ESCAPE = Path("/tmp/convbench-escape")
+HANG_S = 60
+
+
+def _snapshot(root: Path, skip: tuple[str, ...] = ()) -> dict[str, str]:
+    snap = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            if any(str(p).startswith(x) for x in skip):
+                continue
+            st = p.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                snap[str(p)] = "link:" + os.readlink(p)
+            elif stat.S_ISREG(st.st_mode):
+                snap[str(p)] = f"file:{st.st_size}:{st.st_mtime_ns}"
+            else:
+                snap[str(p)] = f"mode:{st.st_mode:o}"
+    return snap
+
+
+def _run_child(argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> tuple[str, int | None, int]:
+    """('done'|'hang', exit code, peak RSS KiB) of ``convbench argv`` in a forked child (the parent has
+    imported what the commands import, so a child starts in milliseconds)."""
+    import resource
+    import traceback
+
+    pid = os.fork()
+    if pid == 0:
+        code = 99
+        try:
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            os.environ.update(env)
+            os.chdir(cwd)
+            resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+            sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True)
+            sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True)
+            from harness import cli
+
+            code = cli.main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 2
+        except BaseException:  # noqa: BLE001 - what the tally counts as a traceback
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    deadline = time.monotonic() + HANG_S
+    while True:
+        done, status, usage = os.wait4(pid, os.WNOHANG)
+        if done:
+            return "done", os.waitstatus_to_exitcode(status), usage.ru_maxrss
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            _, status, usage = os.wait4(pid, 0)
+            return "hang", None, usage.ru_maxrss
+        time.sleep(0.01)
+
+
+def _stored_records(store: Path) -> int:
+    import sqlite3
+
+    if not store.is_file():
+        return 0
+    db = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+    try:
+        return db.execute("SELECT coalesce(sum(n_records), 0) FROM runs").fetchone()[0]
+    except sqlite3.Error:
+        return -1
+    finally:
+        db.close()
+
+
+def _rot(store: Path, seed: int) -> None:
+    """Flip bits in a few pages after the first (bit-rot under the file header)."""
+    r = random.Random(seed)
+    data = bytearray(store.read_bytes())
+    for _ in range(4):
+        page = r.randrange(1, max(2, len(data) // 4096))
+        for i in range(page * 4096, min(len(data), page * 4096 + 16)):
+            data[i] ^= r.randrange(1, 256)
+    store.write_bytes(bytes(data))
+
+
+def _judge(log: Path, state: str, code: int | None, rss_kib: int, expect: tuple[int, ...], checks) -> str:
+    text = log.read_text(errors="replace")
+    if "Traceback (most recent call last)" in text:
+        return "traceback"
+    if state == "hang":
+        return "hang"
+    if rss_kib > 2 << 20:
+        return "over 2 GiB"
+    verdict = checks(text)
+    if verdict:
+        return verdict
+    if code not in expect:
+        return "wrong outcome"
+    return "refused cleanly"
+
+
+def tally(out: Path, collect_items: bool = True) -> dict:
+    """Run every item and scenario under OUT; counts per outcome and per category, and the items that failed.
+    ``collect_items=False`` runs the scenarios only (the collect items have their own test)."""
+    import harness.cmd_fleet  # noqa: F401 - imported once here, so that each forked child starts at once
+    import harness.cmd_measure  # noqa: F401
+    import harness.collect  # noqa: F401
+    import harness.sweep  # noqa: F401
+
+    try:
+        import torch  # noqa: F401 - sweep and repro import it
+    except ImportError:
+        pass
+    sandbox = out / "sandbox"
+    sandbox.mkdir(exist_ok=True)
+    env = {"HOME": str(sandbox), "TMPDIR": str(sandbox)}
+    items = json.loads((out / "manifest.json").read_text()) if collect_items else []
+    scenarios = json.loads((out / "scenarios.json").read_text())
+    results: list[dict] = []
+    for i, it in enumerate(items):
+        source = out / it["path"].split("/")[0]
+        store = sandbox / f"c{i}.sqlite"
+        before = _snapshot(source)
+        log = sandbox / "log"
+        state, code, rss = _run_child(["collect", str(source), "--store", str(store), "--quiet"], env, sandbox,
+                                      log)
+
+        def checks(text, source=source, store=store, before=before):
+            if ESCAPE.exists() or _snapshot(source) != before:
+                return "written outside"
+            if _stored_records(store) != 0:
+                return "wrong outcome"  # an item that must be refused was stored
+            return None
+        results.append({**it, "outcome": _judge(log, state, code, rss, (1,), checks)})
+        for p in sandbox.glob(f"c{i}.sqlite*"):
+            p.unlink()
+    for sc in scenarios:
+        d = (out / sc["path"]).resolve()
+        fill = lambda a, d=d: [x.replace("{dir}", str(d)) for x in a]  # noqa: E731
+        log = sandbox / "log"
+        ok = True
+        for step in sc["before"]:
+            if step[0] == "sql":
+                import sqlite3
+
+                db = sqlite3.connect(d / "s.sqlite")
+                db.execute(step[1])
+                db.commit()
+                db.close()
+            elif step[0] == "rot":
+                _rot(d / "s.sqlite", int(step[1]))
+            else:
+                ok &= _run_child(fill(step), env, d, log)[1] == 0
+        victim = d / sc["victim"] if sc["victim"] else None
+        vbefore = (victim.read_bytes() if victim.is_file() else None) if victim else None
+        elsewhere = (str(d), str(sandbox))  # the corpus and scenarios but this one and the log
+        before = _snapshot(d.parent.parent, skip=elsewhere)
+        inside = _snapshot(d, skip=(str(d / "deep/a/b/results"), str(d / "s.sqlite"), str(d / "results")))
+        state, code, rss = _run_child(fill(sc["argv"]), {**env, **sc["env"]}, d, log)
+
+        def checks(text, d=d, sc=sc, victim=victim, vbefore=vbefore, before=before, inside=inside, ok=ok,
+                   elsewhere=elsewhere):
+            if not ok:
+                return "wrong outcome"
+            if ESCAPE.exists() or _snapshot(d.parent.parent, skip=elsewhere) != before:
+                return "written outside"
+            if victim and (victim.read_bytes() if victim.is_file() else None) != vbefore:
+                return "written outside"
+            now = _snapshot(d, skip=(str(d / "deep/a/b/results"), str(d / "s.sqlite"), str(d / "results")))
+            if now != inside and sc["category"] != "terminal":
+                return "written outside"
+            if sc["records"] is not None:
+                held = _stored_records(d / "s.sqlite")
+                if held < sc["records"]:
+                    return "lost"
+                if held > sc["records"]:
+                    return "duplicated"
+            if any(ch in text for ch in "\x1b\r\x07\x9b\u202e"):
+                return "wrong outcome"  # a raw control character reached the terminal
+            lines = [x for x in text.splitlines() if x.strip()]
+            if sc["expect"] == [2] and len(lines) != 1:
+                return "wrong outcome"  # a refusal is one line
+            return None
+        results.append({**sc, "outcome": _judge(log, state, code, rss, tuple(sc["expect"]), checks)})
+    counts = {o: sum(r["outcome"] == o for r in results) for o in OUTCOMES}
+    by_category: dict[str, dict[str, int]] = {}
+    for r in results:
+        by_category.setdefault(r["category"], {}).setdefault(r["outcome"], 0)
+        by_category[r["category"]][r["outcome"]] += 1
+    summary = {"tried": len(results), "collect_items": len(items), "scenarios": len(scenarios), **counts,
+               "by_category": by_category,
+               "failed": [{k: r[k] for k in ("path", "category", "why", "outcome")} for r in results
+                          if r["outcome"] != "refused cleanly"]}
+    (out / "tally.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--seed", type=int, default=20261129)
+    ap.add_argument("--tally", action="store_true", help="then run every item and scenario and count outcomes")
     args = ap.parse_args(argv)
     if args.out.exists() and any(args.out.iterdir()):
         print(f"{args.out}: exists and is not empty", file=sys.stderr)
@@ -384,11 +955,25 @@ def main(argv: list[str] | None = None) -> int:
     filesystem_items(c)
     tar_items(c, rng)
     asv_items(c)
+    typed_items(c, rng)
+    journal_items(c)
+    archive_items(c)
+    archive_bombs(c)
+    asv_hostile_items(c)
     (args.out / "manifest.json").write_text(json.dumps(c.items, indent=1))
+    scenarios = make_scenarios(args.out, rng)
+    (args.out / "scenarios.json").write_text(json.dumps(scenarios, indent=1))
     cats: dict[str, int] = {}
     for it in c.items:
         cats[it["category"]] = cats.get(it["category"], 0) + 1
     print(f"{len(c.items)} hostile items in {args.out}: " + ", ".join(f"{k} {v}" for k, v in sorted(cats.items())))
+    print(f"{len(scenarios)} scenarios (resume, repro, paths, command line, store, gate, terminal) in "
+          f"{args.out / 'scenarios.json'}")
+    if args.tally:
+        summary = tally(args.out)
+        print("tried " + str(summary["tried"]) + ": " + ", ".join(f"{o} {summary[o]}" for o in OUTCOMES))
+        for f in summary["failed"][:40]:
+            print(f"  {f['outcome']}: {f['category']}: {f['why'][:100]!r} ({f['path']})")
     return 0
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.cases import CATALOGUE
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -43,8 +45,10 @@ def test_bench_runs_the_asv_suite_on_the_cpu(tmp_path):
         track = data["results"]["bench_torch.TorchForward.track_time"]
         values = track[names.index("result")]
         measured = [v for v in values if v is not None and v == v]  # asv stores n/a as NaN
-        # On a CPU the grid is one setting per case x dtype x layout, and no parameter set is n/a.
-        assert len(measured) == len(values) == 2 * 3 * 2 and all(0 < v < 1 for v in measured)
+        # On a CPU the grid is one setting per case x dtype x layout; asv's parameters hold every case of the
+        # catalogue (so that publish shows every run's cases), the ones this run did not measure n/a.
+        assert len(values) == len(CATALOGUE) * 3 * 2
+        assert len(measured) == 2 * 3 * 2 and all(0 < v < 1 for v in measured)
         journal = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
         medians = sorted(r["time"]["median_ms"] / 1e3 for r in journal
                          if r["backend"] == "torch" and r["status"] == "ok")
@@ -174,8 +178,13 @@ def test_asv_runs_exactly_the_parameter_sets_that_have_data(tmp_path, monkeypatc
     chosen = Benchmarks(conf, listed, regex=regexes).benchmark_selection
     ok = sum(1 for r in recs if r["kind"] == "measurement" and r["backend"] == "cudnn" and r["status"] == "ok")
     assert len(chosen["bench_cudnn.CudnnForward.track_time"]) == ok == 1956
-    all_cudnn = len(cases) * 8 * 4 * 3 * 2
-    assert n_left == all_cudnn - ok  # the numerics groups all had data
+    # Left out: the cuDNN sets of this run's cases that did not run (the numerics groups all had data), and
+    # every set of the catalogue's cases this run did not measure (asv's parameters are the whole catalogue).
+    per_case = {b["name"]: len(list(itertools.product(*b["params"][1:]))) for b in listed
+                if "Forward" in b["name"]}
+    assert all(b["params"][0] == [repr(c) for c in CATALOGUE] for b in listed if "Forward" in b["name"])
+    other_cases = len(CATALOGUE) - len(cases)
+    assert n_left == len(cases) * 8 * 4 * 3 * 2 - ok + other_cases * sum(per_case.values())
     assert len(chosen["bench_torch.TorchForward.track_time"]) == len(cases) * 4 * 2 * 4
     assert sum(len(v or [0]) for k, v in chosen.items() if "Forward" in k) == n_run
     assert all(len(r) < asvselect.MAX_REGEX_CHARS for r in regexes)
@@ -185,3 +194,86 @@ def test_asv_runs_exactly_the_parameter_sets_that_have_data(tmp_path, monkeypatc
     picked = {tuple(ast.literal_eval(v) for v in product[i]) for i in chosen["bench_cudnn.CudnnForward.track_time"]}
     assert picked == {(r["case"], r["algo"], r["math"], r["dtype"], r["layout"]) for r in recs
                       if r["kind"] == "measurement" and r["backend"] == "cudnn" and r["status"] == "ok"}
+
+
+@pytest.mark.slow
+def test_plain_asv_run_saves_publishes_every_case_and_compares_commits(tmp_path):
+    """asv itself, as asv users drive it, in a clone of this checkout: `asv run` (no flags) saves its results;
+    a second commit measured with other cases; `asv publish` shows the cases of both; `asv compare` works."""
+    pytest.importorskip("asv")
+    if not (ROOT / ".git").exists():
+        pytest.skip("asv records results per commit: needs a git checkout")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(clone)], check=True, timeout=120)
+    env = dict(os.environ, PYTHONPATH=str(clone), HOME=str(tmp_path / "home"), CONVBENCH_RESULTS=str(tmp_path / "r"),
+               GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    (tmp_path / "home").mkdir()
+
+    def asv(*args, cases=None):
+        run_env = dict(env, CONVBENCH_CASES=cases) if cases else env
+        res = subprocess.run([sys.executable, "-m", "asv", *args], cwd=clone, env=run_env, capture_output=True,
+                             text=True, timeout=600)
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        return res.stdout
+
+    def head():
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True).stdout.strip()
+
+    asv("machine", "--yes", "--machine", "ci")
+    asv("run", "-b", "TorchForward.track_time", cases="quick.seed")
+    first = head()
+    subprocess.run(["git", "commit", "--quiet", "--allow-empty", "-m", "second"], cwd=clone, env=env, check=True)
+    second = head()
+    asv("run", "-b", "TorchForward.track_time", cases="quick.grouped")
+    results = clone / ".asv" / "results" / "ci"
+    saved = sorted(p.name for p in results.glob("*.json") if p.name != "machine.json")
+    assert [n[:8] for n in saved] == sorted([first[:8], second[:8]]), saved
+
+    asv("publish")
+    graphs = list((clone / ".asv" / "html" / "graphs").rglob("bench_torch.TorchForward.track_time.json"))
+    (graph,) = [g for g in graphs if "machine-ci" in str(g)]
+    index = json.loads((clone / ".asv" / "html" / "index.json").read_text())
+    cases = [ast_eval(v) for v in index["benchmarks"]["bench_torch.TorchForward.track_time"]["params"][0]]
+    assert cases == list(CATALOGUE)  # every case listed, whichever run wrote benchmarks.json last
+    points = json.loads(graph.read_text())  # [[revision, [value per parameter set]], ...]
+    measured = {cases[i // (3 * 2)] for _, values in points for i, v in enumerate(values or [])
+                if v is not None and v == v}
+    assert measured == {"quick.seed", "quick.grouped"}  # both runs' cases shown
+
+    out = asv("compare", first, second, "--machine", "ci")
+    # the two commits measured different cases: each case's row is there, n/a on the side that lacks it
+    rows = [ln for ln in out.splitlines() if "TorchForward.track_time" in ln]
+    assert any("quick.seed" in ln for ln in rows) and any("quick.grouped" in ln for ln in rows), out[-2000:]
+
+
+def ast_eval(text: str):
+    import ast
+
+    return ast.literal_eval(text)
+
+
+def test_bench_script_uses_the_hosts_python_environment_as_it_is(tmp_path):
+    """scripts/bench.sh on a GPU host picks the active venv (or the interpreter named) and says so, instead of a
+    fresh venv that cannot see the host's torch. A stand-in torch reports a usable CUDA GPU."""
+    fake = tmp_path / "site" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("__version__ = '2.11.0+cu130'\n"
+                                      "class version:\n    cuda = '13.0'\n"
+                                      "class cuda:\n    is_available = staticmethod(lambda: True)\n")
+    base = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX")}
+    base["PYTHONPATH"] = str(tmp_path / "site")
+
+    def which(*args, **env):
+        res = subprocess.run(["bash", str(ROOT / "scripts" / "bench.sh"), *args, "--which"], env=dict(base, **env),
+                             capture_output=True, text=True, timeout=60)
+        return res.returncode, res.stdout + res.stderr
+
+    code, out = which(VIRTUAL_ENV=sys.prefix)
+    assert code == 0 and "CUDA GPU found: using" in out and "the active virtual environment" in out, out
+    assert f"environment {sys.prefix}" in out and "torch 2.11.0+cu130 CUDA 13.0" in out
+    code, out = which("--python", sys.executable)
+    assert code == 0 and "named by --python" in out, out
+    code, out = which("--python", str(tmp_path / "no-python"))
+    assert code == 3 and "no usable Python interpreter" in out
+    code, out = which("--wheelhouse", str(tmp_path / "none"))
+    assert code == 2 and "is not a folder" in out

@@ -4,6 +4,8 @@ starts one on CI)."""
 
 from __future__ import annotations
 
+import ast
+import itertools
 import json
 import os
 import sqlite3
@@ -84,29 +86,70 @@ def test_container_cannot_write_its_root_nor_reach_a_network(client, cpu_image, 
 
 
 def test_run_the_suite_in_the_image_then_collect(client, cpu_image, tmp_path, capsys, monkeypatch):
+    """`convbench run` in the hardened container runs the real asv suite (PyTorch on the CPU, onnxruntime's CPU
+    EP, cuDNN skipped with the reason); asv's results, machine and commit land in the run directory; the run is
+    collected into a store and rendered."""
     monkeypatch.setattr(fingerprint, "gpus", lambda: ([], "test host: GPU-less CI"))
     results = tmp_path / "results"
     code = main(["run", "--rows", "cpu", "--results", str(results), "--host-name", "ci",
-                 "--cases", "quick", "--backends", "torch,cudnn"])
+                 "--cases", "quick.seed,quick.grouped", "--", "-b", "TorchForward|OrtModels"])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "running one CPU worker" in out
-    (run,) = list((results / "ci-cpu").iterdir())
+    assert "running one CPU worker" in out and "asv run for 2 cases on ci-cpu" in out
+    (run,) = [p for p in (results / "ci-cpu").iterdir() if (p / "run.json").exists()]
     meta = json.loads((run / "run.json").read_text())
+    revision = cpu_image.labels["org.convbench.suite-revision"]
     assert meta["machine"] == "ci-cpu" and meta["image"] == "convbench:cpu"
     assert meta["fingerprint"]["image_id"] == cpu_image.id
-    assert meta["suite_revision"] == cpu_image.labels["org.convbench.suite-revision"]
+    assert meta["suite_revision"] == revision
     assert meta["fingerprint"]["software"]["torch"] == "2.13.0+cpu"
     records = [json.loads(ln) for ln in (run / "records.jsonl").read_text().splitlines()]
     assert any(r.get("backend") == "torch" and r.get("status") == "ok" for r in records)
-    assert any(r.get("backend") == "cudnn" and r.get("status") == "skipped" for r in records)
-    assert json.loads((run / "end.json").read_text())["counts"]["ok"] > 0
+    ort_ok = [r for r in records if r.get("backend") == "ort" and r.get("status") == "ok"]
+    assert ort_ok and {r["settings"]["provider"] for r in ort_ok} == {"CPUExecutionProvider"}
+    end = json.loads((run / "end.json").read_text())
+    assert end["counts"]["ok"] > 0 and end["asv_returncode"] == 0 and not end["failed_backends"]
+    # asv's own files, written by the image's unprivileged user into the mounted results only
+    asv_results = run / "asv" / "results" / "ci-cpu"
+    assert json.loads((asv_results / "machine.json").read_text())["machine"] == "ci-cpu"
+    (saved,) = [p for p in asv_results.glob("*.json") if p.name != "machine.json"]
+    data = json.loads(saved.read_text())
+    assert data["commit_hash"] == revision
+    # onnxruntime's class, CPU EP: both models have numbers under the "cpu" setting, none under a CUDA one
+    cols = data["result_columns"]
+    measured = set()
+    for name, entry in data["results"].items():
+        if name.startswith("bench_ort.OrtModels."):
+            grid, values = list(itertools.product(*entry[cols.index("params")])), entry[cols.index("result")]
+            measured |= {(ast.literal_eval(m), ast.literal_eval(st)) for (m, st), v
+                         in zip(grid, values or [None] * len(grid), strict=True) if v is not None and v == v}
+    assert measured == {("resnet50", "cpu"), ("mobilenetv2", "cpu")}
+    torch_times = data["results"]["bench_torch.TorchForward.track_time"][cols.index("result")]
+    assert sum(1 for v in torch_times if v is not None and v == v) == 2 * 3 * 2  # 2 cases x 3 dtypes x 2 layouts
 
     store = tmp_path / "store.sqlite"
     assert main(["collect", str(results), "--store", str(store)]) == 0
     with sqlite3.connect(store) as db:
         (n, image_id, ok) = db.execute("SELECT count(*), max(image_id), sum(n_ok) FROM runs").fetchone()
     assert n == 1 and image_id == cpu_image.id and ok > 0
+    site = tmp_path / "site"
+    assert main(["report", "--store", str(store), "--out", str(site)]) == 0
+    assert "ci-cpu" in (site / "index.html").read_text()
+
+
+def test_the_image_runs_the_suite_as_its_main_command(client, cpu_image, tmp_path):
+    """`docker run --network none convbench:cpu bench ...` as a new user types it, root filesystem read-only."""
+    machine_dir = tmp_path / "m"
+    machine_dir.mkdir()
+    os.chmod(machine_dir, 0o777)
+    logs = client.containers.run(cpu_image.id, ["bench", "--cases", "quick.seed", "-b", "TorchForward",
+                                                "--results", "/results"],
+                                 network_mode="none", read_only=True, tmpfs={"/tmp": "rw,size=1g"}, remove=True,
+                                 environment={"CONVBENCH_MACHINE": "plain"},
+                                 volumes={str(machine_dir): {"bind": "/results", "mode": "rw"}})
+    assert b"asv exit code 0" in logs, logs.decode()[-2000:]
+    (run,) = list((machine_dir / "plain").iterdir())
+    assert list((run / "asv" / "results" / "plain").glob("*-convbench-py3.11.json"))
 
 
 def test_a_failing_container_keeps_what_the_other_measured(client, cpu_image, tmp_path):

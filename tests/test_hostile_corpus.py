@@ -117,3 +117,15 @@ def test_single_hostile_sources_exit_1_with_one_line(tmp_path, corpus):
         assert res.returncode == 1, (it, res.stderr)
         assert len(res.stderr.splitlines()) == 1 and res.stderr.startswith("refused: "), (it, res.stderr)
         assert "0 runs added" in res.stdout
+
+
+@pytest.mark.slow
+def test_every_scenario_is_refused_cleanly_where_it_enters(corpus):
+    """Resume, repro, machine names, command-line numbers and paths, damaged stores, partial copies, duplicated
+    lines, half-bad archives, the gate's no-data code and the terminal: each scenario run in a forked child with
+    a time and memory limit; none may print a traceback, hang, write outside, lose or duplicate a record."""
+    out, _, mod = corpus
+    summary = mod.tally(out, collect_items=False)
+    assert summary["tried"] == summary["scenarios"] >= 140
+    assert summary["failed"] == []
+    assert summary["refused cleanly"] == summary["tried"]

@@ -99,8 +99,8 @@ def test_native_cpu_worker_measures_and_files_its_run(tmp_path, capsys):
     """The real sweep in a real child process: on this GPU-less host one CPU worker, said so."""
     pytest.importorskip("torch")
     results = tmp_path / "results"
-    code = main(["run", "--no-docker", "--results", str(results), "--backends", "torch", "--cases", "quick",
-                 "--host-name", "ci"])
+    code = main(["run", "--no-docker", "--job", "sweep", "--results", str(results), "--backends", "torch",
+                 "--cases", "quick", "--host-name", "ci"])
     out = capsys.readouterr().out
     if fingerprint.gpus()[0]:
         pytest.skip("this host has a GPU; the CPU-worker path is for GPU-less hosts")
@@ -143,7 +143,7 @@ def test_a_failing_worker_keeps_what_the_others_measured(tmp_path):
 
 
 def test_native_failure_exit_code_and_summary(tmp_path, capsys):
-    code = main(["run", "--no-docker", "--results", str(tmp_path), "--cases", "no-such-case", "--backends", "torch"])
+    code = main(["run", "--no-docker", "--results", str(tmp_path), "--cases", "no-such-case"])
     out = capsys.readouterr().out
     if fingerprint.gpus()[0]:
         pytest.skip("this host has a GPU")

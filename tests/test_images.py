@@ -109,7 +109,8 @@ def test_render_is_hermetic_unprivileged_and_labelled():
         assert 'LABEL org.convbench.suite-revision="abc123"' in text
         assert f'LABEL org.convbench.cudnn="{row.cudnn or "none"}"' in text
         assert ("ldconfig" in text) == row.gpu
-        assert '"sweep", "--cases", "quick"' in text
+        assert re.search(r'^CMD \["bench", "--results", "/results"\]$', text, re.M)  # the asv suite
+        assert "COPY suite/" not in text and "CONVBENCH_CACHE=/tmp/" in text  # suite in the wheel; root read-only
 
 
 def test_platform_args_target_the_image_not_the_host():
@@ -186,6 +187,7 @@ def test_slurm_arrays_follow_the_architectures():
     n = len(rows_line[6:-1].split())
     assert f"#SBATCH --array=0-{n - 1}" in p40 and "#SBATCH --partition=gpu-p40" in p40
     h200 = files["slurm/convbench-h200.sbatch"]
+    assert re.search(r'^convbench run --rows "\$ROW" --cases \S+ --results', h200, re.M)  # bench, the asv suite
     assert "cu130-cudnn919-torch211" in h200 and "--gres=gpu:8" in h200
     assert 'mv "$OUTBOX/.$name.part" "$OUTBOX/$name"' in h200
 
@@ -209,6 +211,7 @@ def test_k8s_jobs_one_gpu_per_pod_unprivileged():
         row = m.rows[job["metadata"]["labels"]["convbench/row"]]
         pool = m.pools[job["metadata"]["labels"]["convbench/pool"]]
         assert row.runs_on(pool.sm) and job["spec"]["completions"] == pool.gpus_per_node
+        assert c["command"][:3] == ["convbench", "run", "--no-docker"] and "--job" not in c["command"]  # bench
     common = list(yaml.safe_load_all(files["k8s/convbench-common.yaml"]))
     assert {d["kind"] for d in common} == {"PersistentVolumeClaim", "NetworkPolicy"}
 

@@ -12,10 +12,6 @@ ort = pytest.importorskip("onnxruntime")
 from harness import accuracy, cases, models  # noqa: E402
 
 
-def needs_images():
-    pytest.importorskip("skimage", reason="scikit-image ships the real photographs (CI installs it)")
-
-
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("models")
@@ -63,7 +59,6 @@ def test_bn_statistics_sit_on_the_quantisation_grid(mbv2):
 
 @pytest.mark.parametrize("name", ["image", "random"])
 def test_onnxruntime_cpu_agrees_with_the_float64_reference(mbv2, name):
-    needs_images()
     built, params = mbv2
     x = models.model_inputs("mobilenetv2", 1)[name]
     ref, source = models.reference("mobilenetv2", params, x)
@@ -77,7 +72,6 @@ def test_onnxruntime_cpu_agrees_with_the_float64_reference(mbv2, name):
 
 
 def test_reference_is_float64_of_a_sane_network(mbv2):
-    needs_images()
     _, params = mbv2
     x = models.model_inputs("mobilenetv2", 1)["image"]
     ref, _ = models.reference("mobilenetv2", params, x, source="builder")
@@ -86,7 +80,6 @@ def test_reference_is_float64_of_a_sane_network(mbv2):
 
 
 def test_torchvision_module_matches_the_builder_where_torchvision_imports(mbv2):
-    needs_images()
     _, params = mbv2
     if models.torchvision_module("mobilenetv2", params) is None:
         pytest.skip("torchvision does not import beside this torch")
@@ -120,8 +113,33 @@ def test_preprocessing_of_a_flat_grey_image_is_exact():
         assert np.all(x[c] == want)
 
 
-def test_real_images_come_from_scikit_image():
-    needs_images()
+# The input hash of model.* records in the H200 fixtures (tests/fixtures/runs/h200-ort*.tar.gz), batch 1,
+# made when the photographs were read from scikit-image at run time.
+H200_IMAGE_INPUT_HASH = "8f41cc527f13c8bd12b7ca916a20fb8a"
+
+
+def test_shipped_real_image_input_is_the_bits_the_h200_fixtures_used():
+    """The package's sample crops give the very input the H200 runs hashed, with no scikit-image at all."""
+    import torch
+
+    for model_id in models.MODELS:
+        x = models.model_inputs(model_id, 1)["image"]
+        assert accuracy.output_hash(torch.from_numpy(x)) == H200_IMAGE_INPUT_HASH
+
+
+def test_shipped_crops_equal_scikit_images_photographs():
+    """Every shipped crop, not only the first: recomputed from scikit-image's photographs, bit for bit."""
+    data = pytest.importorskip("skimage.data", reason="scikit-image (the test extra) holds the originals")
+    crops = models.sample_crops()
+    for name in models.SAMPLE_IMAGES:
+        assert crops[name].dtype == np.uint8 and crops[name].shape == (224, 224, 3)
+        assert np.array_equal(crops[name], models.imagenet_crop(getattr(data, name)())), name
+    x = models.model_inputs("resnet50", 3)["image"]
+    for i, name in enumerate(models.SAMPLE_IMAGES):
+        assert np.array_equal(x[i], models.imagenet_preprocess(getattr(data, name)()))
+
+
+def test_real_images_are_the_shipped_photographs_cycled():
     x = models.model_inputs("resnet50", 4)
     assert x["image"].shape == (4, 3, 224, 224)
     assert np.array_equal(x["image"][0], x["image"][3])  # three photographs, cycled

@@ -152,7 +152,6 @@ def test_sweep_options_map_onto_model_options():
 
 @pytest.fixture(scope="module")
 def cpu_records(tmp_path_factory):
-    pytest.importorskip("skimage", reason="scikit-image ships the real photographs (CI installs it)")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CONVBENCH_CACHE", str(tmp_path_factory.mktemp("cache")))
         b = OrtBackend(log=lambda m: None)
@@ -302,7 +301,6 @@ def test_grid_command_rejects_bad_input(capsys, tmp_path):
 
 
 def test_grid_command_writes_a_run_journal(tmp_path, capsys, monkeypatch):
-    pytest.importorskip("skimage", reason="scikit-image ships the real photographs (CI installs it)")
     monkeypatch.setenv("CONVBENCH_CACHE", str(tmp_path / "cache"))
     rc = ort_grid.main(["--out", str(tmp_path / "res"), "--device", "cpu", "--models", "mobilenetv2",
                         "--sessions", "1", "--processes", "1"])
@@ -314,6 +312,24 @@ def test_grid_command_writes_a_run_journal(tmp_path, capsys, monkeypatch):
     assert len(recs) == 2 and all(r.status == OK for r in recs)
     assert json.loads((journal.parent / "end.json").read_text())["records"] == 2
     assert ERROR not in {r.status for r in recs}
+
+
+def test_grid_command_fails_when_every_record_of_a_model_failed(tmp_path, capsys, monkeypatch):
+    """As it did in the images before the crops shipped: the input cannot be made, every record is an error."""
+    from harness import models
+
+    def no_input(*_):
+        raise RuntimeError("scikit-image is needed for the real-image input")
+
+    monkeypatch.setenv("CONVBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(models, "model_inputs", no_input)
+    rc = ort_grid.main(["--out", str(tmp_path / "res"), "--device", "cpu", "--models", "mobilenetv2",
+                        "--sessions", "1", "--processes", "1"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "every record of model.mobilenetv2 failed" in err and "scikit-image is needed" in err
+    recs = [Record.from_dict(d) for d in iter_journal(next((tmp_path / "res").glob(f"*/*/{JOURNAL_FILE}")))]
+    assert recs and all(r.status == ERROR for r in recs)  # what was recorded is kept
 
 
 def test_worker_environment_switches_each_log_on_its_own(monkeypatch):

@@ -42,3 +42,20 @@ def test_key_separates_settings():
     a = _rec(settings={"tf32": True}).key()
     b = _rec(settings={"tf32": False}).key()
     assert a != b
+
+
+def test_wholly_failed_names_only_backends_with_no_result_at_all():
+    from harness.records import CRASHED, ERROR, OK, SKIPPED, wholly_failed
+
+    pairs = [("torch", OK), ("torch", ERROR), ("cudnn", SKIPPED), ("ort", ERROR), ("ort", CRASHED),
+             ("faulty", SKIPPED), ("faulty", ERROR)]
+    assert wholly_failed(pairs) == ["ort"]
+    assert wholly_failed([]) == []
+
+
+def test_sweep_command_exits_1_when_a_backend_measured_nothing(capsys):
+    from harness.cmd_measure import _failed_backends
+
+    assert _failed_backends({"failed_backends": []}) == 0
+    assert _failed_backends({"failed_backends": ["ort"]}) == 1
+    assert "every record of backend ort failed" in capsys.readouterr().err

@@ -326,3 +326,30 @@ def test_a_report_from_before_manifests_is_replaced(tmp_path):
     with Store(db) as s:
         build(s, out)
     assert (out / "index.html").read_text() != "old" and not (out / "machines" / "x.html").exists()
+
+
+def test_a_report_with_an_empty_changes_folder_is_replaced_by_the_next(tmp_path):
+    """A night without findings leaves changes/ empty; the next morning's report still replaces it."""
+    r = tmp_path / "r"
+    write_run(r, "h200", "cu12", T0, [record("a", median=1.0, samples=noisy(1.0, seed=1))])
+    db = tmp_path / "s.sqlite"
+    assert not collect(db, [r]).refused
+    out = tmp_path / "site"
+    for _ in range(2):
+        assert cli.main(["report", "--store", str(db), "--out", str(out)]) == 0
+    assert (out / "changes").is_dir() and not any((out / "changes").iterdir())
+
+
+def test_the_upgrade_page_answers_what_cudnn_927_changed(tmp_path):
+    """The real H200 study: the stack change in words, the counts, and the largest changes on the first screen."""
+    from _fleet_data import FIXTURES
+
+    db = tmp_path / "s.sqlite"
+    assert not collect(db, [FIXTURES / "h200-upgrade-cudnn927-fwd.tar.gz"]).refused
+    with Store(db) as s:
+        build(s, tmp_path / "site")
+    page = html.unescape(_text((tmp_path / "site" / "upgrade.html").read_text()))
+    assert "cuDNN 9.19.0 -> 9.27.0" in page
+    assert "changed bits: 121" in page and "slower: " in page and "faster: " in page
+    assert page.index("Largest slowdowns") < page.index("Largest speed-ups")
+    assert "Measured on one GPU" in page

@@ -160,6 +160,7 @@ def gather(store: Store, title: str) -> dict[str, Any]:
     del all_vectors, memo
 
     # image transitions on each machine: latest run of an image vs latest run of the image that followed it
+    th = Thresholds()
     transitions = []
     pairs = []
     for m in machines:
@@ -169,7 +170,7 @@ def gather(store: Store, title: str) -> dict[str, Any]:
             pairs.extend((m, a, b) for a, b in zip(imgs[:-1], imgs[1:], strict=True))
     for m, a, b in pairs:
         rb, rh = latest[(m.name, a)], latest[(m.name, b)]
-        findings = judged(store, current[(m.name, a)], current[(m.name, b)], rb, info, verdicts)
+        findings = judged(current[(m.name, a)], current[(m.name, b)], th, verdicts)
         for f in findings:
             f.machine, f.base_run, f.head_run = m.name, rb["run_id"], rh["run_id"]
         transitions.append({"machine": m.name, "slug": m.slug, "label": m.label, "base": rb, "head": rh,
@@ -203,17 +204,14 @@ class NightlyComparison:
     head_fp: dict[str, Any]
 
 
-def judged(store: Store, base: list[dict[str, Any]], head: list[dict[str, Any]], base_run: dict[str, Any],
-           info: dict[int, dict[str, Any]], verdicts: dict[tuple, list[Any]]) -> list[Any]:
-    """What ``convbench compare`` finds between two record sets: ``compare_records`` with the calibrated
-    ``Thresholds()`` and the base machine's history (``cmd_fleet.history``), once per pair of the runs they
-    come from (a machine's previous stack is usually its previous image: the pages share the one judgement)."""
-    from ..cmd_fleet import history
-
-    key = tuple(tuple(sorted({x["run"]["id"] for x in side})) for side in (base, head)) + (base_run["id"],)
+def judged(base: list[dict[str, Any]], head: list[dict[str, Any]], th: Thresholds,
+           verdicts: dict[tuple, list[Any]], history: list[list[dict[str, Any]]] = ()) -> list[Any]:
+    """``compare_records`` of two record sets (with the history of the base's machine and stack, as the gate
+    has it), once per pair of the runs they come from: a machine's previous stack is usually its previous image,
+    and the two pages share the one judgement."""
+    key = tuple(tuple(sorted({x["run"]["id"] for x in side})) for side in (base, head, *history))
     if key not in verdicts:
-        past = history(store, base_run, info[base_run["id"]]["fingerprint"], lambda pk: info[pk]["fingerprint"])
-        verdicts[key] = compare_records(base, head, Thresholds(), past)
+        verdicts[key] = compare_records(base, head, th, history)
     return verdicts[key]
 
 
@@ -221,13 +219,18 @@ def nightly_comparisons(store: Store, runs: list[dict[str, Any]], info: dict[int
                         vectors: dict[int, dict[str, np.ndarray]], memo: dict[int, list[dict[str, Any]]],
                         verdicts: dict[tuple, list[Any]]) -> list[tuple[pairing.MachineNights, list[NightlyComparison]]]:
     """Every machine's nights (pairing.py) with, for each of its comparisons, the findings of its latest night."""
+    th = Thresholds()
     out = []
     for m in pairing.machines(runs, info):
         done = []
         for c in m.comparisons:
             base = current_records(store, c.base.runs, vectors, memo)
             head = current_records(store, c.head.runs, vectors, memo)
-            fs = judged(store, base, head, c.base.runs[-1], info, verdicts)
+            earlier = pairing.history_runs(c.base.runs[-1], info[c.base.runs[-1]["id"]]["fingerprint"],
+                                           [r for n in m.nights for r in n.runs],
+                                           lambda r: info[r["id"]]["fingerprint"])
+            history = [current_records(store, [r], vectors, memo) for r in earlier]
+            fs = judged(base, head, th, verdicts, history)
             for f in fs:
                 f.machine, f.base_run, f.head_run = m.name, c.base.runs[-1]["run_id"], c.head.runs[-1]["run_id"]
             done.append(NightlyComparison(m, c, fs, {x["key"]: x for x in base}, {x["key"]: x for x in head},

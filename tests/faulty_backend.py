@@ -1,7 +1,7 @@
 """A test-only backend that misbehaves on purpose, so the worker's fault isolation can be tested for real.
 
-It exists only when CONVBENCH_TEST_BACKENDS=1. Each case gets four combinations (algos ``ok0``, ``ok1``,
-the fault, ``ok2``); the fault for a case comes from CONVBENCH_FAULTS, e.g. ``quick.seed=segv,quick.grouped=hang``
+It lives beside the tests, not in the package, and is loaded (harness.worker) only when
+CONVBENCH_TEST_BACKENDS=1. Each case gets four combinations (algos ``ok0``, ``ok1``, the fault, ``ok2``); the fault for a case comes from CONVBENCH_FAULTS, e.g. ``quick.seed=segv,quick.grouped=hang``
 (cases not named there get ``ok3`` instead of a fault). The faults are real: a SIGSEGV delivered by the kernel
 (a read of address 0), a hang, an allocation loop that exhausts the address-space limit, a raised out-of-memory
 error as PyTorch raises it for a device, an abort, and on a GPU an out-of-bounds store by a real kernel.
@@ -15,9 +15,9 @@ import resource
 import time
 from collections.abc import Iterable, Iterator
 
-from ..cases import Case
-from ..records import ERROR, OK, Record, Timing
-from . import Combo, SweepOptions
+from harness.backends import Combo, SweepOptions
+from harness.cases import Case
+from harness.records import ERROR, OK, Record, Timing
 
 ENABLE_ENV = "CONVBENCH_TEST_BACKENDS"
 PLAN_ENV = "CONVBENCH_FAULTS"

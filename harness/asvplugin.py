@@ -1,0 +1,149 @@
+"""asv plugin (asv.conf.json ``"plugins": [".harness.asvplugin"]``): the interpreter asv runs in, as an environment
+whose results asv saves, and the baked suite revision as a repository where there is no git.
+
+asv's own ``existing`` environment benchmarks the interpreter as it is but never saves results unless given
+``--set-commit-hash``, so a plain ``asv run`` printed its tables and kept nothing. A GPU host's torch, cuDNN and
+onnxruntime live in that interpreter (a venv, conda env or image), and building a fresh environment per commit
+would bring pip's stack instead of the one under test. ``convbench`` (``environment_type``) is that interpreter,
+with the project already installed: it benchmarks the commit the checkout is at (or the revision baked into the
+installed wheel), and says so instead of benchmarking another commit's name with this code.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from asv import environment, util
+from asv.repo import NoSuchNameError, Repo
+
+from . import resources
+
+
+def _installed_revision() -> str | None:
+    """The commit of the convbench this interpreter imports: its checkout's full git hash, else the revision
+    baked into the wheel (never the HEAD of some other repository the results happen to sit in)."""
+    if resources.in_checkout() and resources.git_revision(resources.CHECKOUT):
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=resources.CHECKOUT, capture_output=True, text=True)
+        return out.stdout.strip()
+    rev = resources.revision()
+    return None if rev == "unknown" else rev
+
+
+def project(folder: Path) -> Path:
+    """An asv project for an installed convbench (no checkout, no git): asv.conf.json in ``folder``, which must
+    be writable, pointing at the shipped suite (read-only is fine) and keeping results, asv's machine file
+    (HOME=folder/home) and environments under ``folder``. Returns the configuration's path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "home").mkdir(exist_ok=True)
+    conf = {"version": 1, "project": "convbench", "repo": str(resources.root()), "dvcs": RevisionRepo.dvcs,
+            "branches": ["HEAD"], "environment_type": HostEnvironment.tool_name, "plugins": [".harness.asvplugin"],
+            "benchmark_dir": str(resources.root() / "benchmarks"), "results_dir": str(folder / "results"),
+            "html_dir": str(folder / "html"), "env_dir": str(folder / "env"), "launch_method": "forkserver",
+            "build_command": [], "install_command": [], "uninstall_command": []}
+    path = folder / "asv.conf.json"
+    path.write_text(json.dumps(conf, indent=1) + "\n")
+    return path
+
+
+class HostEnvironment(environment.Environment):
+    """This very interpreter (sys.executable), with convbench installed in it; results are saved."""
+
+    tool_name = "convbench"
+    matches_python_fallback = False
+
+    def __init__(self, conf, python, requirements, tagged_env_vars):
+        self._executable = sys.executable
+        version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+        self._installed = _installed_revision()
+        self._python, self._requirements, self._tagged_env_vars = version, {}, tagged_env_vars
+        super().__init__(conf, version, {}, tagged_env_vars)
+
+    @classmethod
+    def matches(cls, python):
+        return python in (None, "same", f"{sys.version_info[0]}.{sys.version_info[1]}")
+
+    @property
+    def installed_commit_hash(self):
+        return self._installed
+
+    def check_presence(self):
+        return True
+
+    def create(self):
+        pass
+
+    def _setup(self):
+        pass
+
+    def can_install_project(self):
+        return True  # ranges such as HEAD^! are fine: install_project refuses any other commit
+
+    def install_project(self, conf, repo, commit_hash=None):
+        if commit_hash is not None and commit_hash != self._installed:
+            raise util.UserError(
+                f"environment 'convbench' runs the code installed in {self._executable} (commit "
+                f"{(self._installed or 'unknown')[:12]}), not {commit_hash[:12]}: check that commit out first, "
+                "or run `asv run HEAD^!` to benchmark the checkout as it is")
+        self._set_commit_hash(commit_hash)
+
+    def run(self, args, **kwargs):
+        return util.check_output([self._executable] + args, **kwargs)
+
+
+class RevisionRepo(Repo):
+    """An installed convbench without git (an image): one commit, the suite revision baked into the wheel."""
+
+    dvcs = "convbench-revision"
+
+    def __init__(self, url, mirror_path):
+        self._path = url
+        self._revision = resources.revision()
+        self._date = resources.revision_time() * 1000
+
+    @classmethod
+    def url_match(cls, url):
+        return False
+
+    def _check(self, name):
+        if name not in (None, "HEAD", "main", self._revision):
+            raise NoSuchNameError(name)
+        return self._revision
+
+    def checkout(self, path, commit_hash):
+        pass
+
+    def pull(self):
+        pass
+
+    def get_date(self, hash):
+        return self._date
+
+    def get_date_from_name(self, name):
+        return self._date
+
+    def get_hashes_from_range(self, range):
+        return [self._revision]
+
+    def get_hash_from_name(self, name):
+        return self._check(name)
+
+    def get_hash_from_parent(self, name):
+        raise NoSuchNameError(f"{name}^")
+
+    def get_name_from_hash(self, commit):
+        return None
+
+    def get_tags(self):
+        return {}
+
+    def get_branch_commits(self, branch):
+        return [self._revision]
+
+    def get_new_branch_commits(self, branches, existing):
+        return [] if self._revision in existing else [self._revision]
+
+    def get_revisions(self, commits):
+        return {c: i for i, c in enumerate(commits)}
