@@ -137,19 +137,13 @@ def pairs(base_runs, head_runs) -> list[tuple[dict[str, Any], dict[str, Any]]]:
                     EXIT_NO_DATA)
 
 
-HISTORY_RUNS = 5  # earlier runs whose spread widens a combination's time threshold (compare.HISTORY_FACTOR)
-
-
 def history(store: Store, base: dict[str, Any], base_fp: dict[str, Any]) -> list[list[dict[str, Any]]]:
-    """Records of up to HISTORY_RUNS runs before ``base`` on its machine (the same GPU on the same host) and
-    stack (image): the combinations' own run-to-run spread."""
-    from .compare import machine_identity
+    """Records of the runs before ``base`` on its machine and stack (pairing.history_runs), as the report uses."""
+    from .pairing import history_runs
 
-    earlier = [r for r in store.runs("machine = ? AND image = ? AND started < ? AND id != ?",
-                                     (base["machine"], base["image"], base["started"], base["id"]))]
-    same = [r for r in earlier if machine_identity(store.run_json(r["id"])["fingerprint"])
-            == machine_identity(base_fp)]
-    return [store.records(r["id"], with_samples=False) for r in same[-HISTORY_RUNS:]]
+    earlier = history_runs(base, base_fp, store.runs("started < ?", (base["started"],)),
+                           lambda r: store.run_json(r["id"])["fingerprint"])
+    return [store.records(r["id"], with_samples=False) for r in earlier]
 
 
 def _describe(run: dict[str, Any]) -> str:

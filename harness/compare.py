@@ -158,17 +158,21 @@ def untrusted(rec: dict[str, Any]) -> list[str]:
     return flags
 
 
-# A combination's own run-to-run spread widens its threshold to this many times the largest deviation seen in
+# A combination's own run-to-run spread widens its threshold to this many times the largest excursion seen in
 # the earlier runs of the same machine and stack: some calls switch level with where their buffers sit in device
 # memory (H200, 2026-11-30: resnet50.layer4.0.conv2 IMPLICIT_GEMM fp32 at 539.5 us in 11 placements of 12 and
 # 597.5 us in one), so a level once seen is not a regression the next time.
 HISTORY_FACTOR = 2.0
 
 
-def own_noise(key: str, base_ms: float, history: Iterable[dict[str, dict[str, Any]]]) -> float:
-    """The largest relative deviation of ``key``'s median from ``base_ms`` in earlier runs (0 without any)."""
-    devs = [abs(h[key]["median_ms"] / base_ms - 1) for h in history if key in h and h[key].get("median_ms")]
-    return max(devs, default=0.0)
+def own_noise(key: str, base_ms: float, history: list[dict[str, dict[str, Any]]], rel: float = 0.04) -> float:
+    """The largest isolated excursion of ``key``'s median in earlier runs (oldest first), relative to
+    ``base_ms``: a run that left the base's level (by more than ``rel``) between two runs at it. A level the
+    series left for good is a past change, not noise, and does not count; 0 without such an excursion."""
+    xs = [h[key]["median_ms"] for h in history if key in h and h[key].get("median_ms")] + [base_ms]
+    at_base = [abs(x / base_ms - 1) <= rel for x in xs]
+    return max((abs(xs[i] / base_ms - 1) for i in range(1, len(xs) - 1)
+                if not at_base[i] and at_base[i - 1] and at_base[i + 1]), default=0.0)
 
 
 def time_verdict(base: dict[str, Any], head: dict[str, Any], th: Thresholds,
@@ -244,8 +248,8 @@ def compare_records(base: Iterable[dict[str, Any]], head: Iterable[dict[str, Any
                     th: Thresholds | None = None,
                     history: Iterable[Iterable[dict[str, Any]]] = ()) -> list[Finding]:
     """Findings between two runs' records (dicts as ``Store.records`` returns), matched on the record key.
-    ``history``: records of earlier runs of the base's machine and stack, whose spread widens a combination's
-    time threshold (HISTORY_FACTOR)."""
+    ``history``: records of earlier runs of the base's machine and stack, oldest first, whose isolated
+    excursions widen a combination's time threshold (own_noise, HISTORY_FACTOR)."""
     th = th or Thresholds()
     b = {r["key"]: r for r in base}
     h = {r["key"]: r for r in head}
@@ -268,7 +272,9 @@ def compare_records(base: Iterable[dict[str, Any]], head: Iterable[dict[str, Any
             out.append(_finding("availability", "improvement", rh, rb["status"], OK, "now runs"))
         if rb["status"] != OK or rh["status"] != OK:
             continue
-        tv = time_verdict(rb, rh, th, own_noise(key, rb["median_ms"], past) if past and rb["median_ms"] else 0.0)
+        noise = own_noise(key, rb["median_ms"], past, th.rel(rb["median_ms"], rb.get("timer"))) \
+            if past and rb["median_ms"] else 0.0
+        tv = time_verdict(rb, rh, th, noise)
         if tv:
             verdict, evidence, nums = tv
             out.append(_finding("time", verdict, rh, fmt_time(rb["median_ms"]), fmt_time(rh["median_ms"]),

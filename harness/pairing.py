@@ -108,6 +108,20 @@ class MachineNights:
         return self.nights[-1]
 
 
+HISTORY_RUNS = 5  # earlier runs whose spread widens a combination's time threshold (compare.HISTORY_FACTOR)
+
+
+def history_runs(base: dict[str, Any], base_fp: dict[str, Any], runs: list[dict[str, Any]],
+                 fingerprint_of) -> list[dict[str, Any]]:
+    """Up to HISTORY_RUNS runs started before ``base`` on its machine (its GPU on its host) and its stack, oldest
+    first: the runs whose spread compare uses (``fingerprint_of(run)`` gives a run's fingerprint)."""
+    key, stack = machine_key(base, base_fp), stack_key(base_fp)
+    same = [r for r in runs if r["started"] < base["started"] and r["id"] != base["id"]
+            and r["source"] == base["source"] and machine_key(r, fp := fingerprint_of(r)) == key
+            and stack_key(fp) == stack]
+    return same[-HISTORY_RUNS:]
+
+
 def machines(runs: list[dict[str, Any]], info: dict[int, dict[str, Any]]) -> list[MachineNights]:
     """Every machine's nights (oldest first) and its comparisons. ``info`` maps a run's id to its
     ``Store.run_json`` (fingerprint and options)."""

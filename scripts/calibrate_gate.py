@@ -55,7 +55,8 @@ def judge_pairs(runs, th: Thresholds) -> tuple[list[int], int, list[tuple]]:
         a, b = runs[i][2], runs[j][2]
         past = [runs[k][2] for k in range(i) if runs[k][1] == runs[i][1]]
         for key in a.keys() & b.keys():
-            v = time_verdict(a[key], b[key], th, own_noise(key, a[key]["median_ms"], past) if past else 0.0)
+            noise = own_noise(key, a[key]["median_ms"], past, th.rel(a[key]["median_ms"])) if past else 0.0
+            v = time_verdict(a[key], b[key], th, noise)
             if v and v[0] in ("regression", "improvement"):
                 failing[band_of(a[key]["median_ms"])] += 1
                 rows.append((runs[i][0], runs[j][0], key, round(v[2]["ratio"], 3)))

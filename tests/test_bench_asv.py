@@ -229,6 +229,7 @@ def test_plain_asv_run_saves_publishes_every_case_and_compares_commits(tmp_path)
     saved = sorted(p.name for p in results.glob("*.json") if p.name != "machine.json")
     assert [n[:8] for n in saved] == sorted([first[:8], second[:8]]), saved
 
+    assert "Traceback" not in asv("check")  # asv's own import check of the suite, in environment 'convbench'
     asv("publish")
     graphs = list((clone / ".asv" / "html" / "graphs").rglob("bench_torch.TorchForward.track_time.json"))
     (graph,) = [g for g in graphs if "machine-ci" in str(g)]

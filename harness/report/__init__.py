@@ -29,6 +29,7 @@ from .machine import machine_page
 from .model import MAX_ROWS, gather
 from .morning import morning, overview
 from .regressions import regressions
+from .upgrade import upgrade
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 
@@ -47,6 +48,7 @@ PAGES: list[tuple[str, str, str, str, Callable[[dict[str, Any]], dict[str, Any]]
     ("investigations", "investigations.html", "Investigations", "investigations.html",
      lambda g: {"fd": findings(g)}),
     ("ort", "ort.html", "onnxruntime search", "ort.html", lambda g: {"o": ort(g)}),
+    ("upgrade", "upgrade.html", "Stack upgrades", "upgrade.html", lambda g: {"up": upgrade(g)}),
     ("determinism", "determinism.html", "Determinism", "determinism.html", lambda g: {"det": determinism(g)}),
     ("architecture", "architecture.html", "Across hardware", "architecture.html",
      lambda g: {"arch": architecture(g)}),
@@ -58,7 +60,8 @@ PAGES: list[tuple[str, str, str, str, Callable[[dict[str, Any]], dict[str, Any]]
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(ms=fmt_time, time=fmt_time, err=fmt_err, settings=settings_str, minute=minute)
+    env.filters.update(ms=fmt_time, time=fmt_time, err=fmt_err, settings=settings_str, minute=minute,
+                       micro=lambda text: str(text).replace(" us", " µs"))  # compare's values, with the µ sign
     return env
 
 

@@ -22,7 +22,7 @@ from .fmt import hardware_label, settings_str, slug
 
 MAX_ROWS = 3000  # per table; more rows are counted, not shown
 MAX_CHARTS = 24  # series charts per machine page
-MAX_EVIDENCE_PLOTS = 300
+MAX_EVIDENCE_PLOTS = 40  # sample strips per page: each is two rows of up to 100 dots
 
 
 # ---- the model the templates render ------------------------------------------------------------------------------
@@ -205,12 +205,13 @@ class NightlyComparison:
 
 
 def judged(base: list[dict[str, Any]], head: list[dict[str, Any]], th: Thresholds,
-           verdicts: dict[tuple, list[Any]]) -> list[Any]:
-    """``compare_records`` of two record sets, once per pair of the runs they come from: a machine's previous
-    stack is usually its previous image, and the two pages share the one judgement."""
-    key = tuple(tuple(sorted({x["run"]["id"] for x in side})) for side in (base, head))
+           verdicts: dict[tuple, list[Any]], history: list[list[dict[str, Any]]] = ()) -> list[Any]:
+    """``compare_records`` of two record sets (with the history of the base's machine and stack, as the gate
+    has it), once per pair of the runs they come from: a machine's previous stack is usually its previous image,
+    and the two pages share the one judgement."""
+    key = tuple(tuple(sorted({x["run"]["id"] for x in side})) for side in (base, head, *history))
     if key not in verdicts:
-        verdicts[key] = compare_records(base, head, th)
+        verdicts[key] = compare_records(base, head, th, history)
     return verdicts[key]
 
 
@@ -225,7 +226,11 @@ def nightly_comparisons(store: Store, runs: list[dict[str, Any]], info: dict[int
         for c in m.comparisons:
             base = current_records(store, c.base.runs, vectors, memo)
             head = current_records(store, c.head.runs, vectors, memo)
-            fs = judged(base, head, th, verdicts)
+            earlier = pairing.history_runs(c.base.runs[-1], info[c.base.runs[-1]["id"]]["fingerprint"],
+                                           [r for n in m.nights for r in n.runs],
+                                           lambda r: info[r["id"]]["fingerprint"])
+            history = [current_records(store, [r], vectors, memo) for r in earlier]
+            fs = judged(base, head, th, verdicts, history)
             for f in fs:
                 f.machine, f.base_run, f.head_run = m.name, c.base.runs[-1]["run_id"], c.head.runs[-1]["run_id"]
             done.append(NightlyComparison(m, c, fs, {x["key"]: x for x in base}, {x["key"]: x for x in head},

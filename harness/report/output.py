@@ -30,8 +30,9 @@ def _made_by_a_report(folder: Path) -> bool:
     manifest = folder / MANIFEST
     if manifest.is_file():
         listed = set(manifest.read_text(encoding="utf-8").splitlines()) | {MANIFEST}
-        return all(str(e) in listed or (folder / e).is_dir() and any(x.startswith(f"{e}/") for x in listed)
-                   for e in entries)
+        # a folder is judged by what it holds (rglob lists that too): an empty one, such as changes/ on a night
+        # without findings, holds nothing to lose
+        return all(str(e) in listed or (folder / e).is_dir() for e in entries)
     legacy = {Path("machines")}
     return (folder / "index.html").is_file() and all(
         e in legacy or (e.suffix == ".html" and (len(e.parts) == 1 or e.parts[0] == "machines")) for e in entries)

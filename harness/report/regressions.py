@@ -11,6 +11,8 @@ from .charts import strip_plot
 from .fmt import settings_str
 from .model import MAX_EVIDENCE_PLOTS, MAX_ROWS, _combo_label
 
+MAX_STEPS = 500  # nightly change points listed, the largest first
+
 
 def regressions(g: dict[str, Any]) -> dict[str, Any]:
     items = []
@@ -45,5 +47,5 @@ def regressions(g: dict[str, Any]) -> dict[str, Any]:
                               "night": nights[ch.index], "ratio": ch.ratio, "before": ch.before, "after": ch.after,
                               "score": ch.score, "n": len(s.runs)})
     steps.sort(key=lambda x: -abs(math.log(x["ratio"])))
-    return {"pairs": items, "steps": steps[:MAX_ROWS], "steps_left_out": max(0, len(steps) - MAX_ROWS),
+    return {"pairs": items, "steps": steps[:MAX_STEPS], "steps_left_out": max(0, len(steps) - MAX_STEPS),
             "n_steps": len(steps), "thresholds": Thresholds()}
