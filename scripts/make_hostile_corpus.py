@@ -769,6 +769,7 @@ def _run_child(argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> tu
     if pid == 0:
         code = 99
         try:
+            os.setpgid(0, 0)  # its own process group: a hang is ended with every worker it started
             fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.dup2(fd, 1)
             os.dup2(fd, 2)
@@ -792,12 +793,27 @@ def _run_child(argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> tu
     while True:
         done, status, usage = os.wait4(pid, os.WNOHANG)
         if done:
+            _kill_group(pid)  # a worker left behind would write into the next scenario's snapshot
             return "done", os.waitstatus_to_exitcode(status), usage.ru_maxrss
         if time.monotonic() > deadline:
-            os.kill(pid, 9)
+            _kill_group(pid)
             _, status, usage = os.wait4(pid, 0)
             return "hang", None, usage.ru_maxrss
         time.sleep(0.01)
+
+
+def _kill_group(pgid: int) -> None:
+    import signal
+
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _escape_state() -> dict[str, str] | None:
+    """What is at /tmp/convbench-escape (where traversal names and CONVBENCH_MACHINE=/tmp/... point)."""
+    return _snapshot(ESCAPE) if ESCAPE.exists() else None
 
 
 def _stored_records(store: Path) -> int:
@@ -862,13 +878,13 @@ def tally(out: Path, collect_items: bool = True) -> dict:
     for i, it in enumerate(items):
         source = out / it["path"].split("/")[0]
         store = sandbox / f"c{i}.sqlite"
-        before = _snapshot(source)
+        before, escape = _snapshot(source), _escape_state()
         log = sandbox / "log"
         state, code, rss = _run_child(["collect", str(source), "--store", str(store), "--quiet"], env, sandbox,
                                       log)
 
-        def checks(text, source=source, store=store, before=before):
-            if ESCAPE.exists() or _snapshot(source) != before:
+        def checks(text, source=source, store=store, before=before, escape=escape):
+            if _escape_state() != escape or _snapshot(source) != before:
                 return "written outside"
             if _stored_records(store) != 0:
                 return "wrong outcome"  # an item that must be refused was stored
@@ -898,13 +914,14 @@ def tally(out: Path, collect_items: bool = True) -> dict:
         elsewhere = (str(d), str(sandbox))  # the corpus and scenarios but this one and the log
         before = _snapshot(d.parent.parent, skip=elsewhere)
         inside = _snapshot(d, skip=(str(d / "deep/a/b/results"), str(d / "s.sqlite"), str(d / "results")))
+        escape = _escape_state()
         state, code, rss = _run_child(fill(sc["argv"]), {**env, **sc["env"]}, d, log)
 
         def checks(text, d=d, sc=sc, victim=victim, vbefore=vbefore, before=before, inside=inside, ok=ok,
-                   elsewhere=elsewhere):
+                   elsewhere=elsewhere, escape=escape):
             if not ok:
                 return "wrong outcome"
-            if ESCAPE.exists() or _snapshot(d.parent.parent, skip=elsewhere) != before:
+            if _escape_state() != escape or _snapshot(d.parent.parent, skip=elsewhere) != before:
                 return "written outside"
             if victim and (victim.read_bytes() if victim.is_file() else None) != vbefore:
                 return "written outside"

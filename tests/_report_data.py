@@ -32,14 +32,17 @@ def slowest_first(recs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def next_night(run: Path, dest: Path, *, days: int = 1, slower: float | None = None, skip_backend: str | None = None,
-               reason: str = "", fingerprint: dict[str, Any] | None = None) -> tuple[Path, dict[str, Any] | None]:
+               reason: str = "", fingerprint: dict[str, Any] | None = None,
+               machine: str | None = None) -> tuple[Path, dict[str, Any] | None]:
     """A copy of ``run`` started ``days`` later: optionally one combination ``slower`` times slower (every sample),
-    every record of ``skip_backend`` skipped with ``reason``, fingerprint fields replaced (dotted keys). Returns
+    every record of ``skip_backend`` skipped with ``reason``, fingerprint fields replaced (dotted keys), another
+    ``machine`` name. Returns
     the run directory and the record made slower."""
     meta = json.loads((run / "run.json").read_text())
     started = dt.datetime.fromisoformat(meta["started"]) + dt.timedelta(days=days)
     meta["started"] = started.isoformat()
     meta["run_id"] = f"{started:%Y%m%dT%H%M%SZ}-night{days}"
+    meta["machine"] = machine or meta["machine"]
     for dotted, value in (fingerprint or {}).items():
         node = meta["fingerprint"]
         *path, last = dotted.split(".")

@@ -265,8 +265,9 @@ def _links(site):
 
 
 def test_every_page_clean_narrow_fast_and_linked(browser, tmp_path):
-    """Every page of a store of all the fixtures plus a next night on a new cuDNN: no console error, nothing wider
-    than 1440 px, loaded in under 0.5 s, every link and permalink resolves; a screenshot of each is kept."""
+    """Every page of a store of all the fixtures plus a next night on a new cuDNN and a night of another H200 host:
+    no console error, nothing wider than 1440 px, loaded in under 0.5 s, every link and permalink resolves, the two
+    H200 hosts side by side; a screenshot of each page is kept."""
     from _fleet_data import fixture_tarballs
     from _report_data import next_night, unpack
 
@@ -275,13 +276,17 @@ def test_every_page_clean_narrow_fast_and_linked(browser, tmp_path):
         pytest.skip("no fixtures committed")
     base = unpack("h200-fwd-asv", tmp_path / "base")
     head, _ = next_night(base, tmp_path / "next", slower=1.5, fingerprint={"libraries.cudnn.version": "9.20.0"})
+    other, _ = next_night(base, tmp_path / "other", machine="h200-host-b",  # the same GPU model, another host
+                          fingerprint={"hostname": "host-b", "gpu.uuid": "GPU-host-b"})
     db = tmp_path / "s.sqlite"
-    assert not collect(db, [*tars, head]).refused
+    assert not collect(db, [*tars, head, other]).refused
     site = tmp_path / "site"
     with Store(db) as s:
         build(s, site)
     index = (site / "index.html").read_text()
     assert "vs previous stack" in index and "cuDNN 9.19.0 -&gt; 9.20.0" in index
+    arch = (site / "architecture.html").read_text()
+    assert re.search(r"Same GPU, different hosts: NVIDIA H200 on [2-4] machines", arch) and "h200-host-b" in arch
     for page_file, href in _links(site):
         target, _, frag = href.partition("#")
         dest = (page_file.parent / target).resolve() if target else page_file
@@ -294,4 +299,5 @@ def test_every_page_clean_narrow_fast_and_linked(browser, tmp_path):
         assert page.errors == [] and page.dialogs == [], name
         assert page.load_seconds < 0.5, (name, page.load_seconds)
         assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH, name
-        _keep(page.screenshot(tmp_path / "p.png", full_page=True), "page-" + name.replace("/", "-") + ".png")
+        tall = page.evaluate("document.documentElement.scrollHeight") > 15000  # Chromium's capture limit
+        _keep(page.screenshot(tmp_path / "p.png", full_page=not tall), "page-" + name.replace("/", "-") + ".png")

@@ -60,7 +60,8 @@ PAGES: list[tuple[str, str, str, str, Callable[[dict[str, Any]], dict[str, Any]]
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(ms=fmt_time, time=fmt_time, err=fmt_err, settings=settings_str, minute=minute)
+    env.filters.update(ms=fmt_time, time=fmt_time, err=fmt_err, settings=settings_str, minute=minute,
+                       micro=lambda text: str(text).replace(" us", " µs"))  # compare's values, with the µ sign
     return env
 
 

@@ -96,7 +96,7 @@ def strip_plot(base: np.ndarray, head: np.ndarray, *, width: int = 300, height: 
         return round(pad + (float(v) - lo) * sx, 1)
 
     ticks = [{"x": x(v), "text": fmt_time(v)} for v in (lo, (lo + hi) / 2, hi)]
-    return {"width": width, "height": height, "base": [x(v) for v in base[:200]], "head": [x(v) for v in head[:200]],
+    return {"width": width, "height": height, "base": [x(v) for v in base[:100]], "head": [x(v) for v in head[:100]],
             "base_med": x(np.median(base)), "head_med": x(np.median(head)), "axis_y": 44, "ticks": ticks,
             "lo": fmt_time(lo), "hi": fmt_time(hi), "x0": pad, "x1": width - pad}
 

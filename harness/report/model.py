@@ -22,7 +22,7 @@ from .fmt import hardware_label, settings_str, slug
 
 MAX_ROWS = 3000  # per table; more rows are counted, not shown
 MAX_CHARTS = 24  # series charts per machine page
-MAX_EVIDENCE_PLOTS = 300
+MAX_EVIDENCE_PLOTS = 40  # sample strips per page: each is two rows of up to 100 dots
 
 
 # ---- the model the templates render ------------------------------------------------------------------------------

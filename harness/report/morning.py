@@ -68,7 +68,9 @@ def comparison(c: NightlyComparison, th: Thresholds) -> dict[str, Any]:
     order = {label(f): rank(f, failing)[:2] for f in c.findings}
     # what stopped running is summed up by why (lost), not listed combination by combination
     top = sorted((f for f in c.findings if f.kind != "availability"), key=lambda f: rank(f, failing))[:TOP]
-    return {"what": c.comparison.what, "base": c.comparison.base, "head": c.comparison.head,
+    shared = len(c.base_records.keys() & c.head_records.keys())
+    return {"what": c.comparison.what, "base": c.comparison.base, "head": c.comparison.head, "shared": shared,
+            "n_base": len(c.base_records), "n_head": len(c.head_records),
             "n_failing": len(failing), "n": len(c.findings),
             "counts": [(lab, n, order[lab][1] == 0) for lab, n in
                        sorted(counts.items(), key=lambda kv: (order[kv[0]], -kv[1]))],

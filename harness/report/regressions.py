@@ -9,7 +9,10 @@ from typing import Any
 from ..compare import Thresholds
 from .charts import strip_plot
 from .fmt import settings_str
-from .model import MAX_EVIDENCE_PLOTS, MAX_ROWS, _combo_label
+from .model import MAX_EVIDENCE_PLOTS, _combo_label
+
+MAX_STEPS = 500  # nightly change points listed, the largest first
+MAX_PER_PAIR = 100  # regressions listed per image transition; the rest are counted
 
 
 def regressions(g: dict[str, Any]) -> dict[str, Any]:
@@ -21,7 +24,7 @@ def regressions(g: dict[str, Any]) -> dict[str, Any]:
         rows = []
         base_recs: dict[str, dict[str, Any]] | None = None
         head_recs: dict[str, dict[str, Any]] = {}
-        for f in regs[:MAX_ROWS]:
+        for f in regs[:MAX_PER_PAIR]:
             plot = None
             if f.kind == "time" and plots < MAX_EVIDENCE_PLOTS:
                 if base_recs is None:
@@ -32,7 +35,7 @@ def regressions(g: dict[str, Any]) -> dict[str, Any]:
                     plot = strip_plot(b["samples"], h["samples"])
                     plots += 1
             rows.append({"f": f, "settings": settings_str(f.settings), "plot": plot})
-        items.append({"t": t, "rows": rows, "left_out": max(0, len(regs) - MAX_ROWS), "other": sorted(
+        items.append({"t": t, "rows": rows, "left_out": max(0, len(regs) - MAX_PER_PAIR), "other": sorted(
             changes.items())})
     steps = []
     for s in g["series"]:
@@ -45,5 +48,5 @@ def regressions(g: dict[str, Any]) -> dict[str, Any]:
                               "night": nights[ch.index], "ratio": ch.ratio, "before": ch.before, "after": ch.after,
                               "score": ch.score, "n": len(s.runs)})
     steps.sort(key=lambda x: -abs(math.log(x["ratio"])))
-    return {"pairs": items, "steps": steps[:MAX_ROWS], "steps_left_out": max(0, len(steps) - MAX_ROWS),
+    return {"pairs": items, "steps": steps[:MAX_STEPS], "steps_left_out": max(0, len(steps) - MAX_STEPS),
             "n_steps": len(steps), "thresholds": Thresholds()}
