@@ -231,3 +231,41 @@ def test_history_counts_isolated_excursions_not_past_steps():
     # an excursion in the oldest run cannot be told from a step: not counted; nothing without history
     assert own_noise("k", 1.0, runs(1.1, 1.0, 1.0)) == 0.0
     assert own_noise("k", 1.0, []) == 0.0
+
+
+# Every kind of regression the gate knows, planted one at a time in a head run that is otherwise the base.
+PLANTED = {
+    "time": dict(median=1.3, samples=noisy(1.3, seed=2)),
+    "accuracy class": dict(cls="tf32", err=3e-4),
+    "accuracy growth": dict(err=1e-5),
+    "in-place repeats": dict(repeat_equal=False, distinct=2),
+    "fresh handle": dict(fresh_equal=False),
+    "availability": dict(status="CUDNN_STATUS_NOT_SUPPORTED", reason="not in this build"),
+}
+PLANTED_KIND = {"time": "time", "accuracy class": "accuracy", "accuracy growth": "accuracy",
+                "in-place repeats": "determinism", "fresh handle": "determinism", "availability": "availability"}
+
+
+@pytest.mark.parametrize("planted", list(PLANTED))
+def test_the_gate_finds_every_kind_of_regression_planted(tmp_path, capsys, planted):
+    base = [record("t", samples=noisy(1.0, seed=1), median=1.0, err=1e-7),
+            record("quiet", samples=noisy(2.0, seed=3), median=2.0)]
+    head = [record("t", **{"samples": noisy(1.0, seed=4), "median": 1.0, "err": 1e-7, **PLANTED[planted]}),
+            record("quiet", samples=noisy(2.0, seed=5), median=2.0)]
+    _store_with(tmp_path, base, head).close()
+    capsys.readouterr()
+    code = cli.main(["compare", "base", "head", "--store", str(tmp_path / "s.sqlite"), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    failing = [f for f in out["findings"] if f["verdict"] == "regression"]
+    assert code == 1 and out["regressions"] == len(failing) >= 1
+    assert {f["case"] for f in failing} == {"t"}
+    assert PLANTED_KIND[planted] in {f["kind"] for f in failing}
+
+
+def test_an_error_from_zero_to_below_fp32_roundoff_is_not_a_regression():
+    from harness.compare import _accuracy
+
+    base = {"key": "k", "case_id": "c", "backend": "cudnn", "direction": "fwd", "algo": "A", "math": "M",
+            "dtype": "fp32", "layout": "NCHW", "settings": {}, "precision_class": "fp32", "max_norm_err": 0.0}
+    assert _accuracy(base, dict(base, max_norm_err=1e-8), Thresholds()) == []
+    assert _accuracy(base, dict(base, max_norm_err=1e-6), Thresholds())[0].verdict == "regression"
