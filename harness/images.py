@@ -146,6 +146,9 @@ class Matrix:
         return [self.rows[n] for n in names]
 
 
+MAX_MATRIX_BYTES = 4 << 20  # the matrix is a page of TOML; a larger file is not one
+
+
 def _load_toml(path: Path) -> dict[str, Any]:
     try:
         import tomllib
@@ -154,10 +157,16 @@ def _load_toml(path: Path) -> dict[str, Any]:
             import tomli as tomllib
         except ModuleNotFoundError:
             raise MatrixError("reading the matrix needs Python >= 3.11 or the tomli package") from None
+    from .intake import Hostile, read_file
+
+    if not os.path.lexists(path):
+        raise MatrixError(f"{path}: no such matrix file")
+    try:  # a regular file of bounded size (a directory, FIFO or /dev/zero is refused, never read or waited on)
+        data = read_file(Path(path).resolve(), MAX_MATRIX_BYTES)
+    except Hostile as exc:
+        raise MatrixError(f"{path}: not a matrix file: {exc}") from None
     try:
-        return tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise MatrixError(f"{path}: no such matrix file") from None
+        return tomllib.loads(data.decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise MatrixError(f"{path}: not valid TOML: {exc}") from None
 

@@ -221,3 +221,19 @@ def test_render_cli_writes_files(tmp_path, capsys):
     assert (tmp_path / "cpu" / "Dockerfile").read_text().startswith("# Rendered by")
     assert main(["images", "render", "--slurm", "--out", str(tmp_path)]) == 0
     assert (tmp_path / "slurm" / "convbench-h200.sbatch").exists()
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "device"])
+def test_a_matrix_that_is_not_a_regular_file_is_one_line_and_no_wait(tmp_path, capsys, kind):
+    """issue 19: `images --matrix` at a directory, a FIFO (hung) or /dev/zero (MemoryError) is refused, unread."""
+    import os
+
+    from harness import cli
+
+    path = {"directory": tmp_path, "fifo": tmp_path / "m.toml", "device": "/dev/zero"}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    capsys.readouterr()
+    assert cli.main(["images", "--matrix", str(path), "list"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "not a regular file" in err and len(err.splitlines()) == 1
