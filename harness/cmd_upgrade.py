@@ -14,12 +14,12 @@ from .errors import UserError
 def register(sub) -> None:
     p = sub.add_parser("upgrade", help="judge stack B against stack A: paired ABBA run on each GPU, one verdict "
                                        "per combination",
-                       description="Measure two stacks (each 'host', a stack folder, or NAME=FOLDER of an "
-                                   "overlay) case by case in ABBA order on each GPU given, each stack in its "
+                       description="Measure two stacks (each 'host', a declared overlay's name, a stack folder, "
+                                   "or NAME=FOLDER) case by case in ABBA order on each GPU given, each stack in its "
                                    "own worker process, then judge B against A: faster / slower / same / "
                                    "ambiguous, changed bits, accuracy, status and determinism. The same stack "
                                    "on both sides (an A/A study) must report nothing.")
-    p.add_argument("--a", required=True, help="the base stack: 'host' or an overlay folder")
+    p.add_argument("--a", required=True, help="the base stack: 'host', a declared overlay's name, or a folder")
     p.add_argument("--b", required=True, help="the stack judged against it")
     p.add_argument("--cases", default=None, help="case ids and/or sets (default: 'default' with a GPU)")
     p.add_argument("--gpus", default="0", help="GPU indices, comma-separated: one ABBA leg each, in parallel")
@@ -31,10 +31,11 @@ def register(sub) -> None:
 def upgrade(args) -> int:
     from . import paired
     from .collect import read_runs_into
-    from .stacks import parse
+    from .stacks import resolve_all
     from .store import Store
 
-    stacks = {"A": parse(args.a), "B": parse(args.b)}
+    a, b = resolve_all([args.a, args.b])
+    stacks = {"A": a, "B": b}
     gpus = [g.strip() for g in args.gpus.split(",") if g.strip()]
     if not gpus or not all(g.isdigit() for g in gpus) or len(set(gpus)) != len(gpus):
         raise UserError(f"--gpus {args.gpus!r}: distinct GPU indices, comma-separated (e.g. 0 or 0,1)")

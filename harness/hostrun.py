@@ -348,14 +348,9 @@ def native_worker(results: Path, command: list[str], stacks: list | None = None)
 
 def _stacks(args) -> list:
     """--stacks resolved: declared overlays by name (installed), host, or NAME=FOLDER; each once."""
-    from . import images
-    from .stacks import resolve
+    from .stacks import resolve_all
 
-    try:
-        overlays = images.load_matrix(images.DEFAULT_MATRIX).overlays
-    except images.MatrixError:
-        overlays = {}
-    out = [resolve(spec, overlays) for spec in args.stacks]
+    out = resolve_all(list(args.stacks))
     names = [s.name for s in out]
     if len(set(names)) != len(names):
         raise UserError(f"--stacks names a stack twice: {', '.join(names)}", 2)

@@ -134,3 +134,15 @@ def resolve(spec: str, overlays=None) -> Stack:
                             f"--wheelhouse DIR` (or set {STACKS_ENV})", EXIT_ENVIRONMENT)
         return parse(f"{spec}={folder}")
     return parse(spec)
+
+
+def resolve_all(specs: list[str]) -> list[Stack]:
+    """Stacks named on a command line (`run --stacks`, `upgrade --a/--b`): declared overlays by name (from the
+    image matrix, installed), ``host``, or NAME=FOLDER / FOLDER."""
+    from . import images
+
+    try:
+        overlays = images.load_matrix(images.DEFAULT_MATRIX).overlays
+    except images.MatrixError:
+        overlays = {}
+    return [resolve(spec, overlays) for spec in specs]
