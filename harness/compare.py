@@ -170,7 +170,7 @@ def untrusted(rec: dict[str, Any]) -> list[str]:
 HISTORY_FACTOR = 2.0
 
 
-def own_noise(key: str, base_ms: float, history: list[dict[str, dict[str, Any]]], rel: float = 0.04) -> float:
+def own_noise(key: str, base_ms: float, history: list[dict[str, dict[str, Any]]], rel: float) -> float:
     """The largest isolated excursion of ``key``'s median in earlier runs (oldest first), relative to
     ``base_ms``: a run that left the base's level (by more than ``rel``) between two runs at it. A level the
     series left for good is a past change, not noise, and does not count; 0 without such an excursion."""

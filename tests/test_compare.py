@@ -225,12 +225,12 @@ def test_history_counts_isolated_excursions_not_past_steps():
         return [{"k": {"median_ms": m}} for m in medians]
 
     # the placement levels of the H200: one run of five at +9.6 %, between runs at the base's level
-    assert own_noise("k", 0.5395, runs(0.5395, 0.540, 0.5913, 0.5391, 0.5398)) == pytest.approx(0.096, abs=1e-3)
+    assert own_noise("k", 0.5395, runs(0.5395, 0.540, 0.5913, 0.5391, 0.5398), 0.04) == pytest.approx(0.096, abs=1e-3)
     # a real step two nights before the base: the old level is a past change, not noise
-    assert own_noise("k", 1.25, runs(1.0, 1.0, 1.25, 1.25, 1.25)) == 0.0
+    assert own_noise("k", 1.25, runs(1.0, 1.0, 1.25, 1.25, 1.25), 0.04) == 0.0
     # an excursion in the oldest run cannot be told from a step: not counted; nothing without history
-    assert own_noise("k", 1.0, runs(1.1, 1.0, 1.0)) == 0.0
-    assert own_noise("k", 1.0, []) == 0.0
+    assert own_noise("k", 1.0, runs(1.1, 1.0, 1.0), 0.04) == 0.0
+    assert own_noise("k", 1.0, [], 0.04) == 0.0
 
 
 # Every kind of regression the gate knows, planted one at a time in a head run that is otherwise the base.
