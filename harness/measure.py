@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .clocks import DeviceClock, during
@@ -122,11 +122,17 @@ class CudaTimer:
             # Twice the L2, written with zeros before each repetition, evicts whatever the call left there.
             self._flush = torch.empty(max(2 * l2, 64 << 20), dtype=torch.uint8, device="cuda")
 
-    def __call__(self, fn: Callable[[], object]) -> Timing:
+    def __call__(self, fn: Callable[[], object] | Sequence[Callable[[], object]]) -> Timing:
+        """Time ``fn``; given several callables (the same call on buffers placed elsewhere in device memory),
+        accepted batches rotate through them, at least one batch each, and the samples are pooled: one unlucky
+        placement then moves the median by a quantile of the others, not by its own level (see PLACEMENTS)."""
         torch, policy = self.torch, self.policy
+        fns = list(fn) if isinstance(fn, Sequence) else [fn]
         stream = torch.cuda.current_stream()
-        fn()
+        for f in fns:
+            f()
         stream.synchronize()
+        fn = fns[0]
         t0 = time.perf_counter()
         host_s, warm = [], []
         while (time.perf_counter() - t0) * 1e3 < policy.warmup_ms or not host_s:
@@ -153,7 +159,10 @@ class CudaTimer:
         spent = 0.0
         reads = []
         host_bound = False
-        while not _enough(samples, spent, policy):
+        per_placement: list[list[float]] = [[] for _ in fns]
+        accepted = 0
+        while accepted < len(fns) or not _enough(samples, spent, policy):
+            fn = fns[accepted % len(fns)]
             torch.cuda._sleep(int(spacer_s * SPACER_CLOCK_HZ))
             gate = torch.cuda.Event()
             gate.record(stream)
@@ -180,8 +189,12 @@ class CudaTimer:
                 continue
             host_bound = host_bound or not ahead  # even the longest spacer did not keep the host ahead
             samples.extend(times)
-        return summarize(samples, "cold" if policy.cold else "hot", "cuda_event", policy.keep_samples,
-                         during(reads), host_ms=1e3 * statistics.median(dispatch), host_bound=host_bound)
+            per_placement[accepted % len(fns)].extend(times)
+            accepted += 1
+        timing = summarize(samples, "cold" if policy.cold else "hot", "cuda_event", policy.keep_samples,
+                           during(reads), host_ms=1e3 * statistics.median(dispatch), host_bound=host_bound)
+        self.placement_medians_ms = [round(statistics.median(p), 6) for p in per_placement]
+        return timing
 
 
 class HostTimer:

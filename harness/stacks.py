@@ -23,6 +23,9 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 HOST = "host"
 
 
+TORCH_CUDNN_MAJOR = 9  # the cuDNN major the supported torch (2.4 and later) links
+
+
 @dataclass(frozen=True)
 class Stack:
     """A named overlay (``prefix`` is its folder) or the host's own stack (``prefix`` None)."""
@@ -49,7 +52,23 @@ class Stack:
         env["PYTHONPATH"] = os.pathsep.join([str(self.prefix)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH")
                                                                    else []))
         env["CONVBENCH_STACK"] = self.name
+        foreign = self.foreign_cudnn()
+        if foreign:
+            env["CONVBENCH_CUDNN"] = foreign
         return env
+
+    def foreign_cudnn(self) -> str | None:
+        """The overlay's libcudnn when its major differs from the one torch links (libcudnn.so.9).
+
+        A library of another soname cannot replace torch's: torch keeps its own, and the ctypes binding is pointed
+        at the overlay's instead (CONVBENCH_CUDNN), so only the cudnn backend's records are of that cuDNN. cuDNN
+        8's libraries version their symbols (``@libcudnn_ops_infer.so.8``), so the two do not bind each other's."""
+        if self.prefix is None:
+            return None
+        own = sorted(self.prefix.glob("nvidia/cudnn/lib/libcudnn.so.[0-9]*"))
+        if own and not any(p.name.startswith(f"libcudnn.so.{TORCH_CUDNN_MAJOR}") for p in own):
+            return str(own[0])
+        return None
 
 
 def parse(spec: str) -> Stack:

@@ -31,6 +31,17 @@ def test_overlay_libraries_go_first(tmp_path):
     assert stacks.parse("host").env({"A": "1"}) == {"A": "1"}
 
 
+def test_a_cudnn_of_another_major_is_bound_by_the_binding_not_by_torch(tmp_path):
+    root = _overlay(tmp_path)
+    lib = root / "nvidia" / "cudnn" / "lib"
+    assert "CONVBENCH_CUDNN" not in stacks.parse(str(root)).env({})  # empty: nothing to point at
+    (lib / "libcudnn.so.9").touch()
+    assert "CONVBENCH_CUDNN" not in stacks.parse(str(root)).env({})  # torch's major: it replaces torch's own
+    (lib / "libcudnn.so.9").unlink()
+    (lib / "libcudnn.so.8").touch()
+    assert stacks.parse(str(root)).env({})["CONVBENCH_CUDNN"] == str(lib / "libcudnn.so.8")
+
+
 def test_bad_stacks_are_one_line_errors(tmp_path):
     with pytest.raises(UserError, match="not a folder"):
         stacks.parse(f"x={tmp_path / 'missing'}")

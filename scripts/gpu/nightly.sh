@@ -9,6 +9,7 @@
 #   power  the gate's detection power: +5 %/+10 % device-side slowdowns injected (scripts/gpu/detection_power.py)
 #   aa     an A/A study through `convbench upgrade` (the host stack against itself, ABBA), forward default
 #   upgrade  `convbench upgrade` of the host stack against the overlay $STACK_B (/tmp/stack-NAME), UPGRADE_ARGS
+#   autotune the autotuner study on the host stack and on $STACK_B, both GPUs (0 and 1) each, swapped in two rounds
 #   ortold   the onnxruntime grid on the overlay /tmp/stack-ort1192 (onnxruntime-gpu 1.19.2, CUDA 12 libraries,
 #            torch's own cuDNN), as on the host's onnxruntime
 # Usage (repo root, asv and onnxruntime on PYTHONPATH): OUT=dir bash scripts/gpu/nightly.sh STAGE
@@ -82,8 +83,8 @@ power)
   ;;
 aa|upgrade)
   b=host; [ "$stage" = upgrade ] && b=${STACK_B:?STACK_B=NAME=/tmp/stack-NAME}
-  t timeout 560 python3 -m harness.cli upgrade --a host --b "$b" --results "$RES" --json "$OUT/$stage.json" \
-    ${UPGRADE_ARGS:-} 2>&1 | grep -v "^GPU 0 " | tail -8
+  t timeout "${UPGRADE_TIMEOUT:-560}" python3 -m harness.cli upgrade --a host --b "$b" --results "$RES" \
+    --json "$OUT/$stage.json" ${UPGRADE_ARGS:-} 2>&1 | grep -v "^GPU [0-9]* " | tail -8
   python3 - "$OUT/$stage.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -93,6 +94,21 @@ for g, leg in d["legs"].items():
 PY
   tar czf "$OUT/$stage-runs.tgz" --exclude=cudnn_logs -C "$RES" $(python3 -c "import json,sys,os; d=json.load(open(sys.argv[1])); print(' '.join(os.path.relpath(p, sys.argv[2]) for l in d['legs'].values() for p in l['runs'].values()))" "$OUT/$stage.json" "$RES")
   ;;
+autotune)
+  b=${STACK_B:?STACK_B=NAME=/tmp/stack-NAME}
+  benv=$(python3 -c "import sys; from harness import stacks; e = stacks.resolve(sys.argv[1]).env({}); \
+print(' '.join(f'{k}={v}' for k, v in e.items()))" "$b")
+  for round in 0 1; do  # round 0: host on GPU 0, B on GPU 1; round 1 swapped
+    g_host=$round; g_b=$((1 - round))
+    t env CUDA_VISIBLE_DEVICES=$g_host CONVBENCH_MACHINE=$CONVBENCH_MACHINE-at$g_host timeout 270 \
+      python3 -m harness.cli autotune --results "$RES/autotune" > "$OUT/autotune-host-gpu$g_host.log" 2>&1 &
+    t env $benv CUDA_VISIBLE_DEVICES=$g_b CONVBENCH_MACHINE=$CONVBENCH_MACHINE-at$g_b timeout 270 \
+      python3 -m harness.cli autotune --results "$RES/autotune" > "$OUT/autotune-b-gpu$g_b.log" 2>&1 &
+    wait
+  done
+  tail -n 3 "$OUT"/autotune-*.log
+  tar czf "$OUT/autotune-runs.tgz" --exclude=cudnn_logs -C "$RES" autotune
+  ;;
 ortold)
   st=/tmp/stack-ort1192; site=/opt/torch/.venv/lib/python3.12/site-packages
   export LD_LIBRARY_PATH=$st/nvidia/cublas/lib:$st/nvidia/cufft/lib:$st/nvidia/curand/lib:$st/nvidia/cuda_runtime/lib:$site/nvidia/cudnn/lib:$site/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -101,6 +117,6 @@ ortold)
   t timeout 560 python3 -m harness.ort_grid --out "$RES" ${ORT_ARGS:-} 2>&1 | tail -25
   run=$(ls -td "$RES"/*/*/ | head -1); tar czf "$OUT/ortold-run.tgz" -C "$RES" "${run#$RES/}"
   ;;
-*) echo "unknown stage $stage: fwd, bwd, check, ort, fidelity, probe, power, aa, upgrade or ortold" >&2; exit 2 ;;
+*) echo "unknown stage $stage: fwd, bwd, check, ort, fidelity, probe, power, aa, upgrade, autotune or ortold" >&2; exit 2 ;;
 esac
 ls -la "$OUT"
