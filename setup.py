@@ -16,8 +16,8 @@ from setuptools.command.build_py import build_py
 from setuptools.command.sdist import sdist
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "harness"))
-import resources  # noqa: E402  (harness/resources.py alone: it imports nothing of the package)
+sys.path.insert(0, str(HERE / "harness" / "deploy"))
+import resources  # noqa: E402  (harness/deploy/resources.py alone: it imports nothing of the package)
 
 SHIPPED = ("docker/matrix.toml", "docker/Dockerfile.j2", "docker/make-base-image.sh", "docker/locks/*.txt",
            "docker/fleet/*.j2", "benchmarks/*.py", "asv.conf.json")

@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from harness import cases as catalogue  # noqa: E402  (no torch, no CUDA)
-from harness.fingerprint import gpus  # noqa: E402
+from harness.core import cases as catalogue  # noqa: E402  (no torch, no CUDA)
+from harness.measurement.fingerprint import gpus  # noqa: E402
 
 
 @functools.cache
@@ -82,9 +82,9 @@ def run_sweep(backend: str, direction: str) -> dict:
     isolated worker processes count, and so do those a shared run (`convbench bench`) already holds. When
     `convbench bench` has swept this backend and direction itself (CONVBENCH_SWEPT), nothing is measured here.
     """
-    from harness import sweep
     from harness.backends import SweepOptions
     from harness.backends.cudnn import cuda_unavailable_reason
+    from harness.run import sweep
 
     swept = f"{backend}:{direction}" in os.environ.get("CONVBENCH_SWEPT", "").split(",")
     run_dir = sweep.shared_run() if swept else None  # measured before asv started: read it, no CUDA here
@@ -97,7 +97,7 @@ def run_sweep(backend: str, direction: str) -> dict:
 
 def read_table(run_dir: Path, backend: str, direction: str) -> dict:
     """The table asv's classes read: one row per journaled combination of ``backend`` in ``direction``."""
-    from harness.journal import JOURNAL_FILE, iter_journal
+    from harness.run.journal import JOURNAL_FILE, iter_journal
 
     table: dict = {}
     for rec in iter_journal(run_dir / JOURNAL_FILE):

@@ -24,9 +24,10 @@ def _label(rec) -> str:
 
 def run_grid() -> dict:
     """Every model x setting x io, journaled; returns {(model, setting, io): numbers} for the track_ functions."""
-    from harness import fingerprint, sweep
     from harness.backends.ort import ModelOptions, OrtBackend
-    from harness.journal import Journal
+    from harness.measurement import fingerprint
+    from harness.run import sweep
+    from harness.run.journal import Journal
 
     backend = OrtBackend()
     # A GPU host asks for the CUDA EP even when this onnxruntime lacks it: those settings become skipped

@@ -19,7 +19,7 @@ from pathlib import Path
 from asv import environment, util
 from asv.repo import NoSuchNameError, Repo
 
-from . import resources
+from .deploy import resources
 
 
 def _installed_revision() -> str | None:

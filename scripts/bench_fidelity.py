@@ -27,11 +27,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness import cases as catalogue  # noqa: E402
 from harness.backends import SweepOptions  # noqa: E402
 from harness.backends.cudnn import ConvSession, CudnnBackend, CudnnError, WorkspaceTooLarge  # noqa: E402
-from harness.clocks import ClockSampler, DeviceClock  # noqa: E402
-from harness.measure import SPACER_CLOCK_HZ, CudaTimer, TimingPolicy  # noqa: E402
+from harness.core import cases as catalogue  # noqa: E402
+from harness.measurement.clocks import ClockSampler, DeviceClock  # noqa: E402
+from harness.measurement.timing import SPACER_CLOCK_HZ, CudaTimer, TimingPolicy  # noqa: E402
 
 CALLS = (("cudnn", "IMPLICIT_PRECOMP_GEMM", "DEFAULT"), ("cudnn", "IMPLICIT_GEMM", "FMA"), ("torch", "auto", "-"))
 BIG_MS = 0.05  # the targets hold for calls of 50 us or more

@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness import fingerprint  # noqa: E402
-from harness.journal import END_FILE, JOURNAL_FILE, find_runs, iter_journal  # noqa: E402
+from harness.measurement import fingerprint  # noqa: E402
+from harness.run.journal import END_FILE, JOURNAL_FILE, find_runs, iter_journal  # noqa: E402
 
 
 def count_records(run: Path) -> tuple[int, int]:

@@ -1,7 +1,7 @@
 """Calibrates the time gate's thresholds on real A/A runs: identical software, one GPU, several runs.
 
 Every pair of the given runs (each a run directory or tarball of one; the earlier run as base, the runs before it
-as history) is compared record by record with harness.compare.time_verdict, for a few relative thresholds per
+as history) is compared record by record with harness.analysis.compare.time_verdict, for a few relative thresholds per
 call-length band; prints, per band, the A/A deviation quantiles and, per candidate, the failing findings (slower
 or faster, which a gate would act on), listing them for the defaults. A detection-power file from scripts/gpu/detection_power.py adds, per candidate, the share of the
 injected slowdowns that the same thresholds would call slower, judged on the ratios it measured.
@@ -22,10 +22,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness import compare  # noqa: E402
-from harness.collect import read_runs_into  # noqa: E402
-from harness.compare import Thresholds, machine_identity, own_noise, time_verdict  # noqa: E402
-from harness.store import Store  # noqa: E402
+from harness.analysis import compare  # noqa: E402
+from harness.analysis.compare import Thresholds, machine_identity, own_noise, time_verdict  # noqa: E402
+from harness.collect.ingest import read_runs_into  # noqa: E402
+from harness.collect.store import Store  # noqa: E402
 
 BANDS = ((0.0, 0.020), (0.020, 0.050), (0.050, float("inf")))
 CANDIDATES = ((0.05, 0.03), (0.06, 0.04), (0.08, 0.04), (0.06, 0.05), (0.08, 0.06))  # (20-50 us, >=50 us)

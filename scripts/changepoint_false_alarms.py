@@ -26,9 +26,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness import changepoint  # noqa: E402
-from harness.collect import read_runs_into  # noqa: E402
-from harness.store import Store  # noqa: E402
+from harness.analysis import changepoint  # noqa: E402
+from harness.collect.ingest import read_runs_into  # noqa: E402
+from harness.collect.store import Store  # noqa: E402
 
 
 def series(store: Store, min_runs: int) -> list[tuple[str, str, str, np.ndarray]]:

@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.records import Accuracy, Determinism, Record, Timing, dumps  # noqa: E402
+from harness.core.records import Accuracy, Determinism, Record, Timing, dumps  # noqa: E402
 
 BOMB_BYTES = 8 << 30  # decompressed size of a bomb member: over any limit collect has
 
@@ -860,10 +860,10 @@ def _judge(log: Path, state: str, code: int | None, rss_kib: int, expect: tuple[
 def tally(out: Path, collect_items: bool = True) -> dict:
     """Run every item and scenario under OUT; counts per outcome and per category, and the items that failed.
     ``collect_items=False`` runs the scenarios only (the collect items have their own test)."""
-    import harness.cmd_fleet  # noqa: F401 - imported once here, so that each forked child starts at once
-    import harness.cmd_measure  # noqa: F401
-    import harness.collect  # noqa: F401
-    import harness.sweep  # noqa: F401
+    import harness.cli.measure_cmds  # noqa: F401
+    import harness.cli.store_cmds  # noqa: F401 - imported once here, so that each forked child starts at once
+    import harness.collect.ingest  # noqa: F401
+    import harness.run.sweep  # noqa: F401
 
     try:
         import torch  # noqa: F401 - sweep and repro import it

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness import slicetime  # noqa: E402
-from harness.journal import JOURNAL_FILE, iter_journal  # noqa: E402
+from harness.run import slicetime  # noqa: E402
+from harness.run.journal import JOURNAL_FILE, iter_journal  # noqa: E402
 
 
 def main(run_dir: str) -> int:

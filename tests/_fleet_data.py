@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from harness import cli
-from harness.records import SCHEMA_VERSION, Accuracy, Determinism, Record, Timing, dumps
+from harness.core.records import SCHEMA_VERSION, Accuracy, Determinism, Record, Timing, dumps
 
 FIXTURES = Path(__file__).parent / "fixtures" / "runs"
 

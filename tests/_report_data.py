@@ -11,7 +11,7 @@ from typing import Any
 
 from _fleet_data import FIXTURES
 
-from harness.compare import untrusted
+from harness.analysis.compare import untrusted
 
 
 def unpack(name: str, dest: Path) -> Path:

@@ -1,6 +1,6 @@
 """A test-only backend that misbehaves on purpose, so the worker's fault isolation can be tested for real.
 
-It lives beside the tests, not in the package, and is loaded (harness.worker) only when
+It lives beside the tests, not in the package, and is loaded (harness.run.worker) only when
 CONVBENCH_TEST_BACKENDS=1. Each case gets four combinations (algos ``ok0``, ``ok1``, the fault, ``ok2``); the fault for a case comes from CONVBENCH_FAULTS, e.g. ``quick.seed=segv,quick.grouped=hang``
 (cases not named there get ``ok3`` instead of a fault). The faults are real: a SIGSEGV delivered by the kernel
 (a read of address 0), a hang, an allocation loop that exhausts the address-space limit, a raised out-of-memory
@@ -16,8 +16,8 @@ import time
 from collections.abc import Iterable, Iterator
 
 from harness.backends import Combo, SweepOptions
-from harness.cases import Case
-from harness.records import ERROR, OK, Record, Timing
+from harness.core.cases import Case
+from harness.core.records import ERROR, OK, Record, Timing
 
 ENABLE_ENV = "CONVBENCH_TEST_BACKENDS"
 PLAN_ENV = "CONVBENCH_FAULTS"

@@ -4,7 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness import accuracy, cases
+from harness.core import cases
+from harness.measurement import accuracy
 
 CASE = cases.get("quick.seed")
 
@@ -117,9 +118,10 @@ def test_a_sweep_leaves_the_shared_operands_as_drawn(tmp_path):
     """host_inputs shares one draw of each operand between a case's directions and dtype x layout sessions."""
     import dataclasses
 
-    from harness import cases, sweep
     from harness.backends import SweepOptions
-    from harness.measure import TimingPolicy
+    from harness.core import cases
+    from harness.measurement.timing import TimingPolicy
+    from harness.run import sweep
 
     case = cases.get("quick.seed")
     opts = SweepOptions(device="cpu", timing=TimingPolicy(budget_ms=1.0, min_samples=3, max_samples=5),

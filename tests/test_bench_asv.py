@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cases import CATALOGUE
+from harness.core.cases import CATALOGUE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,8 +59,8 @@ def test_bench_runs_the_asv_suite_on_the_cpu(tmp_path):
 
 def test_bench_sweeps_what_the_selected_classes_read(monkeypatch):
     """`convbench bench -b` maps asv's selection to the sweep it measures first; a selection of nothing is an error."""
-    from harness.asvselect import sweeps as asv_sweeps
     from harness.cli import UserError
+    from harness.run.asvselect import sweeps as asv_sweeps
 
     monkeypatch.delenv("CONVBENCH_DIRECTIONS", raising=False)
     assert asv_sweeps(ROOT, []) == {"cudnn": ("fwd",), "torch": ("fwd",)}
@@ -82,9 +82,9 @@ def test_ort_class_on_a_gpu_host_without_the_cuda_ep_journals_why(tmp_path, monk
     with no word in the journal. Now each becomes a skipped record naming the cause, and asv says it too."""
     pytest.importorskip("onnxruntime")
     from benchmarks import bench_ort
-    from harness import fingerprint
     from harness.backends import ort
-    from harness.journal import JOURNAL_FILE, iter_journal
+    from harness.measurement import fingerprint
+    from harness.run.journal import JOURNAL_FILE, iter_journal
 
     if ort.OrtBackend().cuda_reason() is None:
         pytest.skip("this onnxruntime has the CUDA EP")
@@ -109,7 +109,7 @@ def test_ort_class_on_a_gpu_host_without_the_cuda_ep_journals_why(tmp_path, monk
 
 
 def test_asv_keeps_the_pythonpath_that_convbench_runs_with():
-    from harness.cmd_measure import asv_env
+    from harness.cli.measure_cmds import asv_env
 
     env = asv_env({"PYTHONPATH": "/opt/ort-gpu:/x", "HOME": "/h"}, CONVBENCH_CASES="seed")
     assert env["ASV_PYTHONPATH"] == "/opt/ort-gpu:/x" and env["CONVBENCH_CASES"] == "seed" and env["HOME"] == "/h"
@@ -152,7 +152,7 @@ def test_asv_runs_exactly_the_parameter_sets_that_have_data(tmp_path, monkeypatc
     from _fleet_data import FIXTURES, run_tarball
     from asv.benchmarks import Benchmarks
 
-    from harness import asvselect
+    from harness.run import asvselect
 
     _, _, recs = run_tarball("h200-fwd-asv")
     with tarfile.open(FIXTURES / "h200-fwd-asv.tar.gz") as tar:

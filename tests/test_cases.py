@@ -1,6 +1,6 @@
 import pytest
 
-from harness import cases
+from harness.core import cases
 
 
 def test_ids_are_unique_and_stable_names():

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from harness import changepoint as cp
+from harness.analysis import changepoint as cp
 
 
 def _series(n=60, sigma=0.02, seed=0):

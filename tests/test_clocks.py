@@ -2,7 +2,7 @@
 
 import time
 
-from harness.clocks import ClockSampler, during
+from harness.measurement.clocks import ClockSampler, during
 
 
 def test_during_names_only_slowdown_reasons():

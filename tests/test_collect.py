@@ -10,8 +10,8 @@ import pytest
 from _fleet_data import record, sweep_cpu_runs, tar_runs, write_run
 
 from harness import cli
-from harness.collect import collect
-from harness.store import Store
+from harness.collect.ingest import collect
+from harness.collect.store import Store
 
 T0 = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
 
@@ -68,7 +68,7 @@ def test_grown_journal_replaces_the_run(tmp_path):
     d = write_run(tmp_path / "r", "m1", "img", T0, [record("a")], finished=False)
     collect(tmp_path / "s.sqlite", [d])
     with open(d / "records.jsonl", "a") as f:
-        from harness.records import dumps
+        from harness.core.records import dumps
 
         f.write(dumps(record("b")) + "\n")
     (d / "end.json").write_text("{}")
@@ -172,7 +172,7 @@ def test_asv_old_format_refused(tmp_path):
 
 
 def test_other_record_kinds_keep_their_own_keys(tmp_path):
-    from harness.records import dumps
+    from harness.core.records import dumps
 
     d = write_run(tmp_path / "r", "m1", "img", T0, [record("a", median=1.0)])
     repro = record("a", median=5.0)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from _fleet_data import noisy, record, write_run
 
-from harness.store import Store
+from harness.collect.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = dt.datetime(2026, 11, 1, 2, 0, tzinfo=dt.timezone.utc)

@@ -9,8 +9,7 @@ import pytest
 from _fleet_data import noisy, record, write_run
 
 from harness import cli
-from harness.collect import collect
-from harness.compare import (
+from harness.analysis.compare import (
     Thresholds,
     bootstrap_median_ratio,
     compare_records,
@@ -18,7 +17,8 @@ from harness.compare import (
     mann_whitney_greater,
     time_verdict,
 )
-from harness.store import Store
+from harness.collect.ingest import collect
+from harness.collect.store import Store
 
 T0 = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
 
@@ -202,7 +202,7 @@ def test_cli_gate_exit_codes_and_json(tmp_path, capsys):
 
 
 def test_documented_nondeterminism_flips_are_changes_not_regressions():
-    from harness.compare import _determinism
+    from harness.analysis.compare import _determinism
 
     base = {"key": "k", "case_id": "c", "backend": "cudnn", "direction": "bwd_filter", "algo": "ALGO_0",
             "math": "DEFAULT", "dtype": "fp32", "layout": "NCHW", "settings": {}, "repeat_equal": 1,
@@ -219,7 +219,7 @@ def test_documented_nondeterminism_flips_are_changes_not_regressions():
 
 
 def test_history_counts_isolated_excursions_not_past_steps():
-    from harness.compare import own_noise
+    from harness.analysis.compare import own_noise
 
     def runs(*medians):
         return [{"k": {"median_ms": m}} for m in medians]
@@ -263,7 +263,7 @@ def test_the_gate_finds_every_kind_of_regression_planted(tmp_path, capsys, plant
 
 
 def test_an_error_from_zero_to_below_fp32_roundoff_is_not_a_regression():
-    from harness.compare import _accuracy
+    from harness.analysis.compare import _accuracy
 
     base = {"key": "k", "case_id": "c", "backend": "cudnn", "direction": "fwd", "algo": "A", "math": "M",
             "dtype": "fp32", "layout": "NCHW", "settings": {}, "precision_class": "fp32", "max_norm_err": 0.0}

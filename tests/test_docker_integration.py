@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import baseimage, fingerprint, hostrun, images
 from harness.cli import main
+from harness.deploy import baseimage, hostrun, images
+from harness.measurement import fingerprint
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

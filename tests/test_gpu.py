@@ -2,10 +2,10 @@
 
 import pytest
 
-from harness import cases
 from harness.backends import SweepOptions
-from harness.measure import TimingPolicy
-from harness.records import OK
+from harness.core import cases
+from harness.core.records import OK
+from harness.measurement.timing import TimingPolicy
 
 pytestmark = pytest.mark.gpu
 FAST = TimingPolicy(budget_ms=2.0, min_samples=3, max_samples=16)
@@ -42,7 +42,7 @@ def test_forward_combos_are_all_records_and_fma_is_fp32_class():
 def test_seed_crosscheck_names_tf32_on_ampere_and_newer():
     import torch
 
-    from harness.autotune import crosscheck
+    from harness.run.autotune import crosscheck
 
     rec = crosscheck(cases.get("seed.c8"))
     assert rec.extra["cudnn_fma_class"] == "fp32"

@@ -13,16 +13,16 @@ import collections
 import pytest
 from _fleet_data import records_of, run_tarball
 
-from harness import cases
 from harness.backends.cudnn import (
     NONDETERMINISTIC_BUDGET_S,
     NONDETERMINISTIC_MIN_REPEATS,
     NONDETERMINISTIC_REPEATS,
 )
 from harness.backends.cudnn_lib import ALGOS, DOCUMENTED_NONDETERMINISTIC, MATH
-from harness.clocks import SLOWDOWN_REASONS
-from harness.explain import TORCH_NONDETERMINISTIC, explain, nondeterminism_cause
-from harness.records import OK
+from harness.core import cases
+from harness.core.explain import TORCH_NONDETERMINISTIC, explain, nondeterminism_cause
+from harness.core.records import OK
+from harness.measurement.clocks import SLOWDOWN_REASONS
 
 CUDA = "CUDAExecutionProvider"
 CONV_NODES = {"model.resnet50": 53, "model.mobilenetv2": 52}  # torchvision's Conv layers (test_models checks)

@@ -9,10 +9,11 @@ import collections
 import pytest
 from _fleet_data import records_of, run_tarball
 
-from harness import accuracy, cases
 from harness.backends.cudnn_lib import ALGOS, MATH
-from harness.explain import explain
-from harness.records import OK
+from harness.core import cases
+from harness.core.explain import explain
+from harness.core.records import OK
+from harness.measurement import accuracy
 
 
 def _load(name: str) -> tuple[dict, list[dict]]:

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import fingerprint, hostrun
 from harness.cli import main
-from harness.errors import UserError
+from harness.core.errors import UserError
+from harness.deploy import hostrun
+from harness.measurement import fingerprint
 
 P40 = {"index": 0, "name": "Tesla P40", "sm": "6.1", "uuid": "GPU-aaaaaaaa-0000-0000-0000-000000000000"}
 H200 = {"index": 1, "name": "NVIDIA H200", "sm": "9.0", "uuid": "GPU-bbbbbbbb-0000-0000-0000-000000000000"}

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import fleet, images
 from harness.cli import main
+from harness.deploy import images
+from harness.deploy import manifests as fleet
 
 GOOD_ROW = """
 [bases.b]

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from harness.journal import Journal, find_runs, iter_journal
-from harness.records import Record
+from harness.core.records import Record
+from harness.run.journal import Journal, find_runs, iter_journal
 
 
 def _fp():

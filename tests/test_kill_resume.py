@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.journal import END_FILE, JOURNAL_FILE, RUN_FILE
+from harness.run.journal import END_FILE, JOURNAL_FILE, RUN_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = ["sweep", "--cases", "quick", "--backends", "torch,cudnn", "--budget-ms", "2"]
@@ -35,7 +35,7 @@ def _run_dir(results: Path) -> Path | None:
 
 def _journal_keys(run_dir: Path) -> list[str]:
     """Keys of the journaled measurements; every complete line must parse, only the last may be torn."""
-    from harness.records import Record
+    from harness.core.records import Record
 
     data = (run_dir / JOURNAL_FILE).read_bytes() if (run_dir / JOURNAL_FILE).exists() else b""
     lines = data.split(b"\n")

@@ -1,6 +1,6 @@
 """The timer's stopping rule: a noise target, a sample cap and a device-time budget."""
 
-from harness.measure import FLOOR_SAMPLES, TimingPolicy, _enough, median_rel_stderr, sample_flags
+from harness.measurement.timing import FLOOR_SAMPLES, TimingPolicy, _enough, median_rel_stderr, sample_flags
 
 POLICY = TimingPolicy()
 

@@ -9,7 +9,9 @@ pytest.importorskip("onnx")
 pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 
-from harness import accuracy, cases, models  # noqa: E402
+from harness.backends import models  # noqa: E402
+from harness.core import cases  # noqa: E402
+from harness.measurement import accuracy  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,11 @@ pytest.importorskip("onnx")
 pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
-from harness import accuracy, cases, cudnn_log, ort_grid  # noqa: E402
-from harness.backends import SweepOptions  # noqa: E402
-from harness.backends.ort import (  # noqa: E402
+from harness.backends import (
+    SweepOptions,  # noqa: E402
+    cudnn_log,  # noqa: E402
+)
+from harness.backends.ort import (
     CPU_EP,
     CUDA_EP,
     ModelOptions,
@@ -26,8 +28,11 @@ from harness.backends.ort import (  # noqa: E402
     node_algorithms,
     run_workers,
 )
-from harness.journal import JOURNAL_FILE, iter_journal  # noqa: E402
-from harness.records import ERROR, OK, SKIPPED, TIMEOUT, Record  # noqa: E402
+from harness.core import cases  # noqa: E402
+from harness.core.records import ERROR, OK, SKIPPED, TIMEOUT, Record  # noqa: E402
+from harness.measurement import accuracy  # noqa: E402
+from harness.run import ort_grid  # noqa: E402
+from harness.run.journal import JOURNAL_FILE, iter_journal  # noqa: E402
 
 # cuDNN API log lines as cuDNN prints them (format of the public logs in NVIDIA/cudnn-frontend#39 and
 # pytorch/pytorch#167242); the frontend line is the literal of cudnn_frontend plans.h execute().
@@ -180,7 +185,7 @@ def test_cpu_ep_model_records_are_complete(cpu_records):
 def test_record_hash_is_accuracy_output_hash_of_the_saved_output(cpu_records, tmp_path):
     import onnxruntime as ort
 
-    from harness import models
+    from harness.backends import models
 
     r = cpu_records[0]
     built = models.build("mobilenetv2", 1, tmp_path)
@@ -316,7 +321,7 @@ def test_grid_command_writes_a_run_journal(tmp_path, capsys, monkeypatch):
 
 def test_grid_command_fails_when_every_record_of_a_model_failed(tmp_path, capsys, monkeypatch):
     """As it did in the images before the crops shipped: the input cannot be made, every record is an error."""
-    from harness import models
+    from harness.backends import models
 
     def no_input(*_):
         raise RuntimeError("scikit-image is needed for the real-image input")

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import cudnn_log
-from harness.journal import JOURNAL_FILE, iter_journal
-from harness.ort_grid import seed_rows
-from harness.records import OK, Record
+from harness.backends import cudnn_log
+from harness.core.records import OK, Record
+from harness.run.journal import JOURNAL_FILE, iter_journal
+from harness.run.ort_grid import seed_rows
 
 FIXTURE = Path(__file__).parent / "fixtures" / "runs" / "h200-ort.tar.gz"
 SEARCHES = ("EXHAUSTIVE", "HEURISTIC", "DEFAULT")

@@ -10,10 +10,11 @@ ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 pytest.importorskip("torch")
 
-from harness import cases, fingerprint  # noqa: E402
 from harness.backends import SweepOptions  # noqa: E402
 from harness.backends.ort import CUDA_EP, ModelOptions, OrtBackend, expected_conv_path  # noqa: E402
-from harness.records import OK  # noqa: E402
+from harness.core import cases  # noqa: E402
+from harness.core.records import OK  # noqa: E402
+from harness.measurement import fingerprint  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 TAG = re.compile(r"eng-?\d+(?:_k\d+=-?\d+)*")

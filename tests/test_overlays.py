@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import images, stacks
 from harness.cli import main
-from harness.digest import sha256_file
+from harness.deploy import images, stacks
+from harness.measurement.digest import sha256_file
 
 
 def test_shipped_overlays_pin_the_required_stacks_and_their_locks_are_fresh():
@@ -98,7 +98,7 @@ def test_a_wheel_whose_hash_changed_is_refused_and_nothing_installed(fake_overla
 
 def test_run_no_docker_runs_each_stack_in_its_own_environment(fake_overlay, tmp_path, capsys, monkeypatch):
     pytest.importorskip("torch")
-    from harness import fingerprint
+    from harness.measurement import fingerprint
 
     matrix, house, _ = fake_overlay
     assert main(["stacks", "--matrix", str(matrix), "install", "fake", "--wheelhouse", str(house)]) == 0

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import resources
+from harness.deploy import resources
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow

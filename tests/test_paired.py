@@ -6,10 +6,11 @@ from pathlib import Path
 import pytest
 from _fleet_data import FIXTURES
 
-from harness import cli, paired
-from harness.cases import select
-from harness.collect import read_runs_into
-from harness.store import Store
+from harness import cli
+from harness.collect.ingest import read_runs_into
+from harness.collect.store import Store
+from harness.core.cases import select
+from harness.run import paired
 
 
 def test_abba_alternates_the_order_case_by_case():

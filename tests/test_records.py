@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from harness.records import SCHEMA_VERSION, Accuracy, Record, Timing, dumps
+from harness.core.records import SCHEMA_VERSION, Accuracy, Record, Timing, dumps
 
 
 def _rec(**kw):
@@ -45,7 +45,7 @@ def test_key_separates_settings():
 
 
 def test_wholly_failed_names_only_backends_with_no_result_at_all():
-    from harness.records import CRASHED, ERROR, OK, SKIPPED, wholly_failed
+    from harness.core.records import CRASHED, ERROR, OK, SKIPPED, wholly_failed
 
     pairs = [("torch", OK), ("torch", ERROR), ("cudnn", SKIPPED), ("ort", ERROR), ("ort", CRASHED),
              ("faulty", SKIPPED), ("faulty", ERROR)]
@@ -54,7 +54,7 @@ def test_wholly_failed_names_only_backends_with_no_result_at_all():
 
 
 def test_sweep_command_exits_1_when_a_backend_measured_nothing(capsys):
-    from harness.cmd_measure import _failed_backends
+    from harness.cli.measure_cmds import _failed_backends
 
     assert _failed_backends({"failed_backends": []}) == 0
     assert _failed_backends({"failed_backends": ["ort"]}) == 1

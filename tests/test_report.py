@@ -8,9 +8,9 @@ import pytest
 from _fleet_data import noisy, real_sources, record, write_run
 
 from harness import cli
-from harness.collect import collect
+from harness.collect.ingest import collect
+from harness.collect.store import Store
 from harness.report import build, fmt_err, fmt_time, slug
-from harness.store import Store
 
 T0 = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
 EVIL = "<script>alert(1)</script>"
@@ -204,7 +204,7 @@ def _fp(host="h1", uuid="GPU-1", cudnn="9.19.0", **software):
 
 
 def test_pairing_a_machine_is_a_gpu_on_a_host_and_nights_pair_by_stack():
-    from harness import pairing
+    from harness.analysis import pairing
 
     runs, info = [], {}
 

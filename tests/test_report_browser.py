@@ -10,9 +10,9 @@ import pytest
 from _fleet_data import EVIL_NAME, copy_run, real_sources
 from browser import Browser, BrowserUnavailable
 
-from harness.collect import collect
+from harness.collect.ingest import collect
+from harness.collect.store import Store
 from harness.report import build, fmt_err, slug
-from harness.store import Store
 
 pytestmark = pytest.mark.browser
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import fingerprint, stacks
-from harness.errors import UserError
+from harness.core.errors import UserError
+from harness.deploy import stacks
+from harness.measurement import fingerprint
 
 
 def _overlay(tmp_path: Path) -> Path:

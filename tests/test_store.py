@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from _fleet_data import record, write_run
 
-from harness.collect import collect
-from harness.store import STORE_SCHEMA, Store, StoreError, samples_array, samples_blob
+from harness.collect.ingest import collect
+from harness.collect.store import STORE_SCHEMA, Store, StoreError, samples_array, samples_blob
 
 T0 = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
 
@@ -96,7 +96,7 @@ def test_latest_runs_picks_newest_per_machine_and_image(tmp_path):
 def test_packed_records_read_back_exactly(tmp_path):
     """run_records packs a run's records (float64 columns, JSON texts, float32 samples): every value a journal
     wrote comes back, nulls stay null, integers stay integers, and a combination written twice keeps the last."""
-    from harness.records import dumps
+    from harness.core.records import dumps
 
     first = record("a", median=1.0, samples=[1.0, 1.25, 0.75])
     again = record("a", median=3.0, samples=[3.0, 3.5])

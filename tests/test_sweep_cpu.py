@@ -4,11 +4,12 @@ import json
 
 import pytest
 
-from harness import cases, sweep
 from harness.backends import SweepOptions
-from harness.journal import JOURNAL_FILE, iter_journal
-from harness.measure import TimingPolicy
-from harness.records import OK, SKIPPED, Record
+from harness.core import cases
+from harness.core.records import OK, SKIPPED, Record
+from harness.measurement.timing import TimingPolicy
+from harness.run import sweep
+from harness.run.journal import JOURNAL_FILE, iter_journal
 
 FAST = TimingPolicy(budget_ms=2.0, min_samples=3, max_samples=10)
 
@@ -68,7 +69,7 @@ def test_cpu_backward_is_fp32_class(tmp_path, direction):
 
 
 def test_repro_in_a_fresh_process_matches(tmp_path):
-    from harness.repro import recompute
+    from harness.run.repro import recompute
 
     journal = _run(tmp_path, "quick.seed")
     repro = list(recompute(journal.path))
@@ -82,7 +83,7 @@ def test_every_slice_says_where_its_time_went(tmp_path, isolate):
     import sys
     from pathlib import Path
 
-    from harness import slicetime
+    from harness.run import slicetime
 
     journal = _run(tmp_path, isolate=isolate)
     lines = slicetime.read(journal.path)

@@ -19,12 +19,12 @@ import pytest
 from _fleet_data import record, tar_runs, write_run
 
 from harness import cli
-from harness.collect import collect
-from harness.errors import EXIT_NO_DATA, EXIT_USAGE, printable
-from harness.journal import JOURNAL_FILE, Journal, JournalError
-from harness.records import dumps
-from harness.schema import SchemaError, check_record
-from harness.store import Store, StoreError
+from harness.collect.ingest import collect
+from harness.collect.store import Store, StoreError
+from harness.core.errors import EXIT_NO_DATA, EXIT_USAGE, printable
+from harness.core.records import dumps
+from harness.core.schema import SchemaError, check_record
+from harness.run.journal import JOURNAL_FILE, Journal, JournalError
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
@@ -302,7 +302,7 @@ def test_resume_never_writes_through_a_symlinked_journal(tmp_path):
 
 
 def test_slices_file_link_is_not_followed(tmp_path):
-    from harness import slicetime
+    from harness.run import slicetime
 
     d = _journal_run(tmp_path)
     victim = tmp_path / "victim.txt"
@@ -372,7 +372,7 @@ def test_fifty_mib_of_newlines_is_refused_in_bounded_time(tmp_path):
 
 
 def test_tarball_whose_members_add_up_past_the_limit_is_refused(tmp_path, monkeypatch):
-    from harness import intake
+    from harness.core import intake
 
     monkeypatch.setattr(intake, "MAX_ARCHIVE_BYTES", 1 << 20)
     tar = tmp_path / "many.tar.gz"

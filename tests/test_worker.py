@@ -11,12 +11,13 @@ import time
 
 import pytest
 
-from harness import cases, sweep, worker
 from harness.backends import SweepOptions
-from harness.errors import UserError
-from harness.journal import JOURNAL_FILE, iter_journal
-from harness.measure import TimingPolicy
-from harness.records import CRASHED, ERROR, OK, OOM, TIMEOUT, Record
+from harness.core import cases
+from harness.core.errors import UserError
+from harness.core.records import CRASHED, ERROR, OK, OOM, TIMEOUT, Record
+from harness.measurement.timing import TimingPolicy
+from harness.run import sweep, worker
+from harness.run.journal import JOURNAL_FILE, iter_journal
 
 FAULT_PLAN = {  # case -> injected fault -> the status its combination must end with
     "quick.seed": ("segv", CRASHED),

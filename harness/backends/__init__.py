@@ -10,9 +10,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..cases import Case
-from ..measure import TimingPolicy
-from ..records import Ranking, Record
+from ..core.cases import Case
+from ..core.records import Ranking, Record
+from ..measurement.timing import TimingPolicy
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,10 @@ import ctypes
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from .. import accuracy
-from ..cases import Case
-from ..measure import CudaTimer
-from ..records import OK, SKIPPED, UNSUPPORTED_ARCH, WORKSPACE_TOO_LARGE, Determinism, Ranking, Record
+from ..core.cases import Case
+from ..core.records import OK, SKIPPED, UNSUPPORTED_ARCH, WORKSPACE_TOO_LARGE, Determinism, Ranking, Record
+from ..measurement import accuracy
+from ..measurement.timing import CudaTimer
 from . import Combo, SweepOptions
 from .cudnn_lib import (
     ALGOS,

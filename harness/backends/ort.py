@@ -33,11 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import accuracy, cudnn_log, models
-from ..cases import Case
-from ..measure import TimingPolicy
-from ..records import CRASHED, ERROR, OK, SKIPPED, TIMEOUT, Accuracy, Determinism, Record, Timing
-from . import Combo, SweepOptions
+from ..core.cases import Case
+from ..core.records import CRASHED, ERROR, OK, SKIPPED, TIMEOUT, Accuracy, Determinism, Record, Timing
+from ..measurement import accuracy
+from ..measurement.timing import TimingPolicy
+from . import Combo, SweepOptions, cudnn_log, models
 
 SEARCH_MODES = ("EXHAUSTIVE", "HEURISTIC", "DEFAULT")
 IO_MODES = ("iobinding", "numpy")
@@ -166,7 +166,7 @@ def _start(w: WorkerRun, workdir: Path, name: str, log: bool | str) -> None:
     if log is True:
         w.api_log = str(wdir / "cudnn_api.log")
     stderr = open(wdir / "stderr.txt", "wb")
-    w.proc = subprocess.Popen([sys.executable, "-m", "harness.ort_worker", str(job_path)], stdout=stderr,
+    w.proc = subprocess.Popen([sys.executable, "-m", "harness.backends.ort_worker", str(job_path)], stdout=stderr,
                               stderr=subprocess.STDOUT, env=_worker_env(w.api_log, w.fe_log), cwd=str(wdir))
     stderr.close()
     w.started = time.monotonic()

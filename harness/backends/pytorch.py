@@ -12,10 +12,10 @@ import itertools
 import time
 from collections.abc import Iterable, Iterator
 
-from .. import accuracy
-from ..cases import Case
-from ..measure import CudaTimer, HostTimer
-from ..records import ERROR, OK, UNSUPPORTED_ARCH, Determinism, Record
+from ..core.cases import Case
+from ..core.records import ERROR, OK, UNSUPPORTED_ARCH, Determinism, Record
+from ..measurement import accuracy
+from ..measurement.timing import CudaTimer, HostTimer
 from . import Combo, SweepOptions
 from .cudnn import arch_reason
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import jinja2
 
-from ..compare import Finding
-from ..store import Store
+from ..analysis.compare import Finding
+from ..collect.store import Store
 from . import output
 from .architecture import architecture
 from .changes import changes_page
@@ -35,7 +35,7 @@ TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 
 
 def _runs(g: dict[str, Any]) -> dict[str, Any]:
-    from ..pairing import stack_line
+    from ..analysis.pairing import stack_line
 
     runs = g["runs"][-20 * MAX_ROWS:]
     return {"runs": runs, "left_out": max(0, len(g["runs"]) - 20 * MAX_ROWS), "minfo": g["minfo"],

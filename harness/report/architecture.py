@@ -6,7 +6,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from ..compare import cross_machine
+from ..analysis.compare import cross_machine
 
 MAX_SIDE = 4  # machines of one GPU model side by side (the newest nights first)
 MAX_PAIRED_ROWS = 400  # combinations per section, the most different first

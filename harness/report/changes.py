@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..compare import Thresholds, fingerprint_diff, gate
+from ..analysis.compare import Thresholds, fingerprint_diff, gate
 from .charts import strip_plot
 from .fmt import flatten, fmt_err, fmt_time, minute, settings_str
 from .model import MAX_EVIDENCE_PLOTS, NightlyComparison

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import changepoint
-from ..records import OK
+from ..analysis import changepoint
+from ..core.records import OK
 from .fmt import err_color, fmt_err, fmt_time
 
 METRIC_NAMES = {"max_norm_err": "max normalised error", "rel_l2": "relative L2 error (asv records no other)",

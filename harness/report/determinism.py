@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from ..explain import nondeterminism_cause
-from ..records import OK
+from ..core.explain import nondeterminism_cause
+from ..core.records import OK
 from .fmt import settings_str
 from .investigations import findings
 from .model import MAX_ROWS, _combo_label, _distinct_per_column

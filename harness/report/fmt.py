@@ -8,7 +8,7 @@ import math
 import re
 from typing import Any
 
-from .. import compare
+from ..analysis import compare
 
 
 def slug(name: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..records import OK  # noqa: F401  (kept for page modules that filter by status)
+from ..core.records import OK  # noqa: F401  (kept for page modules that filter by status)
 from .fmt import settings_str
 from .model import MAX_ROWS
 

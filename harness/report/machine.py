@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import changepoint, pairing
-from ..compare import fingerprint_diff
-from ..pairing import stack_line
+from ..analysis import changepoint, pairing
+from ..analysis.compare import fingerprint_diff
+from ..analysis.pairing import stack_line
 from .charts import heatmaps, line_chart, time_heatmaps
 from .fmt import flatten
 from .model import MAX_CHARTS, MAX_ROWS, MachineInfo, Series, _combo_label

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import changepoint, pairing
-from ..compare import Thresholds, compare_records
-from ..store import Store
+from ..analysis import changepoint, pairing
+from ..analysis.compare import Thresholds, compare_records
+from ..collect.store import Store
 from .fmt import hardware_label, settings_str, slug
 
 MAX_ROWS = 3000  # per table; more rows are counted, not shown

@@ -13,9 +13,9 @@ import math
 from collections import Counter
 from typing import Any
 
-from .. import pairing
-from ..compare import Thresholds, gate
-from ..records import OK, SKIPPED
+from ..analysis import pairing
+from ..analysis.compare import Thresholds, gate
+from ..core.records import OK, SKIPPED
 from .fmt import minute, settings_str, slug
 from .model import NightlyComparison
 

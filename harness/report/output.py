@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import UserError
+from ..core.errors import UserError
 
 MANIFEST = ".convbench-report"  # the files a build made, one relative path a line
 

@@ -6,7 +6,7 @@ import math
 from collections import Counter
 from typing import Any
 
-from ..compare import Thresholds
+from ..analysis.compare import Thresholds
 from .charts import strip_plot
 from .fmt import settings_str
 from .model import MAX_EVIDENCE_PLOTS, _combo_label

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .. import paired
-from ..pairing import fields_change, stack_fields, stack_line
+from ..analysis.pairing import fields_change, stack_fields, stack_line
+from ..run import paired
 
 TOP = 25
 # paired.judge's counts in the order and words a reader wants them; bad ones are marked

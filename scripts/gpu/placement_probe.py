@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from harness import cases as catalogue  # noqa: E402
 from harness.backends import SweepOptions  # noqa: E402
 from harness.backends.cudnn import ConvSession, CudnnBackend  # noqa: E402
+from harness.core import cases as catalogue  # noqa: E402
 
 CALLS = (("resnet50.layer4.0.conv2.n32", "IMPLICIT_GEMM", "FMA", "fp32", "NCHW"),
          ("resnet50.layer3.1.conv1.n32", "IMPLICIT_GEMM", "DEFAULT", "fp32", "NCHW"),

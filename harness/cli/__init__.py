@@ -1,0 +1,74 @@
+"""The ``convbench`` command: one subcommand per task, each registered by the module that owns it.
+
+Errors a user can cause (a bad flag, an unknown case, a missing GPU or engine, a malformed file) end in one
+line on stderr and a non-zero exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from harness.core.errors import EXIT_ENVIRONMENT, EXIT_NO_DATA, EXIT_USAGE, UserError, printable  # noqa: F401
+
+# Each module exposes register(subparsers); a subcommand's handler returns the exit code.
+COMMAND_MODULES = ("harness.cli.measure_cmds", "harness.cli.store_cmds", "harness.cli.images_cmds",
+                   "harness.cli.upgrade_cmds")
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with its errors in one line (no usage block): `-inf` read as a flag, a missing value..."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {printable(message)} (see {self.prog} --help)\n")
+
+
+def version_line() -> str:
+    """What --version says: the release and the suite revision it was built from (baked into a wheel)."""
+    from harness import __version__
+    from harness.deploy.resources import revision
+
+    return f"convbench {__version__} (suite revision {revision()})"
+
+
+class _Version(argparse.Action):
+    """argparse's version action, but the revision is only looked up (git) when --version is given."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_line())
+        parser.exit()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="convbench", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and suite revision, exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue  # a command family not present in this build
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.handler(args) or 0)
+    except UserError as exc:
+        print(f"convbench {args.command}: error: {printable(exc)}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print(f"convbench {args.command}: interrupted; what was measured is in the journal", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""Subcommands ``images list|lock|render|build`` (the image matrix) and ``run`` (every GPU of this host)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from ..core.errors import EXIT_ENVIRONMENT, UserError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("images", help="the image matrix: list, lock, render and build images hermetically")
+    p.add_argument("--matrix", type=Path, default=None, help="matrix file (default: docker/matrix.toml)")
+    isub = p.add_subparsers(dest="images_command", metavar="SUBCOMMAND")
+    p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])
+
+    q = isub.add_parser("list", help="rows, their versions and architectures, lock and local image state")
+    q.set_defaults(handler=images_list)
+
+    q = isub.add_parser("lock", help="resolve rows' wheel closures and pin every wheel by sha256 (no download)")
+    q.add_argument("rows", nargs="*", help="rows or overlays (default: all)")
+    q.set_defaults(handler=images_lock)
+
+    q = isub.add_parser("render", help="print the Dockerfile of rows, or fleet manifests (--slurm, --k8s)")
+    q.add_argument("rows", nargs="*", help="rows (default: all)")
+    q.add_argument("--out", type=Path, help="write files under this folder instead of printing")
+    kind = q.add_mutually_exclusive_group()
+    kind.add_argument("--slurm", action="store_true", help="one sbatch job array per GPU node pool")
+    kind.add_argument("--k8s", action="store_true", help="Kubernetes Jobs, one per (node pool, row)")
+    q.add_argument("--results", default="/var/lib/convbench/results",
+                   help="results directory on the fleet's nodes (default: %(default)s)")
+    q.add_argument("--outbox", default="/shared/convbench/inbox",
+                   help="where finished runs are sent as tarballs for the collecting host (default: %(default)s)")
+    q.add_argument("--registry", default="", help="registry prefix the fleet pulls images from (Kubernetes)")
+    q.add_argument("--cases", default="default", help="case set the nightly sweep runs (default: %(default)s)")
+    q.set_defaults(handler=images_render)
+
+    q = isub.add_parser("build", help="download the hashed wheelhouse, then build images with no network")
+    q.add_argument("rows", nargs="*", help="rows (default: all)")
+    q.add_argument("--wheel-cache", type=Path, default=None, help="wheelhouse cache (default: ~/.cache/convbench)")
+    q.set_defaults(handler=images_build)
+
+    p = sub.add_parser("stacks", help="stacks without Docker: pinned wheel overlays over this host's own Python")
+    p.add_argument("--matrix", type=Path, default=None, help="matrix file (default: docker/matrix.toml)")
+    ssub = p.add_subparsers(dest="stacks_command", metavar="SUBCOMMAND")
+    p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])
+    q = ssub.add_parser("list", help="the declared overlays, the rows they stand in for, and which are installed")
+    q.set_defaults(handler=stacks_list)
+    q = ssub.add_parser("download", help="fetch an overlay's locked wheels into a wheelhouse (needs the index)")
+    q.add_argument("name")
+    q.add_argument("--wheelhouse", type=Path, required=True, help="folder to download the wheels into")
+    q.set_defaults(handler=stacks_download)
+    q = ssub.add_parser("install", help="install an overlay offline from a wheelhouse (hashes from its lock)")
+    q.add_argument("name")
+    q.add_argument("--wheelhouse", type=Path, required=True, help="folder holding the overlay's locked wheels")
+    q.add_argument("--into", type=Path, default=None,
+                   help="stacks folder (default: $CONVBENCH_STACKS or ~/.local/share/convbench/stacks)")
+    q.set_defaults(handler=stacks_install)
+
+    p = sub.add_parser("run", help="run the asv suite on every GPU of this host in parallel (containers or --no-docker)")
+    p.add_argument("--rows", type=lambda s: [x for x in s.split(",") if x], default=None,
+                   help="image rows to run, comma-separated (default: every built row that fits the GPUs)")
+    p.add_argument("--no-docker", action="store_true", help="run the workers as local processes, one per GPU")
+    p.add_argument("--stacks", type=lambda s: [x for x in s.split(",") if x], default=None,
+                   help="with --no-docker: stacks each GPU runs in turn: host, installed overlays (convbench stacks), "
+                        "NAME=FOLDER (default: host)")
+    p.add_argument("--gpus", default=None, help="NVML indices to use, comma-separated (default: all)")
+    p.add_argument("--job", choices=("bench", "sweep"), default="bench",
+                   help="bench: the asv suite, every class the stack supports; sweep: a plain sweep of --backends "
+                        "(default: %(default)s)")
+    p.add_argument("--cases", default="quick", help="cases or sets to measure (default: %(default)s)")
+    p.add_argument("--backends", default="torch,cudnn", help="backends of --job sweep (default: %(default)s)")
+    p.add_argument("--results", type=Path, default=Path(os.environ.get("CONVBENCH_RESULTS", "results")),
+                   help="results root on this host (default: %(default)s)")
+    p.add_argument("--host-name", default=None, help="host part of machine names (default: this host's name)")
+    p.add_argument("--name-gpus-by", choices=("index", "uuid"), default="index",
+                   help="GPU part of machine names: NVML index, or UUID where indices are not stable (pods)")
+    p.add_argument("sweep_args", nargs=argparse.REMAINDER, help="after --: more flags of `convbench bench` (e.g. -b REGEX) or `sweep`")
+    p.set_defaults(handler=run)
+
+
+def _matrix(args):
+    from ..deploy import images
+
+    try:
+        return images.load_matrix(args.matrix or images.DEFAULT_MATRIX)
+    except images.MatrixError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _rows(matrix, names):
+    from ..deploy import images
+
+    try:
+        return matrix.select(names)
+    except images.MatrixError as exc:
+        raise UserError(str(exc)) from None
+
+
+def images_list(args) -> int:
+    from ..deploy import images
+
+    matrix = _matrix(args)
+    try:
+        client, engine_note = images.engine(), None
+    except images.EngineError as exc:
+        client, engine_note = None, str(exc)
+    print(f"{'row':26s} {'CUDA':5s} {'cuDNN':10s} {'torch':12s} {'onnxruntime':24s} {'lock':14s} image")
+    for row in matrix.rows.values():
+        base = matrix.bases[row.base]
+        path = row.lock_path()
+        if not path.exists():
+            lock = "not locked"
+        else:
+            try:
+                lk = images.read_lock(path)
+                lock = f"{len(lk.pins)} wheels" if lk.row_digest == row.digest(base) else "stale"
+            except images.MatrixError:
+                lock = "unreadable"
+        info = images.image_info(client, row) if client else None
+        image = "engine not running" if client is None else "not built" if info is None else \
+            f"{info['id'][7:19]} rev {info['labels'].get(images.LABEL_PREFIX + 'suite-revision', '?')}, " \
+            f"{info['size'] / 2**30:.1f} GiB"
+        print(f"{row.name:26s} {row.cuda or '-':5s} {row.cudnn or '-':10s} {row.torch:12s} {row.onnxruntime:24s} "
+              f"{lock:14s} {image}")
+        print(f"{'':26s} sm: {', '.join(row.sm) or 'CPU only'}; {row.note}")
+    if engine_note:
+        print(f"(image state unknown: {engine_note})")
+    return 0
+
+
+def images_lock(args) -> int:
+    from ..deploy import images
+
+    matrix = _matrix(args)
+    names = args.rows or list(matrix.rows) + list(matrix.overlays)
+    targets = [matrix.overlays[n] for n in names if n in matrix.overlays]
+    targets = _rows(matrix, [n for n in names if n not in matrix.overlays]) + targets if len(targets) < len(names) \
+        else targets
+    for row in targets:
+        try:
+            images.lock_row(matrix, row)
+        except images.MatrixError as exc:
+            raise UserError(str(exc), EXIT_ENVIRONMENT) from None
+    return 0
+
+
+def images_render(args) -> int:
+    from ..deploy import images
+    from ..deploy import manifests as fleet
+
+    matrix = _matrix(args)
+    rows = _rows(matrix, args.rows)
+    if args.slurm or args.k8s:
+        files = (fleet.render_slurm if args.slurm else fleet.render_k8s)(
+            matrix, rows, results=args.results, outbox=args.outbox, registry=args.registry, cases=args.cases)
+    else:
+        revision = images.suite_revision()
+        files = {}
+        for row in rows:
+            lock = row.lock_path()
+            sha = images.read_lock(lock).sha256 if lock.exists() else "unlocked"
+            files[f"{row.name}/Dockerfile"] = images.render(matrix, row, revision, sha)
+    for name, text in files.items():
+        if args.out:
+            path = args.out / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            print(f"wrote {path}")
+        else:
+            print(f"# ---- {name}\n{text}")
+    return 0
+
+
+def images_build(args) -> int:
+    from ..deploy import images
+
+    matrix = _matrix(args)
+    rows = _rows(matrix, args.rows)
+    try:
+        client = images.engine()
+        for row in rows:
+            images.build(client, matrix, row, args.wheel_cache or images.WHEEL_CACHE)
+    except images.EngineError as exc:
+        raise UserError(str(exc), EXIT_ENVIRONMENT) from None
+    except images.MatrixError as exc:
+        raise UserError(str(exc)) from None
+    return 0
+
+
+def run(args) -> int:
+    from ..deploy import hostrun
+
+    return hostrun.run(args)
+
+
+def _overlay(matrix, name):
+    if name not in matrix.overlays:
+        raise UserError(f"no overlay {name!r} in {matrix.path}; declared: {', '.join(matrix.overlays) or 'none'}")
+    return matrix.overlays[name]
+
+
+def stacks_list(args) -> int:
+    from ..deploy import stacks
+
+    matrix = _matrix(args)
+    where = stacks.stacks_dir()
+    for ov in matrix.overlays.values():
+        state = "installed" if (where / ov.name / stacks.MANIFEST).is_file() else "not installed"
+        print(f"{ov.name:12s} {', '.join(ov.libraries)}; over {ov.host}; stands in for "
+              f"{', '.join(ov.stands_in_for)}; {state} ({where / ov.name})")
+    return 0
+
+
+def stacks_download(args) -> int:
+    from ..deploy import images
+
+    matrix = _matrix(args)
+    overlay = _overlay(matrix, args.name)
+    try:
+        images.overlay_lock(overlay)
+        dest, lock = images.wheelhouse(matrix, overlay, args.wheelhouse)
+    except images.MatrixError as exc:
+        raise UserError(str(exc), EXIT_ENVIRONMENT) from None
+    print(f"{len(lock.pins)} locked wheels of {overlay.name} in {dest}; copy that folder to the GPU host and run "
+          f"`convbench stacks install {overlay.name} --wheelhouse {dest}`")
+    return 0
+
+
+def stacks_install(args) -> int:
+    from ..deploy import stacks
+
+    matrix = _matrix(args)
+    stack = stacks.install(_overlay(matrix, args.name), args.wheelhouse, args.into)
+    print(f"stack {stack.name} installed in {stack.prefix}: libraries {', '.join(stack.library_dirs()) or 'none'}")
+    return 0

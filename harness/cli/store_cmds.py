@@ -1,0 +1,245 @@
+"""``convbench collect | compare | report``: the fleet side of convbench, from run directories to the morning report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..collect.store import DEFAULT_STORE, Store, StoreError
+from ..core.errors import EXIT_NO_DATA, UserError, printable
+
+EXIT_REGRESSION = 1  # `compare` found a regression above the thresholds: the nightly gate fails
+MAX_JOBS = 256
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("collect", help="ingest run directories, asv results and tarballs into the store",
+                       description="Ingest runs (run directories, results trees, asv results trees, tarballs of "
+                                   "them) into the SQLite store. Re-collecting a run changes nothing.")
+    p.add_argument("sources", nargs="+", help="run directories, results roots, .asv/results trees or tarballs")
+    p.add_argument("--store", default=DEFAULT_STORE, help=f"SQLite store file (default: {DEFAULT_STORE})")
+    p.add_argument("--jobs", type=int, default=1, help="parser processes (default 1; the CPU count for big fleets)")
+    p.add_argument("--replace", action="store_true",
+                   help="let a copy of a stored run with fewer records replace it (refused otherwise)")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(handler=cmd_collect)
+
+    p = sub.add_parser("compare", help="compare two runs (or images); exits 1 on a regression (nightly CI gate)",
+                       description="Compare BASE with HEAD record by record. Each is a run directory, tarball or "
+                                   "results tree (read into memory, nothing written), or, in --store, a run id "
+                                   "(or unique prefix), 'image:NAME' or 'machine:NAME'. Runs are paired per "
+                                   "machine (latest of each side); with one machine on each side and none in "
+                                   "common, the two machines are compared.")
+    p.add_argument("base")
+    p.add_argument("head")
+    p.add_argument("--store", default=DEFAULT_STORE)
+    p.add_argument("--json", action="store_true", help="print findings as JSON")
+    p.add_argument("--time-threshold", type=float, default=None,
+                   help="one median ratio for every call at or above which a significant slowdown fails "
+                        "(default: the calibrated thresholds by call length, harness/compare.py TIME_BANDS)")
+    p.add_argument("--abs-us", type=float, default=None,
+                   help="absolute floor of a time finding in microseconds (default: calibrated ABS_FLOOR_US)")
+    p.add_argument("--across-hardware", action="store_true",
+                   help="also fail on regressions between two different machines (default: report them only)")
+    p.add_argument("--alpha", type=float, default=0.01, help="Mann-Whitney U level (default 0.01)")
+    p.add_argument("--error-growth", type=float, default=4.0,
+                   help="growth of max normalised error that fails (default 4)")
+    p.add_argument("--bitwise", action="store_true", help="fail when outputs are no longer bitwise equal")
+    p.add_argument("--ignore", action="append", default=[], choices=("time", "accuracy", "determinism",
+                                                                     "availability", "search"),
+                   help="a kind of finding that never fails the gate (repeatable)")
+    p.add_argument("--all", action="store_true", help="also list improvements and changes")
+    p.set_defaults(handler=cmd_compare)
+
+    p = sub.add_parser("report", help="write the static HTML report (offline, one folder)",
+                       description="Render the store as a static site: index.html plus per-topic and "
+                                   "per-machine pages, every asset inline, usable from a file:// URL.")
+    p.add_argument("--store", default=DEFAULT_STORE)
+    p.add_argument("--out", default="reports/site", help="output folder (default: reports/site, git-ignored)")
+    p.add_argument("--title", default="convbench fleet report")
+    p.set_defaults(handler=cmd_report)
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    from ..collect.ingest import collect
+
+    if not 1 <= args.jobs <= MAX_JOBS:
+        raise UserError(f"--jobs must be 1 to {MAX_JOBS}")
+    say = None if args.quiet else (lambda line: print(printable(line), file=sys.stderr))
+    try:
+        summary = collect(args.store, args.sources, jobs=args.jobs, progress=say, replace=args.replace)
+    except StoreError as exc:
+        raise UserError(str(exc)) from None
+    print(printable(f"{args.store}: {summary.line()}"))
+    if summary.refused:
+        return 1
+    return 0
+
+
+# ---- compare ---------------------------------------------------------------------------------------------------
+
+def _open_store(path: str) -> Store:
+    try:
+        return Store(path, create=False)
+    except StoreError as exc:
+        raise UserError(str(exc)) from None
+
+
+def resolve(selector: str, store_path: str) -> tuple[Store, list[dict[str, Any]]]:
+    """(store holding the runs, runs) for a compare operand."""
+    from ..collect.ingest import read_runs_into
+
+    if os.path.exists(selector):
+        mem = Store(":memory:")
+        summary = read_runs_into(mem, [selector])
+        for line in summary.refused:
+            print(printable(f"convbench compare: refused: {line}"), file=sys.stderr)
+        runs = mem.runs()
+        if not runs:
+            raise UserError(f"{selector}: no readable runs", EXIT_NO_DATA)
+        return mem, runs
+    store = _open_store(store_path)
+    if selector.startswith("image:"):
+        runs = store.runs("image = ?", (selector[6:],))
+    elif selector.startswith("machine:"):
+        runs = store.runs("machine = ?", (selector[8:],))
+    else:
+        runs = store.runs("run_id = ?", (selector,)) or store.runs("run_id LIKE ? ESCAPE '\\'", (
+            selector.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",))
+        if len({r["run_id"] for r in runs}) > 1 and len({r["machine"] for r in runs}) == 1:
+            raise UserError(f"run id prefix {selector!r} matches {len(runs)} runs; give more of it")
+    if not runs:
+        raise UserError(f"{selector!r} is neither a path nor a run id, image:NAME or machine:NAME in {store_path}")
+    return store, runs
+
+
+def _latest_per_machine(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for r in runs:  # runs come oldest first
+        out[r["machine"]] = r
+    return out
+
+
+def pairs(base_runs, head_runs) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    b, h = _latest_per_machine(base_runs), _latest_per_machine(head_runs)
+    common = sorted(b.keys() & h.keys())
+    if common:
+        return [(b[m], h[m]) for m in common]
+    if len(b) == 1 and len(h) == 1:
+        return [(next(iter(b.values())), next(iter(h.values())))]
+    raise UserError(f"no machine in common between BASE ({', '.join(sorted(b))}) and HEAD ({', '.join(sorted(h))})",
+                    EXIT_NO_DATA)
+
+
+def history(store: Store, base: dict[str, Any], base_fp: dict[str, Any]) -> list[list[dict[str, Any]]]:
+    """Records of the runs before ``base`` on its machine and stack (pairing.history_runs), as the report uses."""
+    from ..analysis.pairing import history_runs
+
+    earlier = history_runs(base, base_fp, store.runs("started < ?", (base["started"],)),
+                           lambda r: store.run_json(r["id"])["fingerprint"])
+    return [store.records(r["id"], with_samples=False) for r in earlier]
+
+
+def _describe(run: dict[str, Any]) -> str:
+    hw = run.get("gpu_model") or run["hardware"]
+    return f"{run['machine']} [{hw}] image {run['image']} run {run['run_id']}"
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from ..analysis.compare import (
+        ABS_FLOOR_US,
+        Thresholds,
+        compare_records,
+        fingerprint_diff,
+        gate,
+        machine_identity,
+    )
+
+    th = Thresholds(time_ratio=args.time_threshold, alpha=args.alpha, error_growth=args.error_growth,
+                    bitwise=args.bitwise, ignore=tuple(args.ignore), across_hardware=args.across_hardware,
+                    abs_us=ABS_FLOOR_US if args.abs_us is None else args.abs_us)
+    given = {"--time-threshold": args.time_threshold, "--abs-us": args.abs_us, "--alpha": args.alpha,
+             "--error-growth": args.error_growth}
+    for flag, value in given.items():
+        if value is not None and not math.isfinite(value):
+            raise UserError(f"{flag} {value} is not a finite number (it would hide every regression)")
+    if (th.time_ratio is not None and not th.time_ratio > 1.0) or not 0 < th.alpha < 1 \
+            or not th.error_growth > 1.0 or not th.abs_us >= 0:
+        raise UserError("thresholds: --time-threshold and --error-growth must be > 1, --alpha in (0, 1), "
+                        "--abs-us >= 0")
+    sb, base_runs = resolve(args.base, args.store)
+    sh, head_runs = resolve(args.head, args.store)
+    findings = []
+    notes = []
+    in_common = 0
+    for rb, rh in pairs(base_runs, head_runs):
+        fb, fh = sb.run_json(rb["id"])["fingerprint"], sh.run_json(rh["id"])["fingerprint"]
+        across = machine_identity(fb) != machine_identity(fh)
+        notes.append(f"{_describe(rb)}  ->  {_describe(rh)}")
+        if across:
+            notes.append(f"different machines ({machine_identity(fb)} vs {machine_identity(fh)}): findings are "
+                         + ("gated (--across-hardware)" if th.across_hardware else
+                            "reported, not gated; time ratios include the hardware difference"))
+        diff = fingerprint_diff(fb, fh)
+        notes.append("fingerprints differ in: " + ("; ".join(f"{k} {_short(a)} -> {_short(b)}" for k, a, b in diff)
+                                                  if diff else "nothing but clocks, power and temperature"))
+        base_recs, head_recs = sb.records(rb["id"]), sh.records(rh["id"])
+        in_common += len({r["key"] for r in base_recs} & {r["key"] for r in head_recs})
+        for f in compare_records(base_recs, head_recs, th, history(sb, rb, fb)):
+            f.machine, f.base_run, f.head_run = rh["machine"], rb["run_id"], rh["run_id"]
+            f.extra["across_hardware"] = across
+            findings.append(f)
+    if not in_common:  # nothing to decide on is not a pass: the nightly gate must notice
+        raise UserError(f"BASE and HEAD have no combination in common ({len(findings)} finding(s), all of "
+                        "availability): nothing to compare", EXIT_NO_DATA)
+    failing = gate(findings, th)
+    if args.json:
+        print(json.dumps({"pairs": notes, "thresholds": th.__dict__, "regressions": len(failing),
+                          "findings": [f.to_dict() for f in findings]}, indent=1, default=str))
+    else:
+        shown = findings if args.all else [f for f in findings if f.verdict in ("regression", "ambiguous")]
+        print(printable_lines(render_table(shown, notes, len(failing))))
+    return EXIT_REGRESSION if failing else 0
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = json.dumps(value, sort_keys=True, default=str) if isinstance(value, (dict, list)) else str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def printable_lines(text: str) -> str:
+    """Each line escaped for the terminal (names in a table come from other hosts' files)."""
+    return "\n".join(printable(line) for line in text.split("\n"))
+
+
+def render_table(findings, notes: list[str], n_failing: int) -> str:
+    lines = [f"compare: {n}" for n in notes]
+    cols = ("words", "kind", "machine", "case", "backend", "direction", "algo", "math", "dtype", "layout",
+            "base", "head", "evidence")
+    rows = [[str(getattr(f, c)) for c in cols] for f in
+            sorted(findings, key=lambda f: (f.verdict != "regression", f.kind, f.key))]
+    if rows:
+        widths = [min(28, max(len(c), *(len(r[i]) for r in rows))) for i, c in enumerate(cols[:-1])]
+        fmt = "  ".join(f"{{:<{w}.{w}}}" for w in widths) + "  {}"
+        lines.append(fmt.format(*cols))
+        lines += [fmt.format(*r) for r in rows]
+    lines.append(f"{n_failing} regression(s) fail the gate; {len(findings)} finding(s) listed")
+    return "\n".join(lines)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from ..report import build, output
+
+    output.check(args.out)  # an empty or dangerous --out is refused before the store is read
+    store = _open_store(args.store)
+    try:
+        pages = build(store, args.out, title=args.title)
+    finally:
+        store.close()
+    print(f"report written: {Path(args.out) / 'index.html'} ({len(pages)} pages)")
+    return 0

@@ -1,0 +1,179 @@
+"""The record: one measured combination, the unit everything else in convbench reads and writes.
+
+A record is a flat JSON object so that the journal, the asv bridge, the store and the report all agree on
+one shape. Keys that a backend cannot fill stay ``None`` rather than being left out, so that a reader never
+has to guess whether a value was lost or never measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+# Statuses that are not cuDNN's own. cuDNN statuses are kept verbatim (e.g. "CUDNN_STATUS_NOT_SUPPORTED").
+OK = "ok"
+SKIPPED = "skipped"  # the combination cannot run on this host (no GPU, no library); reason says why
+WORKSPACE_TOO_LARGE = "workspace_too_large"
+UNSUPPORTED_ARCH = "unsupported_arch"  # e.g. TF32 or BF16 asked for on a GPU older than the feature
+ERROR = "error"  # an exception the backend did not expect; reason holds it
+CRASHED = "crashed"  # the worker died (signal) while running this combination
+TIMEOUT = "timeout"  # the watchdog ended the worker
+OOM = "out_of_memory"
+FAILED = (ERROR, CRASHED, TIMEOUT, OOM)  # the statuses that mean a combination should have run and did not
+
+
+def wholly_failed(pairs) -> list[str]:
+    """Groups (e.g. backends) whose every record failed, from (group, status) pairs; a skipped or n/a record is
+    not a failure. A command whose backend never produced a single result must not exit 0."""
+    seen: dict[str, bool] = {}
+    for group, status in pairs:
+        seen[group] = seen.get(group, True) and status in FAILED
+    return sorted(g for g, all_failed in seen.items() if all_failed)
+
+DIRECTIONS = ("fwd", "bwd_data", "bwd_filter")
+DTYPES = ("fp32", "fp16", "bf16")
+LAYOUTS = ("NCHW", "NHWC")
+MATHS = ("DEFAULT", "TENSOR_OP", "TENSOR_OP_ALLOW_CONVERSION", "FMA")
+
+
+@dataclass
+class Timing:
+    """Summary of device-timed samples; ``samples_ms`` is kept so regressions can be tested statistically."""
+
+    median_ms: float
+    iqr_ms: float
+    n: int
+    mode: str  # "hot" or "cold" (L2 flushed before each repetition)
+    timer: str  # "cuda_event" or "perf_counter" (host clock, CPU backends)
+    min_ms: float | None = None
+    samples_ms: list[float] = field(default_factory=list)
+    # the GPU's clock while sampling (harness.measurement.clocks.during): SM MHz range and slowdown reasons such as a power cap
+    clock: dict[str, Any] | None = None
+    # host time to enqueue one call (median, ms): the legacy cuDNN API's dispatch cost is real cost, kept apart
+    host_ms: float | None = None
+    # what the samples themselves say against trusting the median (measure.sample_flags): "host_bound",
+    # "multimodal", "few_samples"; a compare calls a change on such a record ambiguous instead of slower/faster
+    flags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Accuracy:
+    """Error of one output against the float64 reference computed from the same rounded inputs."""
+
+    max_abs: float
+    rel_l2: float
+    max_norm_err: float  # max |y - ref| / (|x| conv |w|), the scale a dot-product error bound uses
+    nan: int
+    inf: int
+    unwritten: int  # elements still holding the NaN poison written before the run
+    precision_class: str  # fp32 / tf32 / fp16 / bf16 / broken
+    reduction: int | None = None  # terms summed per output element; the fp32 class edge depends on it
+
+
+@dataclass
+class Determinism:
+    """Bitwise reproducibility of one output; ``hash`` is comparable across processes and machines."""
+
+    hash: str
+    hash_algo: str
+    repeats: int  # how many in-place repeats were compared with the first output
+    repeat_equal: bool | None  # all in-place repeats bitwise equal
+    fresh_handle_equal: bool | None  # a run with a freshly created handle/session bitwise equal
+    distinct_outputs: int = 1
+
+
+@dataclass
+class Record:
+    case: str
+    backend: str  # cudnn, torch, ort
+    direction: str  # fwd, bwd_data, bwd_filter
+    algo: str  # cuDNN enum name; "auto" where the framework chooses
+    math: str  # cuDNN math type, or the framework's name for the setting
+    dtype: str
+    layout: str
+    status: str = OK
+    reason: str | None = None
+    device: str = "cpu"
+    settings: dict[str, Any] = field(default_factory=dict)  # e.g. {"tf32": true, "benchmark": false}
+    workspace_bytes: int | None = None
+    time: Timing | None = None
+    accuracy: Accuracy | None = None
+    determinism: Determinism | None = None
+    chosen_algo: str | None = None  # what a framework/autotuner actually ran, where it can be observed
+    explanation: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    kind: str = "measurement"
+    schema: int = SCHEMA_VERSION
+
+    def key(self) -> str:
+        """Identity of the combination within a run; stable across runs so they can be compared."""
+        settings = ",".join(f"{k}={v}" for k, v in sorted(self.settings.items()))
+        return "|".join((self.case, self.backend, self.direction, self.algo, self.math, self.dtype,
+                         self.layout, settings))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Record:
+        if not isinstance(data, dict):
+            raise ValueError("record is not a JSON object")
+        if data.get("schema") != SCHEMA_VERSION:
+            raise ValueError(f"record schema {data.get('schema')!r} is not {SCHEMA_VERSION}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            raise ValueError(f"record has unknown fields: {sorted(unknown)}")
+        values = dict(data)
+        for name, sub in (("time", Timing), ("accuracy", Accuracy), ("determinism", Determinism)):
+            if values.get(name) is not None:
+                values[name] = sub(**values[name])
+        try:
+            return cls(**values)
+        except TypeError as exc:
+            raise ValueError(f"record is missing fields: {exc}") from None
+
+
+@dataclass
+class Ranking:
+    """cuDNN's own view of a case: one row of cudnnFind*/cudnnGet*_v7 output, kept as cuDNN reports it."""
+
+    case: str
+    direction: str
+    dtype: str
+    layout: str
+    math: str  # the math type set on the descriptor when asking
+    source: str  # "find" or "get_v7"
+    rank: int
+    algo: str
+    status: str
+    time_ms: float | None
+    memory_bytes: int | None
+    determinism: str  # DETERMINISTIC / NON_DETERMINISTIC
+    math_reported: str
+    kind: str = "ranking"
+    schema: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN/Infinity; measured NaN (e.g. an error metric of a broken output) is stored as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def dumps(obj: Record | Ranking | dict[str, Any]) -> str:
+    data = obj if isinstance(obj, dict) else obj.to_dict()
+    return json.dumps(_finite(data), sort_keys=True, allow_nan=False)

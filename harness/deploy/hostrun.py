@@ -1,0 +1,410 @@
+"""``convbench run``: measure on every GPU of this host at once, one worker per GPU.
+
+With Docker (the default) each worker is a container of one image row that sees exactly one GPU, runs
+unprivileged with a read-only root filesystem and no network, and writes only into its machine's results
+directory; rows whose ``sm`` label excludes a GPU's architecture are skipped with the reason. With
+``--no-docker`` the same workers are processes of this interpreter pinned to one GPU each through
+CUDA_VISIBLE_DEVICES. A worker that fails costs only its own run: the others keep going, and what the
+failed one journaled before it died stays on disk.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import EXIT_ENVIRONMENT, UserError
+from ..measurement import fingerprint
+from .images import CONTAINER_UID, IMAGE_REPO, LABEL_PREFIX
+
+NO_NVIDIA_RUNTIME = "could not select device driver"
+CONTAINER_RESULTS = "/results"
+
+
+@dataclass
+class Worker:
+    """One unit of parallel work: a GPU (or the CPU) and, with Docker, the image rows to run on it in turn."""
+
+    label: str  # "gpu0", "cpu"
+    machine: str
+    gpu: dict[str, Any] | None
+    images: list[dict[str, Any]] = field(default_factory=list)  # {"row", "tag", "id", "revision"}
+
+
+@dataclass
+class Outcome:
+    label: str
+    what: str  # image row, or "native"
+    code: int
+    message: str
+    runs: list[Path] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def machine_for(gpu: dict[str, Any] | None, host: str, by: str = "index") -> str:
+    """The machine name a worker's runs are filed under: this host plus its GPU, as fingerprint names it."""
+    if gpu is not None and by == "uuid":
+        gpu = dict(gpu, index=(gpu.get("uuid") or "GPU-unknown").replace("GPU-", "")[:8])
+    return fingerprint.machine_name({"hostname": host, "gpu": gpu})
+
+
+def sm_tag(sm: str | None) -> str:
+    return "sm_" + (sm or "?").replace(".", "")
+
+
+# ---- planning ----------------------------------------------------------------------------------------------
+
+def local_rows(client) -> dict[str, dict[str, Any]]:
+    """Image rows built on this engine, from their labels: row -> {tag, id, sm, gpu, revision}."""
+    rows = {}
+    for image in client.images.list(filters={"label": f"{LABEL_PREFIX}row"}):
+        lab = image.labels or {}
+        row = lab.get(f"{LABEL_PREFIX}row")
+        tag = f"{IMAGE_REPO}:{row}"
+        if not row or tag not in (image.tags or []):
+            continue  # an older build of the row; the row's tag names the current one
+        sm = lab.get(f"{LABEL_PREFIX}sm", "")
+        rows[row] = {"row": row, "tag": tag, "id": image.id, "gpu": sm not in ("", "cpu"),
+                     "sm": [] if sm in ("", "cpu") else sm.split(","),
+                     "revision": lab.get(f"{LABEL_PREFIX}suite-revision", "unknown")}
+    return rows
+
+
+def select_gpus(found: list[dict[str, Any]], wanted: str | None) -> list[dict[str, Any]]:
+    if not wanted or wanted == "all":
+        return found
+    try:
+        indices = [int(x) for x in wanted.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--gpus {wanted!r}: give NVML indices like 0,1 or 'all'") from None
+    by_index = {g["index"]: g for g in found}
+    missing = [i for i in indices if i not in by_index]
+    if missing:
+        raise UserError(f"--gpus: no GPU {', '.join(map(str, missing))} on this host "
+                        f"(NVML sees {len(found)}: {', '.join(str(g['index']) for g in found) or 'none'})",
+                        EXIT_ENVIRONMENT)
+    return [by_index[i] for i in indices]
+
+
+def plan_docker(gpus: list[dict[str, Any]], available: dict[str, dict[str, Any]], wanted: list[str] | None,
+                host: str, by: str, log=print) -> list[Worker]:
+    """Which image rows run on which GPU; every row left out is said, with why."""
+    if wanted:
+        missing = [r for r in wanted if r not in available]
+        if missing:
+            raise UserError(f"row {', '.join(missing)} has no image on this engine; build it with "
+                            f"`convbench images build {' '.join(missing)}`", EXIT_ENVIRONMENT)
+        rows = [available[r] for r in wanted]
+    else:
+        rows = sorted(available.values(), key=lambda r: r["row"])
+        if not rows:
+            raise UserError("no convbench image is built on this engine; run `convbench images build`",
+                            EXIT_ENVIRONMENT)
+    gpu_rows = [r for r in rows if r["gpu"]]
+    cpu_rows = [r for r in rows if not r["gpu"]]
+    workers = []
+    if not gpus:
+        if not cpu_rows:
+            raise UserError(f"no GPU on this host, and row {', '.join(r['row'] for r in gpu_rows)} needs one; "
+                            "run a CPU row (e.g. `--rows cpu`)", EXIT_ENVIRONMENT)
+        for r in gpu_rows:
+            log(f"skip row {r['row']}: needs a GPU")
+        workers.append(Worker("cpu", machine_for(None, host), None, cpu_rows))
+        return workers
+    for g in gpus:
+        label = f"gpu{g['index']}"
+        runnable = []
+        for r in gpu_rows:
+            if g.get("sm") in r["sm"]:
+                runnable.append(r)
+            else:
+                log(f"skip row {r['row']} on {label} ({g.get('name')}, {sm_tag(g.get('sm'))}): the image is built "
+                    f"for {', '.join(sm_tag(s) for s in r['sm'])} only")
+        if runnable:
+            workers.append(Worker(label, machine_for(g, host, by), g, runnable))
+        elif gpu_rows:
+            log(f"{label} ({g.get('name')}, {sm_tag(g.get('sm'))}): no built row can run on it")
+    if cpu_rows and wanted:
+        workers.append(Worker("cpu", machine_for(None, host), None, cpu_rows))
+    elif cpu_rows:
+        log(f"skip row {', '.join(r['row'] for r in cpu_rows)}: CPU rows run on GPU hosts only when named (--rows)")
+    if not workers:
+        raise UserError("nothing to run: no built row can run on this host's GPUs", EXIT_ENVIRONMENT)
+    return workers
+
+
+# ---- running -----------------------------------------------------------------------------------------------
+
+def sweep_args(cases: str, backends: str, results: str, extra: list[str]) -> list[str]:
+    return ["sweep", "--cases", cases, "--backends", backends, "--results", results, *extra]
+
+
+def worker_args(job: str, cases: str, backends: str, results: str, extra: list[str]) -> list[str]:
+    """What each worker runs: the asv suite (`bench`, every class the stack supports) or a plain `sweep`."""
+    if job == "bench":
+        return ["bench", "--cases", cases, "--results", results, *extra]
+    return sweep_args(cases, backends, results, extra)
+
+
+def new_runs(machine_dir: Path, before: set[str]) -> list[Path]:
+    if not machine_dir.is_dir():
+        return []
+    return sorted(p for p in machine_dir.iterdir() if p.is_dir() and p.name not in before)
+
+
+def _listing(machine_dir: Path) -> set[str]:
+    return {p.name for p in machine_dir.iterdir()} if machine_dir.is_dir() else set()
+
+
+def prepare_results(results: Path, machine: str) -> tuple[Path, str]:
+    """The host directory a container may write (its machine's), and the user the container runs as:
+    the invoking user when not root, else the images' unprivileged user, who is given that one directory."""
+    machine_dir = results / machine
+    machine_dir.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        return machine_dir, f"{os.getuid()}:{os.getgid()}"
+    os.chown(machine_dir, CONTAINER_UID, CONTAINER_UID)
+    return machine_dir, f"{CONTAINER_UID}:{CONTAINER_UID}"
+
+
+def container_config(image: dict[str, Any], worker: Worker, machine_dir: Path, user: str,
+                     command: list[str]) -> dict[str, Any]:
+    """Arguments of containers.create for one worker: one GPU, no network, read-only root, no capabilities,
+    the machine's results directory the only writable mount."""
+    import docker
+
+    config: dict[str, Any] = {
+        "image": image["id"],
+        "command": command,
+        "user": user,
+        "network_mode": "none",
+        "read_only": True,
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "privileged": False,
+        "tmpfs": {"/tmp": "rw,nosuid,nodev,size=4g"},
+        "pids_limit": 4096,
+        "volumes": {str(machine_dir.resolve()): {"bind": f"{CONTAINER_RESULTS}/{worker.machine}", "mode": "rw"}},
+        "environment": {
+            "CONVBENCH_MACHINE": worker.machine,
+            "CONVBENCH_IMAGE": image["tag"],
+            "CONVBENCH_IMAGE_ID": image["id"],
+            "CONVBENCH_REVISION": image["revision"],
+        },
+        "labels": {f"{LABEL_PREFIX}worker": worker.label, f"{LABEL_PREFIX}machine": worker.machine},
+        "detach": True,
+    }
+    if worker.gpu is not None:
+        config["device_requests"] = [docker.types.DeviceRequest(device_ids=[worker.gpu["uuid"]],
+                                                                capabilities=[["gpu"]])]
+        config["environment"]["NVIDIA_VISIBLE_DEVICES"] = worker.gpu["uuid"]
+    return config
+
+
+def engine_error(exc: Exception) -> str | None:
+    """The one-line fix for an engine refusal we know, or None."""
+    text = str(getattr(exc, "explanation", None) or exc)
+    if NO_NVIDIA_RUNTIME in text:
+        return ("the Docker engine has no NVIDIA runtime (it answered: " + text.strip().splitlines()[0] + "): "
+                "install nvidia-container-toolkit, run `nvidia-ctk runtime configure --runtime=docker`, restart "
+                "dockerd; or use --no-docker")
+    return None
+
+
+class Runner:
+    """Runs the workers in parallel threads and gathers their outcomes; prints each worker's output prefixed."""
+
+    def __init__(self, log=print):
+        self.log = log
+        self.outcomes: list[Outcome] = []
+        self.fatal: list[str] = []
+        self._lock = threading.Lock()
+        self._live: list[Any] = []  # containers and processes to stop on interrupt
+        self.stopping = False
+
+    def say(self, label: str, line: str) -> None:
+        with self._lock:
+            self.log(f"[{label}] {line}")
+
+    def record(self, outcome: Outcome) -> None:
+        with self._lock:
+            self.outcomes.append(outcome)
+
+    def run_all(self, workers: list[Worker], target) -> None:
+        threads = [threading.Thread(target=self._guard, args=(target, w), name=w.label, daemon=True)
+                   for w in workers]
+        for t in threads:
+            t.start()
+        try:
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.5)
+        except KeyboardInterrupt:
+            self.stopping = True
+            self.stop()
+            raise
+
+    def _guard(self, target, worker: Worker) -> None:
+        try:
+            target(self, worker)
+        except Exception as exc:  # one worker's failure must not end the others
+            self.record(Outcome(worker.label, "?", 1, f"{type(exc).__name__}: {exc}"))
+
+    def stop(self) -> None:
+        for item in list(self._live):
+            try:
+                item.kill()
+            except Exception:
+                pass
+
+
+def docker_worker(client, results: Path, command: list[str]):
+    import docker
+
+    def work(runner: Runner, worker: Worker) -> None:
+        machine_dir, user = prepare_results(results, worker.machine)
+        for image in worker.images:
+            if runner.stopping or runner.fatal:
+                return
+            before = _listing(machine_dir)
+            started = time.monotonic()
+            runner.say(worker.label, f"row {image['row']} ({image['id'][7:19]}) -> {machine_dir}")
+            try:
+                container = client.containers.create(**container_config(image, worker, machine_dir, user, command))
+            except docker.errors.APIError as exc:
+                runner.fatal.append(engine_error(exc) or f"could not create the container: {exc.explanation or exc}")
+                runner.record(Outcome(worker.label, image["row"], EXIT_ENVIRONMENT, runner.fatal[-1]))
+                return
+            runner._live.append(container)
+            tail: list[str] = []
+            try:
+                try:
+                    container.start()
+                except docker.errors.APIError as exc:
+                    msg = engine_error(exc)
+                    if msg:
+                        runner.fatal.append(msg)
+                    raise
+                for raw in container.logs(stream=True, follow=True):
+                    for line in raw.decode(errors="replace").splitlines():
+                        tail = (tail + [line])[-5:]
+                        runner.say(f"{worker.label} {image['row']}", line)
+                code = int(container.wait().get("StatusCode", 1))
+            except docker.errors.APIError as exc:
+                code = EXIT_ENVIRONMENT
+                tail.append(engine_error(exc) or str(exc.explanation or exc))
+            finally:
+                runner._live.remove(container)
+                try:
+                    container.remove(force=True)
+                except docker.errors.APIError:
+                    pass
+            runs = new_runs(machine_dir, before)
+            runner.record(Outcome(worker.label, image["row"], code, "" if code == 0 else
+                                  f"exited {code}: {tail[-1] if tail else '(no output)'}", runs,
+                                  time.monotonic() - started))
+    return work
+
+
+def native_worker(results: Path, command: list[str], stacks: list | None = None):
+    """Processes of this interpreter, one GPU each; with ``stacks`` (stacks.Stack) each GPU runs them in turn,
+    each process in its stack's environment (its libraries first on LD_LIBRARY_PATH, its wheels on PYTHONPATH)."""
+    from .stacks import Stack
+
+    def work(runner: Runner, worker: Worker) -> None:
+        machine_dir = results / worker.machine
+        for stack in stacks or [Stack("host")]:
+            if runner.stopping:
+                return
+            before = _listing(machine_dir)
+            base = dict(os.environ, CONVBENCH_MACHINE=worker.machine, CUDA_DEVICE_ORDER="PCI_BUS_ID",
+                        CUDA_VISIBLE_DEVICES=worker.gpu["uuid"] if worker.gpu else "", PYTHONUNBUFFERED="1")
+            env = stack.env(base)
+            started = time.monotonic()
+            label = worker.label if stacks is None else f"{worker.label} {stack.name}"
+            proc = subprocess.Popen([sys.executable, "-m", "harness.cli", *command], env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, errors="replace")
+            runner._live.append(proc)
+            tail: list[str] = []
+            try:
+                for line in proc.stdout:
+                    tail = (tail + [line.rstrip()])[-5:]
+                    runner.say(label, line.rstrip())
+                code = proc.wait()
+            finally:
+                runner._live.remove(proc)
+            runner.record(Outcome(worker.label, "native" if stacks is None else f"stack {stack.name}", code,
+                                  "" if code == 0 else f"exited {code}: {tail[-1] if tail else '(no output)'}",
+                                  new_runs(machine_dir, before), time.monotonic() - started))
+    return work
+
+
+def _stacks(args) -> list:
+    """--stacks resolved: declared overlays by name (installed), host, or NAME=FOLDER; each once."""
+    from .stacks import resolve_all
+
+    out = resolve_all(list(args.stacks))
+    names = [s.name for s in out]
+    if len(set(names)) != len(names):
+        raise UserError(f"--stacks names a stack twice: {', '.join(names)}", 2)
+    return out
+
+
+def run(args, log=print) -> int:
+    """The ``convbench run`` handler."""
+    results = Path(args.results).resolve()
+    host = args.host_name or socket.gethostname()
+    found, why = fingerprint.gpus()
+    gpus = select_gpus(found, args.gpus)
+    if not gpus:
+        log(f"no GPU on this host ({why or 'NVML sees none'}): running one CPU worker")
+    extra = list(args.sweep_args or [])
+    if extra[:1] == ["--"]:
+        extra = extra[1:]
+    if args.no_docker:
+        if args.rows:
+            raise UserError("--rows picks image rows; it has no meaning with --no-docker", 2)
+        stacks = _stacks(args) if getattr(args, "stacks", None) else None
+        workers = [Worker(f"gpu{g['index']}", machine_for(g, host, args.name_gpus_by), g) for g in gpus] or \
+            [Worker("cpu", machine_for(None, host), None)]
+        target = native_worker(results, worker_args(args.job, args.cases, args.backends, str(results), extra),
+                               stacks)
+        if stacks:
+            log(f"stacks, in turn on each worker: {', '.join(s.name for s in stacks)}")
+    else:
+        if getattr(args, "stacks", None):
+            raise UserError("--stacks runs overlays on this host's Python; it needs --no-docker (images are the "
+                            "stacks with Docker: --rows)", 2)
+        from .images import EngineError, engine
+
+        try:
+            client = engine()
+        except EngineError as exc:
+            raise UserError(str(exc), EXIT_ENVIRONMENT) from None
+        workers = plan_docker(gpus, local_rows(client), args.rows, host, args.name_gpus_by, log)
+        target = docker_worker(client, results, worker_args(args.job, args.cases, args.backends, CONTAINER_RESULTS,
+                                                            extra))
+    log(f"{len(workers)} worker(s) in parallel: " + ", ".join(
+        f"{w.label} -> {w.machine}" + (f" [{', '.join(i['row'] for i in w.images)}]" if w.images else "")
+        for w in workers))
+    runner = Runner(log)
+    started = time.monotonic()
+    runner.run_all(workers, target)
+    wall = time.monotonic() - started
+    failed = [o for o in runner.outcomes if o.code != 0]
+    for o in sorted(runner.outcomes, key=lambda o: (o.label, o.what)):
+        runs = ", ".join(str(p) for p in o.runs) or "no run directory"
+        state = "ok" if o.code == 0 else f"FAILED ({o.message})"
+        log(f"{o.label} {o.what}: {state} in {o.seconds:.0f} s; {runs}")
+    log(f"{len(runner.outcomes) - len(failed)} of {len(runner.outcomes)} worker run(s) ok in {wall:.0f} s; "
+        f"results under {results}")
+    if runner.fatal:
+        raise UserError(runner.fatal[0], EXIT_ENVIRONMENT)
+    return 1 if failed else 0

@@ -1,0 +1,214 @@
+"""Accuracy and bitwise identity of a conv output, against a float64 reference of the same rounded inputs.
+
+Inputs are drawn once per case from numpy's PCG64 (identical on every machine and stack), rounded to the
+dtype under test, and the reference is computed in float64 from those rounded values: what remains is the
+error of the arithmetic alone, not of the input rounding.
+
+Precision class. The relative L2 error of a conv whose operands are rounded to a format with unit
+roundoff u is about u (each product carries a relative error of at most 2u, with random sign), whatever the
+reduction length; fp32 accumulation of exact products adds far less (well under 1e-6 for the reductions
+in the catalogue). The classes are therefore separated by the geometric mean of neighbouring unit roundoffs:
+  fp32 (u=2^-24) | tf32 and fp16 (u=2^-11, both 10-bit mantissas) | bf16 (u=2^-8) | broken,
+  boundaries 2^-17.5 ~ 5.4e-6 (raised to 2 sqrt(L) u_fp32 for reductions of L terms, see fp32_bound),
+  2^-9.5 ~ 1.4e-3, and 2^-5 ~ 3.1e-2 (beyond bf16's worst case).
+The 10-bit band is called tf32 for fp32 data (tensor-core math) and fp16 for fp16 data. Any NaN, Inf or
+unwritten element where the reference is finite makes the output broken.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import zlib
+
+import numpy as np
+
+from ..core.cases import Case
+from ..core.records import Accuracy
+
+U = {"fp32": 2.0**-24, "tf32": 2.0**-11, "fp16": 2.0**-11, "bf16": 2.0**-8}
+BOUND_FP32 = 2.0**-17.5
+BOUND_10BIT = 2.0**-9.5
+BOUND_BROKEN = 2.0**-5
+
+# NaN bit patterns that no arithmetic produces (hardware makes canonical NaNs): an element that still holds
+# one after the run was never written.
+POISON_BITS = {"fp32": 0x7FC0DEAD, "fp16": 0x7D5A, "bf16": 0x7FA5, "fp64": 0x7FF8DEADDEADDEAD}
+
+HASH_ALGO = "polyhash2x64-v1"
+
+
+def fp32_bound(reduction: int) -> float:
+    """Upper edge of the fp32 class for a reduction of this length.
+
+    Exact products summed in fp32 give a relative error that grows like sqrt(L) * u (Higham and Mary's
+    probabilistic bound); backward-filter reductions run over N*P*Q terms (260,100 for the seed case), where
+    that term, not operand rounding, decides. Measured on the H200 (2026-11-29): seed.c64 backward-filter in
+    IEEE fp32 2.5e-5 against 6.1e-5 for this bound, and 8.1e-4 with TF32.
+    """
+    return max(BOUND_FP32, 2.0 * math.sqrt(max(reduction, 1)) * U["fp32"])
+
+
+def reduction_length(case: Case, direction: str) -> int:
+    """Terms summed per output element: C/g*R*S forward, K/g*R*S backward-data, N*P*Q backward-filter."""
+    if direction == "fwd":
+        return case.reduction
+    if direction == "bwd_data":
+        return case.k // case.groups * case.r * case.s
+    p, q = case.out_hw
+    return case.n * p * q
+
+
+def precision_class(rel_l2: float, dtype: str, bad_elements: int, reduction: int = 1) -> str:
+    if bad_elements or not math.isfinite(rel_l2) or rel_l2 > BOUND_BROKEN:
+        return "broken"
+    if rel_l2 <= fp32_bound(reduction):
+        return "fp32"
+    if rel_l2 <= BOUND_10BIT:
+        return "fp16" if dtype == "fp16" else "tf32"
+    return "bf16"
+
+
+def expected_class(dtype: str) -> str:
+    """The class an output of this dtype lands in when nothing reduced the precision of the arithmetic."""
+    return {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}[dtype]
+
+
+def case_seed(case: Case, role: str) -> int:
+    return zlib.crc32(f"{case.id}:{role}".encode())
+
+
+def host_inputs(case: Case, direction: str = "fwd") -> dict[str, np.ndarray]:
+    """Float32 operands of the case, the same on every machine: x and w, and dy for the backward directions.
+
+    Each operand is drawn from its own seeded stream, so every direction of a case uses the same x and w and
+    both backward directions the same dy. Drawing is the costly part (0.44 s for seed.c64's three operands on
+    the H200), so one case's arrays are kept and shared by its directions, dtypes and layouts, and by both
+    backends when one process sweeps them. Callers copy them (to the device or to another dtype) and must not
+    write into them.
+    """
+    roles = ("x", "w", "dy") if direction != "fwd" else ("x", "w")
+    return {role: _drawn(case, role) for role in roles}
+
+
+@functools.lru_cache(maxsize=3)
+def _drawn(case: Case, role: str) -> np.ndarray:
+    shape = {"x": case.x_shape, "w": case.w_shape, "dy": case.y_shape}[role]()
+    rng = np.random.Generator(np.random.PCG64(case_seed(case, role)))
+    return rng.standard_normal(shape, dtype=np.float32)
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}[name]
+
+
+def int_view(t):
+    """The same bytes as integers: NaN payloads and signed zeros compare bit for bit."""
+    import torch
+
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def bitwise_equal(a, b) -> bool:
+    return bool(int_view(a).equal(int_view(b)))
+
+
+def _poison_word(t, dtype: str) -> int:
+    """The poison pattern as the signed integer of ``t``'s element width (what int_view holds)."""
+    bits = POISON_BITS[dtype]
+    width = t.element_size() * 8
+    return bits - (1 << width) if bits >= 1 << (width - 1) else bits
+
+
+def poison(t, dtype: str) -> None:
+    """Fill ``t`` with the poison NaN of its dtype, bit for bit."""
+    int_view(t).fill_(_poison_word(t, dtype))
+
+
+def count_unwritten(t, dtype: str) -> int:
+    return int((int_view(t) == _poison_word(t, dtype)).sum().item())
+
+
+_MULT_CACHE: dict[tuple, object] = {}
+
+
+def output_hash(t) -> str:
+    """Hash of the bits of ``t`` in logical (NCHW) order; equal iff bitwise equal, barring a 2^-128 accident.
+
+    Computed on the tensor's device: a sum of the words times two fixed pseudo-random odd multipliers per
+    position, modulo 2^64. Copying 100 MB outputs to the host to hash them would cost more than the sweep.
+    """
+    import torch
+
+    words = int_view(t.contiguous()).reshape(-1).to(torch.int64)
+    if t.element_size() < 8:
+        words = words & ((1 << (8 * t.element_size())) - 1)
+    n = words.numel()
+    key = (n, str(words.device))
+    mult = _MULT_CACHE.get(key)
+    if mult is None:
+        rng = np.random.Generator(np.random.PCG64(0x5EED))  # numpy's stream: the same in every image
+        odd = rng.integers(-(2**62), 2**62, size=(2, n), dtype=np.int64) * 2 + 1
+        mult = torch.from_numpy(odd).to(words.device)
+        if len(_MULT_CACHE) >= 8:
+            _MULT_CACHE.pop(next(iter(_MULT_CACHE)))
+        _MULT_CACHE[key] = mult
+    sums = (words.unsqueeze(0) * mult).sum(dim=1).tolist()
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{t.dtype}:{tuple(t.shape)}:".encode())
+    for s in sums:
+        h.update(int(s & (2**64 - 1)).to_bytes(8, "little"))
+    return h.hexdigest()
+
+
+def reference(case: Case, direction: str, operands: dict, device: str):
+    """(reference, scale) in float64: the exact result of the rounded operands, and |a| (op) |b| per element.
+
+    ``operands`` holds the operands already rounded to the dtype under test (any float torch tensors).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    d = {k: v.to(device=device, dtype=torch.float64) for k, v in operands.items()}
+    kw = dict(stride=case.stride, padding=case.pad, dilation=case.dilation, groups=case.groups)
+
+    def op(a: dict):
+        if direction == "fwd":
+            return F.conv2d(a["x"], a["w"], **kw)
+        if direction == "bwd_data":
+            return torch.nn.grad.conv2d_input(case.x_shape(), a["w"], a["dy"], **kw)
+        return torch.nn.grad.conv2d_weight(a["x"], case.w_shape(), a["dy"], **kw)
+
+    with torch.no_grad():
+        ref = op(d)
+        scale = op({k: v.abs() for k, v in d.items()})
+    return ref, scale
+
+
+def measure(out, ref, scale, dtype: str, reduction: int = 1) -> Accuracy:
+    """Error metrics of ``out`` (any dtype, any layout) against the float64 ``ref`` and bound ``scale``."""
+    import torch
+
+    unwritten = count_unwritten(out, dtype)
+    o = out.to(torch.float64)
+    nan = int(torch.isnan(o).sum().item()) - unwritten
+    inf = int(torch.isinf(o).sum().item())
+    diff = (o - ref).abs()
+    finite = torch.isfinite(diff)
+    bad = unwritten + nan + inf
+    if bad:
+        diff = torch.where(finite, diff, torch.zeros_like(diff))
+    max_abs = float(diff.max().item()) if diff.numel() else 0.0
+    ref_norm = float(torch.linalg.vector_norm(ref).item())
+    err_norm = float(torch.linalg.vector_norm(diff).item())
+    rel_l2 = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else float("inf"))
+    denom = scale.clamp_min(torch.finfo(torch.float64).tiny)
+    max_norm = float((diff / denom).max().item()) if diff.numel() else 0.0
+    if bad:
+        max_abs = rel_l2 = max_norm = float("nan")
+    return Accuracy(max_abs=max_abs, rel_l2=rel_l2, max_norm_err=max_norm, nan=nan, inf=inf,
+                    unwritten=unwritten, precision_class=precision_class(rel_l2, dtype, bad, reduction),
+                    reduction=reduction)

@@ -1,0 +1,232 @@
+"""Timing: device events around the measured call, warm-up, adaptive repetition to a noise target.
+
+Each repetition is bracketed by its own pair of CUDA events on the stream the call runs on, so the figure
+is device time of that call alone. Repetitions are issued in batches behind a spacer kernel that keeps
+the device busy until the host has enqueued the batch, and synchronised once per batch, so neither host
+launch overhead nor host stalls enter the samples. That is checked, not assumed (nvbench's blocking kernel does
+the same job with a host-released flag): an event recorded after the spacer must still be pending when the host
+has enqueued the whole batch; a batch where it is not may hold host time, so it is discarded and the spacer
+doubled. The host's own dispatch time per call is kept as a figure of its own. Sampling stops when the median is
+known to the noise target, or the time budget or sample cap is reached; the median, IQR and every sample are
+kept so later comparisons can be statistical, with flags where the samples say the median cannot be trusted.
+After each batch NVML reads the SM clock and its slowdown reasons, so a time measured under a power cap says so.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..core.records import Timing
+from .clocks import DeviceClock, during
+
+
+@dataclass(frozen=True)
+class TimingPolicy:
+    warmup_ms: float = 1.0  # at least one call always runs untimed first
+    # At least four batches: with one batch of 8 the medians of 50-140 us calls moved by up to 4 % between reruns
+    # on the H200; with 32 samples by at most 1.05 % (2026-11-29, docs/performance.md).
+    min_samples: int = 32
+    max_samples: int = 400
+    budget_ms: float = 30.0  # device time spent sampling one combination, warm-up excluded
+    # Stop once the median's relative standard error is below this. The range of three medians is about 1.7
+    # standard errors on average and over 3 in the worst of fifty calls, so a 1 % rerun spread needs the error
+    # well under 0.33 %. At 0.5 % it was above 0.33 % for 894 of 2,788 forward records on the H200, at 0.2 % for
+    # 112; the sweeps took 11.5 s (forward) and 70 s (backward) longer, mostly calls under 50 us. The rerun spread
+    # itself did not measurably improve: the GPU's own state dominates it (docs/performance.md, 2026-11-29).
+    noise_target: float = 0.002
+    batch: int = 8
+    cold: bool = False  # flush L2 before each repetition (outside the timed region)
+    keep_samples: int = 64  # samples stored in the record (evenly thinned); the summary uses all
+
+
+def median_rel_stderr(samples: list[float]) -> float:
+    """Relative standard error of the median, from a robust sigma (IQR / 1.349) and 1.2533 sigma/sqrt(n)."""
+    if len(samples) < 4:
+        return float("inf")
+    q1, _, q3 = statistics.quantiles(samples, n=4)
+    med = statistics.median(samples)
+    if med <= 0:
+        return float("inf")
+    return 1.2533 * (q3 - q1) / 1.349 / len(samples) ** 0.5 / med
+
+
+def summarize(samples: list[float], mode: str, timer: str, keep: int, clock: dict | None = None,
+              host_ms: float | None = None, host_bound: bool = False) -> Timing:
+    med = statistics.median(samples)
+    q1, _, q3 = statistics.quantiles(samples, n=4) if len(samples) >= 4 else (med, med, med)
+    step = max(1, len(samples) // keep)
+    return Timing(median_ms=med, iqr_ms=q3 - q1, n=len(samples), mode=mode, timer=timer,
+                  min_ms=min(samples), samples_ms=[round(s, 6) for s in samples[::step][:keep]], clock=clock,
+                  host_ms=None if host_ms is None else round(host_ms, 6), flags=sample_flags(samples, host_bound))
+
+
+# Below this many samples a rank test is not worth running (the normal approximation of Mann-Whitney's U
+# needs about 7 a side): the budget never stops sampling before it, and compare calls such records ambiguous.
+FLOOR_SAMPLES = 8
+# The shapes of sample sets whose median flips between runs (issue 13, H200 forward runs, 2026-11-30: 31-43
+# records a run past either edge, e.g. 77.3, 724.4 and 79.6 us for one call): median/min and IQR/median.
+MULTIMODAL_MEDIAN_OVER_MIN = 1.5
+MULTIMODAL_IQR_OVER_MEDIAN = 0.5
+# Wider than this, a median is not a figure to gate on: on the H200 (4 forward runs of one stack, 2026-11-30)
+# 1.4 % of records of 20 us or more were past it, and they made most of the A/A pairs' large deviations
+# (resnet50.layer4.0.downsample IMPLICIT_GEMM fp32 NHWC: IQR/median 0.15-0.36, medians 35 % apart).
+WIDE_IQR_OVER_MEDIAN = 0.05
+
+
+def sample_flags(samples: list[float] | tuple[float, ...], host_bound: bool = False) -> list[str]:
+    """Why a median should not be trusted, from the samples alone (also applied to stored samples)."""
+    flags = ["host_bound"] if host_bound else []
+    if len(samples) < FLOOR_SAMPLES:
+        flags.append("few_samples")
+    if len(samples) >= 4:
+        med, lo = statistics.median(samples), min(samples)
+        q1, _, q3 = statistics.quantiles(samples, n=4)
+        if lo > 0 and (med / lo > MULTIMODAL_MEDIAN_OVER_MIN or (q3 - q1) / med > MULTIMODAL_IQR_OVER_MEDIAN):
+            flags.append("multimodal")
+        elif med > 0 and (q3 - q1) / med > WIDE_IQR_OVER_MEDIAN:
+            flags.append("wide")
+    return flags
+
+
+def _enough(samples: list[float], spent_ms: float, policy: TimingPolicy) -> bool:
+    n = len(samples)
+    if n >= policy.max_samples:
+        return True
+    if spent_ms >= policy.budget_ms and n >= FLOOR_SAMPLES:
+        return True
+    if spent_ms >= 4 * policy.budget_ms and n >= 3:  # very long calls: a bounded cost, flagged few_samples
+        return True
+    return n >= policy.min_samples and median_rel_stderr(samples) <= policy.noise_target
+
+
+SPACER_CLOCK_HZ = 2.0e9  # cycles per second assumed for the spacer; a slower clock only lengthens it
+SPACER_MAX_S = 0.1  # the spacer doubles up to this after a batch the host did not stay ahead of
+
+
+class CudaTimer:
+    """Times a callable that enqueues work on torch's current CUDA stream."""
+
+    def __init__(self, policy: TimingPolicy):
+        import torch
+
+        self.torch = torch
+        self.policy = policy
+        self.clock = DeviceClock.for_torch_device()
+        self._flush = None
+        if policy.cold:
+            l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+            # Twice the L2, written with zeros before each repetition, evicts whatever the call left there.
+            self._flush = torch.empty(max(2 * l2, 64 << 20), dtype=torch.uint8, device="cuda")
+
+    def __call__(self, fn: Callable[[], object] | Sequence[Callable[[], object]]) -> Timing:
+        """Time ``fn``; given several callables (the same call on buffers placed elsewhere in device memory),
+        accepted batches rotate through them, at least one batch each, and the samples are pooled: one unlucky
+        placement then moves the median by a quantile of the others, not by its own level (see PLACEMENTS)."""
+        torch, policy = self.torch, self.policy
+        fns = list(fn) if isinstance(fn, Sequence) else [fn]
+        stream = torch.cuda.current_stream()
+        for f in fns:
+            f()
+        stream.synchronize()
+        fn = fns[0]
+        t0 = time.perf_counter()
+        host_s, warm = [], []
+        while (time.perf_counter() - t0) * 1e3 < policy.warmup_ms or not host_s:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            h = time.perf_counter()
+            start.record(stream)
+            fn()
+            end.record(stream)
+            host_s.append(time.perf_counter() - h)
+            end.synchronize()
+            warm.append(start.elapsed_time(end))
+        # A batch never outlasts a quarter of the budget: a 44 ms call is sampled 3 times, not 8 (one batch of
+        # 8 was ten times the budget). The warm-up's event time bounds the call's device time from above.
+        batch = max(1, min(policy.batch, int(policy.budget_ms / 4 / max(min(warm), 1e-3))))
+        # A spacer kernel keeps the device busy while the host enqueues the whole batch, so each event pair
+        # brackets device work only. Without it a call whose host side (e.g. cuDNN's legacy-API dispatch) is
+        # slower than its kernel is timed with the host's overhead included: measured on the H200,
+        # 2026-11-29, up to 3.2x do_bench's median for 35 us 1x1 convolutions. A spacer sized from the warm-up
+        # alone was too short for some (issue 13: samples 4-8 of a batch 3.2-3.8x the first three), so each
+        # batch proves it: the gate event behind the spacer is still pending once the host has enqueued it all.
+        spacer_s = min(SPACER_MAX_S, 1.5 * batch * statistics.median(host_s) + 20e-6)
+        samples: list[float] = []
+        dispatch: list[float] = []
+        spent = 0.0
+        reads = []
+        host_bound = False
+        per_placement: list[list[float]] = [[] for _ in fns]
+        accepted = 0
+        while accepted < len(fns) or not _enough(samples, spent, policy):
+            fn = fns[accepted % len(fns)]
+            torch.cuda._sleep(int(spacer_s * SPACER_CLOCK_HZ))
+            gate = torch.cuda.Event()
+            gate.record(stream)
+            pairs = []
+            for _ in range(batch):
+                if self._flush is not None:
+                    self._flush.zero_()
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record(stream)
+                h = time.perf_counter()
+                fn()
+                dispatch.append(time.perf_counter() - h)
+                end.record(stream)
+                pairs.append((start, end))
+            ahead = not gate.query()  # the device had not reached the batch when the host finished enqueuing
+            end.synchronize()
+            if self.clock is not None:  # right after the batch: the clock it ran at, and any cap still in force
+                reads.append(self.clock.read())
+            times = [s.elapsed_time(e) for s, e in pairs]
+            spent += sum(times)
+            if not ahead and spacer_s < SPACER_MAX_S:
+                spacer_s = min(SPACER_MAX_S, 2 * spacer_s)
+                continue
+            host_bound = host_bound or not ahead  # even the longest spacer did not keep the host ahead
+            samples.extend(times)
+            per_placement[accepted % len(fns)].extend(times)
+            accepted += 1
+        timing = summarize(samples, "cold" if policy.cold else "hot", "cuda_event", policy.keep_samples,
+                           during(reads), host_ms=1e3 * statistics.median(dispatch), host_bound=host_bound)
+        self.placement_medians_ms = [round(statistics.median(p), 6) for p in per_placement]
+        return timing
+
+
+class HostTimer:
+    """Times a synchronous (CPU) callable with the host's monotonic clock."""
+
+    def __init__(self, policy: TimingPolicy):
+        self.policy = policy
+
+    def __call__(self, fn: Callable[[], object]) -> Timing:
+        policy = self.policy
+        fn()
+        t0 = time.perf_counter()
+        while (time.perf_counter() - t0) * 1e3 < policy.warmup_ms:
+            fn()
+        samples: list[float] = []
+        spent = 0.0
+        while not _enough(samples, spent, policy):  # the host is the device here: no dispatch of its own
+            s = time.perf_counter()
+            fn()
+            ms = (time.perf_counter() - s) * 1e3
+            samples.append(ms)
+            spent += ms
+        timing = summarize(samples, "hot", "perf_counter", policy.keep_samples)
+        if host_loaded():
+            timing.flags.append("host_loaded")
+        return timing
+
+
+def host_loaded() -> bool:
+    """More runnable processes than CPUs over the last minute: a host-timed call then shares its cores, and
+    on the dev VM five identical CPU sweeps moved by up to 104x under other jobs' load (2026-11-30)."""
+    try:
+        return os.getloadavg()[0] > (os.cpu_count() or 1)
+    except OSError:
+        return False

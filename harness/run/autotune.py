@@ -1,0 +1,264 @@
+"""Autotuner stability, and the direct framework-vs-cuDNN cross-check of the seed report.
+
+The mechanism behind "EXHAUSTIVE search gives run-to-run differences": a search times the candidates,
+and when two are near-tied a different session can pick the other one; if the two differ numerically
+(TF32 vs FMA, or a different summation order), the output changes from session to session. This module
+repeats the search K times from scratch (fresh cuDNN handles; fresh processes for PyTorch's
+cudnn.benchmark), records each winner and the hash of what it computes, and names near ties whose
+candidates differ bitwise, the cases that can flip on another night.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+from ..backends import SweepOptions
+from ..backends.cudnn import ConvSession, CudnnBackend, CudnnError, WorkspaceTooLarge
+from ..backends.cudnn_lib import ALGOS, Conv, Handle
+from ..backends.pytorch import conv_settings
+from ..core.cases import Case
+from ..core.records import OK, Determinism, Record
+from ..measurement import accuracy
+
+NEAR_TIE = 0.05  # candidates within 5 % of the winner's time count as tied: run-to-run noise is that large
+SUCCESS = "CUDNN_STATUS_SUCCESS"
+
+
+def _record(case: Case, backend: str, direction: str, math: str, dtype: str, layout: str, settings: dict,
+            hashes: list[str], winners: list[str], extra: dict) -> Record:
+    counts = collections.Counter(winners)
+    return Record(case=case.id, backend=backend, direction=direction, algo="auto", math=math, dtype=dtype,
+                  layout=layout, status=OK, device="cuda", settings=settings, kind="autotune",
+                  chosen_algo=counts.most_common(1)[0][0] if counts else None,
+                  determinism=Determinism(hash=hashes[0] if hashes else "", hash_algo=accuracy.HASH_ALGO,
+                                          repeats=len(hashes), repeat_equal=len(set(hashes)) <= 1,
+                                          fresh_handle_equal=None, distinct_outputs=len(set(hashes))),
+                  extra=dict(extra, winners=dict(counts)))
+
+
+class CandidateNumerics:
+    """Output hash (and output) of each (algo, math) of one session, computed once on demand."""
+
+    def __init__(self, session: ConvSession):
+        self.session = session
+        self.hashes: dict[tuple[str, str], str | None] = {}
+        self.outputs: dict[tuple[str, str], object] = {}
+
+    def hash(self, algo: str, math: str) -> str | None:
+        key = (algo, math)
+        if key not in self.hashes:
+            try:
+                self.hashes[key] = self.session.output_hash(algo, math)
+                self.outputs[key] = self.session.out.clone()
+            except (CudnnError, WorkspaceTooLarge):
+                self.hashes[key] = None
+        return self.hashes[key]
+
+    def max_delta(self, a: tuple[str, str], b: tuple[str, str]) -> float | None:
+        if self.hash(*a) is None or self.hash(*b) is None:
+            return None
+        oa, ob = self.outputs[a], self.outputs[b]
+        return float((oa.double() - ob.double()).abs().max().item())
+
+    def match(self, digest: str) -> list[str]:
+        """Which (algo, math) candidates compute exactly these bits."""
+        return [f"{a} ({m})" for (a, m), h in self.hashes.items() if h == digest]
+
+
+def cudnn_find(cudnn, case: Case, direction: str, dtype: str, layout: str, math: str, k: int) -> Record:
+    """K cudnnFind searches, each on a fresh handle; winner, runner-up, gap and numerics of each."""
+    session = ConvSession(cudnn, case, direction, dtype, layout, SweepOptions(), reference=False)
+    numerics = CandidateNumerics(session)
+    ws_bytes = 0
+    for algo in ALGOS[direction]:
+        try:
+            ws_bytes = max(ws_bytes, session.bind(algo, math)[2])
+        except (CudnnError, WorkspaceTooLarge):
+            continue
+    ws = session.workspace(ws_bytes)
+    trials, winners, hashes = [], [], []
+    for _ in range(k):
+        handle = Handle(cudnn, session.stream.cuda_stream)
+        try:
+            session.desc.set_math(math)
+            rows = [r for r in Conv(cudnn, handle, session.desc, direction, session.ptrs).find(ws, ws_bytes)
+                    if r["status"] == SUCCESS]
+        finally:
+            session.stream.synchronize()
+            handle.close()
+        if not rows:
+            continue
+        win = rows[0]
+        trial = {"winner": win["algo"], "math": win["math_reported"], "time_ms": win["time_ms"]}
+        if len(rows) > 1:
+            run = rows[1]
+            trial.update(runner_up=run["algo"], runner_up_math=run["math_reported"], runner_up_ms=run["time_ms"],
+                         gap=(run["time_ms"] - win["time_ms"]) / win["time_ms"] if win["time_ms"] else None)
+        trial["hash"] = numerics.hash(win["algo"], win["math_reported"])
+        trials.append(trial)
+        winners.append(f"{win['algo']} ({win['math_reported']})")
+        hashes.append(trial["hash"] or "")
+    near_ties = []
+    for t in trials:
+        if t.get("gap") is not None and t["gap"] <= NEAR_TIE:
+            a, b = (t["winner"], t["math"]), (t["runner_up"], t["runner_up_math"])
+            if numerics.hash(*a) != numerics.hash(*b):
+                near_ties.append({"winner": f"{a[0]} ({a[1]})", "runner_up": f"{b[0]} ({b[1]})",
+                                  "gap": t["gap"], "max_abs_delta": numerics.max_delta(a, b)})
+    distinct = sorted({(t["winner"], t["math"]) for t in trials})
+    spread = numerics.max_delta(distinct[0], distinct[-1]) if len(distinct) > 1 else 0.0
+    rec = _record(case, "cudnn", direction, math, dtype, layout, {"search": "cudnnFind", "trials": k}, hashes,
+                  winners, {"trials": trials, "near_ties": _unique(near_ties), "max_abs_spread": spread})
+    rec.explanation = explain_autotune(rec)
+    session.close()
+    return rec
+
+
+def _unique(items: list[dict]) -> list[dict]:
+    seen, out = set(), []
+    for it in items:
+        key = (it["winner"], it["runner_up"])
+        if key not in seen:
+            seen.add(key)
+            out.append(it)
+    return out
+
+
+def explain_autotune(rec: Record) -> str | None:
+    winners = rec.extra.get("winners", {})
+    det = rec.determinism
+    if len(winners) > 1 and det.distinct_outputs > 1:
+        spread = rec.extra.get("max_abs_spread")
+        size = f" (max |delta| {spread:.3g})" if spread else ""
+        return (f"autotuner picked different algorithms across sessions: {' vs '.join(winners)}; their outputs "
+                f"differ bitwise{size}")
+    if len(winners) > 1:
+        return f"autotuner picked different algorithms across sessions ({' vs '.join(winners)}) with bitwise-equal outputs"
+    if det.distinct_outputs > 1:
+        return f"the autotuned call gave {det.distinct_outputs} distinct outputs across {det.repeats} fresh processes"
+    ties = rec.extra.get("near_ties") or []
+    if ties:
+        t = ties[0]
+        return (f"near tie: {t['winner']} leads {t['runner_up']} by {100 * t['gap']:.1f} % and they differ "
+                f"numerically (max |delta| {t['max_abs_delta'] or 0:.3g}): another session may pick either")
+    return None
+
+
+# --- PyTorch cudnn.benchmark across fresh processes ------------------------------------------------------
+
+def torch_worker(spec: list[dict]) -> list[dict]:
+    """In a fresh process: autotune each conv with cudnn.benchmark=True and hash what it computes."""
+    import torch
+    import torch.nn.functional as F
+
+    from ..core import cases as catalogue
+
+    out = []
+    for item in spec:
+        case = catalogue.get(item["case"])
+        fmt = torch.channels_last if item["layout"] == "NHWC" else torch.contiguous_format
+        tdt = accuracy.torch_dtype(item["dtype"])
+        ops = {k: torch.from_numpy(v).to("cuda", tdt).contiguous(memory_format=fmt)
+               for k, v in accuracy.host_inputs(case).items()}
+        with conv_settings(item["tf32"], True, False), torch.no_grad():
+            y = F.conv2d(ops["x"], ops["w"], stride=case.stride, padding=case.pad, dilation=case.dilation,
+                         groups=case.groups)
+            y = F.conv2d(ops["x"], ops["w"], stride=case.stride, padding=case.pad, dilation=case.dilation,
+                         groups=case.groups)
+            torch.cuda.synchronize()
+        out.append(dict(item, hash=accuracy.output_hash(y)))
+    return out
+
+
+def torch_benchmark(cases: list[Case], k: int, layouts=("NCHW",)) -> list[dict]:
+    """K fresh processes, each autotuning every case; returns each process's hashes per conv."""
+    spec = [{"case": c.id, "dtype": "fp32", "layout": lay, "tf32": tf32}
+            for c in cases for lay in layouts for tf32 in (True, False)]
+    trials = []
+    for _ in range(k):
+        proc = subprocess.run([sys.executable, "-m", "harness.run.autotune", "--worker"], input=json.dumps(spec),
+                              capture_output=True, text=True, env=dict(os.environ), timeout=600)
+        if proc.returncode != 0:
+            raise RuntimeError(f"autotune worker failed: {proc.stderr.strip().splitlines()[-1:]}")
+        trials.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return trials
+
+
+def run(cases: list[Case], k: int, maths=("DEFAULT", "FMA"), dtype: str = "fp32",
+        layouts=("NCHW",)) -> Iterator[Record]:
+    cudnn = CudnnBackend().cudnn
+    for case in cases:
+        for layout in layouts:
+            for math in maths:
+                yield cudnn_find(cudnn, case, "fwd", dtype, layout, math, k)
+    procs = torch_benchmark(cases, k, layouts)
+    for case in cases:
+        for layout in layouts:
+            session = ConvSession(cudnn, case, "fwd", dtype, layout, SweepOptions(), reference=False)
+            numerics = CandidateNumerics(session)
+            for algo in ALGOS["fwd"]:
+                for math in ("FMA", "TENSOR_OP"):
+                    numerics.hash(algo, math)
+            for tf32 in (True, False):
+                hashes = [next(i["hash"] for i in p if i["case"] == case.id and i["layout"] == layout
+                               and i["tf32"] == tf32) for p in procs]
+                matches = [", ".join(numerics.match(h)) or "no legacy cuDNN algorithm gives these bits"
+                           for h in hashes]
+                rec = _record(case, "torch", "fwd", "TF32" if tf32 else "IEEE", dtype, layout,
+                              {"benchmark": True, "deterministic": False, "tf32": tf32, "processes": k}, hashes,
+                              matches, {"trials": [{"hash": h, "same_bits_as": m} for h, m in zip(hashes, matches, strict=True)]})
+                rec.explanation = explain_autotune(rec)
+                yield rec
+            session.close()
+
+
+def crosscheck(case: Case, dtype: str = "fp32", layout: str = "NCHW") -> Record:
+    """The seed report's measure: max |F.conv2d with PyTorch's defaults - direct cuDNN with FMA math|."""
+    import torch
+    import torch.nn.functional as F
+
+    cudnn = CudnnBackend().cudnn
+    session = ConvSession(cudnn, case, "fwd", dtype, layout, SweepOptions(), reference=True)
+    with torch.no_grad():
+        y_torch = F.conv2d(session.ops["x"], session.ops["w"], stride=case.stride, padding=case.pad,
+                           dilation=case.dilation, groups=case.groups)
+    best = None
+    for algo in ALGOS["fwd"]:
+        try:
+            session.output_hash(algo, "FMA")
+        except (CudnnError, WorkspaceTooLarge):
+            continue
+        delta = float((y_torch.double() - session.out.double()).abs().max().item())
+        if best is None or delta > best[1]:
+            best = (algo, delta, accuracy.measure(session.out, session.ref, session.scale, dtype,
+                                                  accuracy.reduction_length(case, "fwd")))
+    acc_torch = accuracy.measure(y_torch, session.ref, session.scale, dtype, accuracy.reduction_length(case, "fwd"))
+    tf32_default = (torch.backends.cudnn.conv.fp32_precision if hasattr(torch.backends.cudnn, "conv")
+                    and hasattr(torch.backends.cudnn.conv, "fp32_precision") else torch.backends.cudnn.allow_tf32)
+    rec = Record(case=case.id, backend="torch-vs-cudnn", direction="fwd", algo=best[0] if best else "-",
+                 math="FMA", dtype=dtype, layout=layout, device="cuda", kind="crosscheck", accuracy=acc_torch,
+                 settings={"torch_defaults": True, "torch_tf32": str(tf32_default)},
+                 extra={"max_abs_delta": best[1] if best else None,
+                        "torch_class": acc_torch.precision_class,
+                        "cudnn_fma_class": best[2].precision_class if best else None,
+                        "cudnn_fma_max_abs": best[2].max_abs if best else None,
+                        "sm": ".".join(map(str, torch.cuda.get_device_capability()))})
+    if best and acc_torch.precision_class == "tf32" and best[2].precision_class == "fp32":
+        rec.explanation = (f"F.conv2d differs from direct cuDNN with FMA math by {best[1]:.3g}: "
+                           "TF32 tensor-core math (PyTorch allows TF32 in cuDNN convs by default; FMA math does not)")
+    elif best and best[1] == 0:
+        rec.explanation = None
+    elif best:
+        rec.explanation = (f"F.conv2d differs from direct cuDNN with FMA math by {best[1]:.3g}; both are "
+                           f"{acc_torch.precision_class}-class: a different algorithm or summation order")
+    session.close()
+    return rec
+
+
+if __name__ == "__main__" and "--worker" in sys.argv:
+    print(json.dumps(torch_worker(json.loads(sys.stdin.read()))))

@@ -1,0 +1,213 @@
+"""The run directory: an append-only journal of records, flushed as they are made.
+
+Layout (the unit that ``collect`` ingests, alone or tarred):
+
+    <results>/<machine>/<run_id>/run.json       who/where/what: fingerprint, options, suite revision
+    <results>/<machine>/<run_id>/records.jsonl  one record or ranking per line, appended and fsynced
+    <results>/<machine>/<run_id>/end.json       written last: clocks after, counts; absent if interrupted
+    <results>/<machine>/<run_id>/slices.jsonl   where each slice's time went (harness/slicetime.py; not ingested)
+
+A run is identified by (machine, image, start time, suite revision) and its directory is created with
+O_EXCL semantics, so two runs never write into each other. Resuming reopens a run directory and skips
+every combination whose record is already in the journal.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from ..core import intake
+from ..core.errors import UserError
+from ..core.records import SCHEMA_VERSION, Ranking, Record, dumps
+from ..core.schema import SchemaError, check_name, check_record, check_run_header
+from ..measurement import fingerprint as fpmod
+
+RUN_FILE = "run.json"
+JOURNAL_FILE = "records.jsonl"
+END_FILE = "end.json"
+
+
+def suite_revision() -> str:
+    """CONVBENCH_REVISION (set in images), else the checkout's git HEAD or the wheel's baked revision."""
+    from ..deploy.resources import revision
+
+    return os.environ.get("CONVBENCH_REVISION") or revision()
+
+
+class JournalError(UserError):
+    """A run directory that cannot be resumed or read as it is; the message names the file, line and field."""
+
+
+def open_append(path: Path) -> int:
+    """A descriptor appending to ``path``, a regular file in place: never through a symbolic link (which would
+    append to whatever it points at), never a FIFO or device."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o644)
+    except OSError as exc:
+        what = "is a symbolic link" if os.path.islink(path) else f"cannot be opened ({exc.strerror})"
+        raise JournalError(f"{path} {what}; nothing was written") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise JournalError(f"{path} is not a regular file; nothing was written")
+    return fd
+
+
+def _write_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    if os.path.islink(tmp) or (os.path.lexists(tmp) and not os.path.isfile(tmp)):
+        raise JournalError(f"{tmp} is a symbolic link or not a file; nothing was written")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True, allow_nan=False)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)  # replaces a link at ``path`` itself, never its target
+
+
+def _run_dir(path: Path) -> Path:
+    """A run directory that may be written: a real directory (not a link to one) holding run.json."""
+    path = Path(path)
+    if path.is_symlink() or not path.is_dir():
+        raise JournalError(f"{path}: not a run directory (a symbolic link, a file or missing)")
+    return path
+
+
+def read_header(path: Path) -> dict[str, Any]:
+    """run.json of a run directory, read as collect reads it and checked against the run schema."""
+    try:
+        meta = intake.loads(intake.read_file(path / RUN_FILE, intake.MAX_META_BYTES), f"{path / RUN_FILE}")
+        return check_run_header(meta)
+    except intake.Hostile as exc:
+        raise JournalError(str(exc)) from None
+    except SchemaError as exc:
+        raise JournalError(f"{path / RUN_FILE}: {exc}") from None
+
+
+class Journal:
+    def __init__(self, path: Path):
+        self.path = _run_dir(path)
+        self.meta = read_header(self.path)
+        self._file = None
+
+    @classmethod
+    def create(cls, results: Path, fingerprint: dict[str, Any], options: dict[str, Any],
+               run_id: str | None = None) -> Journal:
+        machine = os.environ.get("CONVBENCH_MACHINE") or fpmod.machine_name(fingerprint)
+        try:  # both become directory names under the results root: CONVBENCH_MACHINE=../../x must not escape
+            check_name(machine, "machine (CONVBENCH_MACHINE or the fingerprint)")
+            if run_id:
+                check_name(run_id, "run id")
+        except SchemaError as exc:
+            raise JournalError(str(exc)) from None
+        revision = suite_revision()
+        started = dt.datetime.now(dt.timezone.utc)
+        image = fingerprint.get("image") or "native"
+        safe_image = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in image)[:64]
+        results = Path(results)
+        base = results / machine
+        try:
+            results.mkdir(parents=True, exist_ok=True)
+            if base.is_symlink():
+                raise JournalError(f"{base} is a symbolic link; runs are written only inside --results")
+            base.mkdir(exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise JournalError(f"--results {results}: not a directory") from None
+        except OSError as exc:
+            raise JournalError(f"--results {results}: cannot create {base} ({exc.strerror})") from None
+        if run_id:
+            path = base / run_id
+            path.mkdir(exist_ok=False)  # never write into another run
+        else:
+            stem = f"{started:%Y%m%dT%H%M%SZ}-{safe_image}-{revision}-{os.getpid()}"
+            for n in range(1, 1000):  # two runs started in the same second by one process get a suffix
+                run_id = stem if n == 1 else f"{stem}-{n}"
+                path = base / run_id
+                try:
+                    path.mkdir(exist_ok=False)
+                    break
+                except FileExistsError:
+                    continue
+        meta = {"schema": SCHEMA_VERSION, "run_id": run_id, "machine": machine, "image": image,
+                "started": started.isoformat(), "suite_revision": revision, "fingerprint": fingerprint,
+                "options": options}
+        _write_atomic(path / RUN_FILE, meta)
+        return cls(path)
+
+    def done_keys(self) -> set[str]:
+        """Keys of the measurement records already journaled; a torn last line (killed mid-write) is ignored.
+        Every line is checked as collect checks it: a run collect would refuse is not resumed."""
+        keys: set[str] = set()
+        for rec in iter_records(self.path / JOURNAL_FILE):
+            if rec.get("kind") == "measurement":
+                keys.add(Record.from_dict(rec).key())
+        return keys
+
+    def append(self, rec: Record | Ranking) -> None:
+        if self._file is None:
+            _drop_torn_tail(self.path / JOURNAL_FILE)
+            self._file = os.fdopen(open_append(self.path / JOURNAL_FILE), "a")
+        self._file.write(dumps(rec) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        summary = dict(summary, finished=dt.datetime.now(dt.timezone.utc).isoformat())
+        _write_atomic(self.path / END_FILE, summary)
+
+
+def _drop_torn_tail(path: Path) -> None:
+    """A record cut short by a kill has no newline; appending after it would corrupt the next record too."""
+    if not os.path.lexists(path):
+        return
+    fd = open_append(path)  # refuses a link, FIFO or device before anything is truncated
+    try:
+        size = os.fstat(fd).st_size
+        start = max(0, size - intake.MAX_LINE_BYTES)
+        with open(path, "rb", opener=lambda p, _: os.open(p, os.O_RDONLY | os.O_NOFOLLOW)) as f:
+            f.seek(start)
+            tail = f.read()
+        if tail and not tail.endswith(b"\n"):
+            os.ftruncate(fd, start + tail.rfind(b"\n") + 1)
+    finally:
+        os.close(fd)
+
+
+def iter_journal(path: Path):
+    """Parsed lines of a JSON-lines file (journal, slices); stops at a torn (unterminated) last line rather than
+    failing. Read as collect reads: a regular file only (no link, FIFO or device), bounded, strict JSON."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        return
+    try:
+        data = intake.read_file(path, intake.MAX_JOURNAL_BYTES)
+    except intake.Hostile as exc:
+        raise JournalError(f"{path.parent}/{exc}") from None
+    lines = data.split(b"\n")
+    for lineno, raw in enumerate(lines[:-1], 1):  # the last piece is empty, or a torn line
+        try:
+            yield intake.loads(raw, "the line")
+        except intake.Hostile as exc:
+            raise JournalError(f"{path}: line {lineno}: {exc}") from None
+
+
+def iter_records(path: Path):
+    """As iter_journal, each line checked against the record schema (records.jsonl)."""
+    for lineno, rec in enumerate(iter_journal(path), 1):
+        try:
+            check_record(rec)
+        except SchemaError as exc:
+            raise JournalError(f"{path}: line {lineno}: {exc}") from None
+        yield rec
+
+
+def find_runs(results: Path) -> list[Path]:
+    return sorted(p.parent for p in Path(results).glob(f"*/*/{RUN_FILE}"))

@@ -1,0 +1,217 @@
+"""Paired A/B: stack B judged against stack A on the same GPU in one run, the way an upgrade should be judged.
+
+Two nightly runs on different days differ in more than their stacks (the GPU's state, the host's load, the clock
+it settled at), so an upgrade is measured paired: each stack has its own worker process (a stack is a process
+environment, stacks.py), and the two alternate case by case in ABBA order (A then B on even cases, B then A on
+odd ones) so that a drift of the GPU during the run falls on both alike. Each stack's records go to a run of its
+own (a normal run: collect, compare and report read it), whose fingerprint is taken in that stack's environment,
+and whose options say ``paired = {study, role, stack, gpu}``. With several GPUs the study is replicated on each
+(in parallel, one ABBA leg per GPU); a verdict the legs agree on is confirmed. An A/A study (the same stack on
+both sides) is the proof that the judgement reports nothing where nothing changed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..analysis.compare import Finding, Thresholds, compare_records
+from ..backends import SweepOptions
+from ..core.cases import Case
+from ..core.errors import EXIT_ENVIRONMENT, UserError
+from ..deploy.stacks import Stack
+from . import worker
+from .journal import Journal
+from .sweep import _options_dict, lock_run
+
+ROLES = ("A", "B")
+PROBE_TIMEOUT_S = 600  # a bound, not a measurement: a stack whose libraries do not load in 10 minutes is broken
+
+_PROBE = """
+import json, sys
+from harness.run import sweep
+backends, unavailable, libraries = sweep.load_backends(sys.argv[1].split(","))
+for b in backends.values():  # a backend's first use loads its libraries (torch's cuDNN, onnxruntime's EP)
+    getattr(b, "cuda_reason", lambda: None)()
+cuda, uuid = sweep._cuda_device()
+fp = sweep.take_fingerprint(cuda and sys.argv[2] == "cuda", uuid)
+fp["libraries"] = libraries
+print(json.dumps({"fingerprint": fp, "unavailable": unavailable}))
+"""
+
+
+def probe(stack: Stack, env: dict[str, str], backends: list[str], device: str) -> dict[str, Any]:
+    """The fingerprint of a process on ``stack``: what it loads (path and version), read in that process."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(env, PYTHONPATH=os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])))
+    try:
+        out = subprocess.run([sys.executable, "-c", _PROBE, ",".join(backends), device], env=env,
+                             capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"stack {stack.name}: its process did not load its libraries within {PROBE_TIMEOUT_S} s",
+                        EXIT_ENVIRONMENT) from None
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"stack {stack.name}: its process could not start: {last}", EXIT_ENVIRONMENT)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@dataclass
+class Leg:
+    """One GPU's half of a study: a worker and a run per stack."""
+
+    gpu: str
+    journals: dict[str, Journal] = field(default_factory=dict)
+    pools: dict[str, worker.WorkerPool] = field(default_factory=dict)
+    locks: list[int] = field(default_factory=list)
+
+
+def abba(cases: list[Case]) -> Iterable[tuple[Case, tuple[str, str]]]:
+    """Each case with the order its stacks run in: A, B on even cases, B, A on odd ones."""
+    for i, case in enumerate(cases):
+        yield case, (ROLES if i % 2 == 0 else ROLES[::-1])
+
+
+def run(stacks: dict[str, Stack], cases: list[Case], backend_names: list[str], options: SweepOptions,
+        results: Path, gpus: list[str], log: Callable[[str], None] | None = None,
+        study: str | None = None) -> dict[str, Any]:
+    """Measure the study; returns {"study", "runs": {gpu: {role: run dir}}}."""
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    study = study or f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%SZ}-{stacks['A'].name}-vs-{stacks['B'].name}"
+    legs = []
+    for gpu in gpus:
+        leg = Leg(gpu)
+        for role in ROLES:
+            st = stacks[role]
+            env = st.env()
+            if options.device == "cuda":
+                env["CUDA_VISIBLE_DEVICES"] = gpu
+            got = probe(st, env, backend_names, options.device)
+            fp = got["fingerprint"]
+            fp["stack"] = st.name  # the host stack sets no CONVBENCH_STACK (its image stays "native")
+            meta = {"cases": [c.id for c in cases], "backends": backend_names, "sweep": _options_dict(options),
+                    "paired": {"study": study, "role": role, "stack": st.name, "gpu": gpu,
+                               "other": stacks["B" if role == "A" else "A"].name, "order": "ABBA by case"}}
+            leg.journals[role] = Journal.create(results, fp, meta)
+            leg.locks.append(lock_run(leg.journals[role].path))
+            leg.pools[role] = worker.WorkerPool(leg.journals[role], keep_fds=(leg.locks[-1],), log=log, env=env)
+            log(f"study {study}: GPU {gpu} stack {role}={st.name}: run {leg.journals[role].path.name}, "
+                f"cuDNN {fp['libraries'].get('cudnn', {}).get('version')}")
+        legs.append(leg)
+    errors: list[BaseException] = []
+
+    def measure(leg: Leg) -> None:
+        try:
+            _measure_leg(leg, cases, backend_names, options, log)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller below, after every leg has stopped
+            errors.append(exc)
+
+    threads = [threading.Thread(target=measure, args=(leg,)) for leg in legs]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+    finally:
+        for leg in legs:
+            for pool in leg.pools.values():
+                pool.close()
+            for fd in leg.locks:
+                os.close(fd)
+    return {"study": study, "runs": {leg.gpu: {r: str(j.path) for r, j in leg.journals.items()} for leg in legs}}
+
+
+def _measure_leg(leg: Leg, cases: list[Case], backend_names: list[str], options: SweepOptions,
+                 log: Callable[[str], None]) -> None:
+    backends = {name: worker.resolve_backend(name) for name in backend_names}
+    counts: dict[str, Counter[str]] = {r: Counter() for r in ROLES}
+    for case, order in abba(cases):
+        for role in order:
+            for name, backend in backends.items():
+                combos = backend.combos(case, options)
+                for rec in leg.pools[role].run_slice(name, case, combos, options):
+                    if rec.kind == "measurement":
+                        counts[role][rec.status] += 1
+        log(f"GPU {leg.gpu} {case.id}: " + ", ".join(f"{r} {sum(counts[r].values())}" for r in order))
+    for role in ROLES:
+        leg.journals[role].finish({"counts": dict(counts[role]), "ok": counts[role].get("ok", 0)})
+
+
+# ---- the judgement ---------------------------------------------------------------------------------------------
+
+KINDS = ("time", "bits", "accuracy", "availability", "determinism")
+
+
+def judge(a_records: list[dict[str, Any]], b_records: list[dict[str, Any]],
+          th: Thresholds | None = None) -> dict[str, Any]:
+    """One upgrade verdict per combination: time (faster / slower / same / ambiguous), bits (changed or
+    not), accuracy, availability (status), determinism. The findings are compare's, so the gate, the report and
+    the upgrade page say the same."""
+    th = th or Thresholds()
+    findings = compare_records(a_records, b_records, th)
+    per_key: dict[str, list[Finding]] = {}
+    for f in findings:
+        per_key.setdefault(f.key, []).append(f)
+    counts: Counter[str] = Counter()
+    for fs in per_key.values():
+        for f in fs:
+            counts[f"{_kind(f)}:{f.words}"] += 1
+    both = {r["key"] for r in a_records} & {r["key"] for r in b_records}
+    ran = {r["key"] for r in a_records if r["status"] == "ok"} & {r["key"] for r in b_records if r["status"] == "ok"}
+    timed = {f.key for f in findings if f.kind == "time"}
+    counts["time:same"] = len(ran - timed)
+    return {"combinations": len(both), "both_ok": len(ran), "counts": dict(sorted(counts.items())),
+            "findings": findings}
+
+
+def _kind(f: Finding) -> str:
+    return "bits" if f.kind == "determinism" and "bitwise equal to the base" in f.evidence else f.kind
+
+
+def confirm(legs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Across GPUs: for each (combination, kind), the verdicts of each leg; confirmed when every leg that
+    measured the combination gave the same verdict (with one GPU nothing can be confirmed: ``legs`` = 1)."""
+    seen: dict[tuple[str, str], dict[str, str]] = {}
+    for gpu, judged in legs.items():
+        for f in judged["findings"]:
+            seen.setdefault((f.key, _kind(f)), {})[gpu] = f.words
+    confirmed = sum(1 for v in seen.values() if len(v) == len(legs) and len(set(v.values())) == 1)
+    return {"legs": len(legs), "findings": len(seen), "confirmed": confirmed if len(legs) > 1 else None}
+
+
+# ---- studies in a store ----------------------------------------------------------------------------------------
+
+def studies(store: Any, th: Thresholds | None = None) -> list[dict[str, Any]]:
+    """Every paired study in a store, newest first: its stacks, and per GPU leg the two runs and their judgement
+    (``judge``), with the agreement across legs (``confirm``). What the report's upgrade page shows."""
+    found: dict[str, dict[str, dict[str, Any]]] = {}
+    for run in store.runs():
+        meta = store.run_json(run["id"])
+        p = (meta.get("options") or {}).get("paired")
+        if isinstance(p, dict) and p.get("role") in ROLES and p.get("study"):
+            leg = found.setdefault(str(p["study"]), {}).setdefault(str(p.get("gpu", "0")), {})
+            leg[p["role"]] = {"run": run, "stack": p.get("stack"), "fingerprint": meta["fingerprint"]}
+    out = []
+    for study, legs in sorted(found.items(), reverse=True):
+        judged = {}
+        for gpu, sides in sorted(legs.items()):
+            if set(sides) != set(ROLES):
+                continue  # half a study (one side not collected): nothing to judge
+            j = judge(store.records(sides["A"]["run"]["id"]), store.records(sides["B"]["run"]["id"]), th)
+            judged[gpu] = {**j, "A": sides["A"], "B": sides["B"]}
+        if judged:
+            first = next(iter(judged.values()))
+            out.append({"study": study, "stacks": {r: first[r]["stack"] for r in ROLES}, "legs": judged,
+                        "agreement": confirm(judged)})
+    return out
