@@ -22,13 +22,15 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from harness.core import cases as catalogue  # noqa: E402  (no torch, no CUDA)
-from harness.measurement.fingerprint import gpus  # noqa: E402
+from harness.core import vocab  # noqa: E402,F401  (the suite's parameters: algorithms, maths, dtypes, layouts)
+from harness.run import suite  # noqa: E402  (imports no backend until called)
+from harness.run.suite import BITWISE_STABLE, REL_L2, STATUS, TIME_S, param_key, read_table  # noqa: E402,F401
 
 
 @functools.cache
 def on_gpu() -> bool:
     """Whether NVML sees a GPU (no CUDA context is made); asked once per import, not once per class."""
-    return bool(gpus()[0])
+    return suite.gpus_seen()
 
 
 @functools.cache
@@ -68,13 +70,6 @@ def results_root() -> Path:
     return Path(os.environ.get("CONVBENCH_RESULTS", ROOT / "results")).resolve()
 
 
-# A row of the table asv gets: (status, time_s, rel_l2, bitwise_stable). asv unpickles the whole table in every
-# parameter set's process (about 12,700 in the backward job), so rows are plain tuples and the key strings are
-# interned (pickle then stores each once): for the 4,368 backward-filter rows of the H200 fixture the pickle
-# went from 495 kB to 144 kB and unpickling from 2.3 ms to 0.9 ms (dev VM).
-STATUS, TIME_S, REL_L2, BITWISE_STABLE = range(4)
-
-
 def run_sweep(backend: str, direction: str) -> dict:
     """Measure every combination of ``backend`` in ``direction``; index what the journal holds for asv.
 
@@ -82,41 +77,13 @@ def run_sweep(backend: str, direction: str) -> dict:
     isolated worker processes count, and so do those a shared run (`convbench bench`) already holds. When
     `convbench bench` has swept this backend and direction itself (CONVBENCH_SWEPT), nothing is measured here.
     """
-    from harness.backends import SweepOptions
-    from harness.backends.cudnn import cuda_unavailable_reason
     from harness.run import sweep
 
     swept = f"{backend}:{direction}" in os.environ.get("CONVBENCH_SWEPT", "").split(",")
     run_dir = sweep.shared_run() if swept else None  # measured before asv started: read it, no CUDA here
     if run_dir is None:
-        gpu = cuda_unavailable_reason() is None
-        opts = SweepOptions(directions=(direction,), device="cuda" if gpu else "cpu")
-        run_dir = sweep.run(catalogue.select(case_ids()), [backend], opts, results_root()).path
+        run_dir = suite.sweep_direction(catalogue.select(case_ids()), backend, direction, results_root())
     return read_table(run_dir, backend, direction)
-
-
-def read_table(run_dir: Path, backend: str, direction: str) -> dict:
-    """The table asv's classes read: one row per journaled combination of ``backend`` in ``direction``."""
-    from harness.run.journal import JOURNAL_FILE, iter_journal
-
-    table: dict = {}
-    for rec in iter_journal(run_dir / JOURNAL_FILE):
-        if rec.get("kind") != "measurement" or rec["backend"] != backend or rec["direction"] != direction:
-            continue
-        acc, det, tim = rec.get("accuracy"), rec.get("determinism"), rec.get("time")
-        table[param_key(rec)] = (
-            sys.intern(rec["status"]),
-            tim["median_ms"] / 1e3 if tim else None,
-            acc["rel_l2"] if acc else None,
-            None if det is None else int(bool(det["repeat_equal"]) and det["fresh_handle_equal"] is not False),
-        )
-    return table
-
-
-def param_key(rec: dict) -> tuple:
-    setting = ",".join(f"{k}={v}" for k, v in sorted(rec["settings"].items()) if k != "device") or "-"
-    return tuple(sys.intern(part) for part in
-                 (rec["case"], rec["algo"], rec["math"], rec["dtype"], rec["layout"], setting))
 
 
 def check(cache: dict, key: tuple) -> None:

@@ -8,16 +8,22 @@ the default job; the backward ones run when CONVBENCH_DIRECTIONS names them.
 
 import os
 
-from ._bridge import BITWISE_STABLE, REL_L2, TIME_S, check, param_cases, run_sweep, settle, summary, value
+from ._bridge import (
+    BITWISE_STABLE,
+    REL_L2,
+    TIME_S,
+    check,
+    param_cases,
+    run_sweep,
+    settle,
+    summary,
+    value,
+    vocab,
+)
 
-ALGOS = {
-    "fwd": ("IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING", "WINOGRAD",
-            "WINOGRAD_NONFUSED"),
-    "bwd_data": ("ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"),
-    "bwd_filter": ("ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"),
-}
-MATHS = ["DEFAULT", "TENSOR_OP", "TENSOR_OP_ALLOW_CONVERSION", "FMA"]
-DTYPES = ["fp32", "fp16", "bf16"]
+ALGOS = vocab.ALGOS
+MATHS = list(vocab.MATHS)
+DTYPES = list(vocab.DTYPES)
 DIRECTIONS = os.environ.get("CONVBENCH_DIRECTIONS", "fwd").split(",")
 
 
@@ -57,7 +63,7 @@ class _Numerics:
 
 
 def _time_params(direction):
-    return [param_cases(), list(ALGOS[direction]), MATHS, DTYPES, ["NCHW", "NHWC"]]
+    return [param_cases(), list(ALGOS[direction]), MATHS, DTYPES, list(vocab.LAYOUTS)]
 
 
 def _fwd(self):

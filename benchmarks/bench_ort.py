@@ -9,10 +9,10 @@ Models: CONVBENCH_ORT_MODELS (default resnet50,mobilenetv2).
 import math
 import os
 
-from ._bridge import results_root, settle
+from ._bridge import results_root, settle, suite, vocab
 
 MODELS = [m for m in os.environ.get("CONVBENCH_ORT_MODELS", "resnet50,mobilenetv2").split(",") if m]
-SETTINGS = [f"{s},tf32={t},ws={w}" for s in ("EXHAUSTIVE", "HEURISTIC", "DEFAULT") for t in (0, 1) for w in (0, 1)]
+SETTINGS = [f"{s},tf32={t},ws={w}" for s in vocab.SEARCH_MODES for t in (0, 1) for w in (0, 1)]
 
 
 def _label(rec) -> str:
@@ -24,37 +24,7 @@ def _label(rec) -> str:
 
 def run_grid() -> dict:
     """Every model x setting x io, journaled; returns {(model, setting, io): numbers} for the track_ functions."""
-    from harness.backends.ort import ModelOptions, OrtBackend
-    from harness.measurement import fingerprint
-    from harness.run import sweep
-    from harness.run.journal import Journal
-
-    backend = OrtBackend()
-    # A GPU host asks for the CUDA EP even when this onnxruntime lacks it: those settings become skipped
-    # records that say why (e.g. the CPU-only onnxruntime wheel), not settings that silently never ran.
-    cuda = bool(fingerprint.gpus()[0])
-    opts = ModelOptions(device="cuda" if cuda else "cpu")
-    shared = sweep.shared_run()
-    journal = Journal(shared) if shared else Journal.create(
-        results_root(), fingerprint.take(0 if cuda else None), {"asv": "bench_ort", "models": MODELS})
-    table: dict = {}
-    for model in MODELS:
-        for rec in backend.run_model(model, backend.model_combos(model, opts), opts):
-            journal.append(rec)
-            drift = (rec.extra.get("drift") or {}).get("image", {}).get("all", {})
-            table[(model, _label(rec), rec.settings["io"])] = {
-                "status": rec.status,
-                "reason": rec.reason,
-                "latency_s": rec.time.median_ms / 1e3 if rec.time else None,
-                "session_create_s": (rec.extra.get("session_create_ms") or math.nan) / 1e3,
-                "first_inference_s": (rec.extra.get("first_inference_ms") or math.nan) / 1e3,
-                "rel_l2": rec.accuracy.rel_l2 if rec.accuracy else None,
-                "distinct_outputs": drift.get("distinct"),
-                "max_spread": drift.get("max_spread"),
-            }
-    if not shared:
-        journal.finish({"records": len(table)})
-    return table
+    return suite.ort_grid(MODELS, results_root(), _label)
 
 
 class OrtModels:

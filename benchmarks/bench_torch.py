@@ -17,6 +17,7 @@ from ._bridge import (
     settle,
     summary,
     value,
+    vocab,
 )
 
 DIRECTIONS = os.environ.get("CONVBENCH_DIRECTIONS", "fwd").split(",")
@@ -26,7 +27,7 @@ DIRECTIONS = os.environ.get("CONVBENCH_DIRECTIONS", "fwd").split(",")
 # On a CPU the grid collapses to one setting per dtype/layout (the flags are cuDNN's).
 GPU_GRID = (["fp32/tf32", "fp32/ieee", "fp16", "bf16"],
             [f"benchmark={b},deterministic={d}" for b in (False, True) for d in (False, True)])
-CPU_GRID = (["fp32", "fp16", "bf16"], ["cpu"])
+CPU_GRID = (list(vocab.DTYPES), ["cpu"])
 PRECISIONS, SETTINGS = GPU_GRID if on_gpu() else CPU_GRID
 _TF32 = {"tf32": "True", "ieee": "False", "": "None"}
 _MATH = {"True": "TF32", "False": "IEEE", "None": "DEFAULT"}
@@ -41,7 +42,7 @@ def _key(case, precision, layout, setting):
 
 
 class _Time:
-    params = [param_cases(), PRECISIONS, ["NCHW", "NHWC"], SETTINGS]
+    params = [param_cases(), PRECISIONS, list(vocab.LAYOUTS), SETTINGS]
     param_names = ["case", "precision", "layout", "setting"]
     rounds = repeat = number = 1
 
@@ -61,7 +62,7 @@ class _Numerics:
 
     @staticmethod
     def _group(case, precision, setting):
-        keys = {_key(case, precision, layout, setting) for layout in ("NCHW", "NHWC")}
+        keys = {_key(case, precision, layout, setting) for layout in vocab.LAYOUTS}
         return lambda key: key in keys
 
     def setup(self, cache, case, precision, setting):

@@ -12,6 +12,7 @@ from typing import Protocol
 
 from ..core.cases import Case
 from ..core.records import Ranking, Record
+from ..core.vocab import DTYPES, LAYOUTS
 from ..measurement.timing import TimingPolicy
 
 
@@ -37,8 +38,8 @@ class Combo:
 @dataclass
 class SweepOptions:
     directions: tuple[str, ...] = ("fwd",)
-    dtypes: tuple[str, ...] = ("fp32", "fp16", "bf16")
-    layouts: tuple[str, ...] = ("NCHW", "NHWC")
+    dtypes: tuple[str, ...] = DTYPES
+    layouts: tuple[str, ...] = LAYOUTS
     timing: TimingPolicy = field(default_factory=TimingPolicy)
     repeats: int = 2  # in-place repeats compared bitwise with the first output
     workspace_limit: int = 8 << 30  # bytes; an algorithm asking for more is recorded, not run

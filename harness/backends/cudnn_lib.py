@@ -15,15 +15,12 @@ import os
 from ctypes import POINTER, Structure, byref, c_float, c_int, c_size_t, c_void_p
 from pathlib import Path
 
-FWD_ALGOS = ("IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING", "WINOGRAD",
-             "WINOGRAD_NONFUSED")
-BWD_DATA_ALGOS = ("ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED")
-BWD_FILTER_ALGOS = ("ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING")
-ALGOS = {"fwd": FWD_ALGOS, "bwd_data": BWD_DATA_ALGOS, "bwd_filter": BWD_FILTER_ALGOS}
+from ..core.vocab import ALGOS, BWD_DATA_ALGOS, BWD_FILTER_ALGOS, FWD_ALGOS, MATHS  # noqa: F401 (the enum order)
+
 # cuDNN documents these as non-deterministic (they accumulate with atomics).
 DOCUMENTED_NONDETERMINISTIC = {("bwd_data", "ALGO_0"), ("bwd_filter", "ALGO_0"), ("bwd_filter", "ALGO_3")}
 
-MATH = {"DEFAULT": 0, "TENSOR_OP": 1, "TENSOR_OP_ALLOW_CONVERSION": 2, "FMA": 3}
+MATH = {name: value for value, name in enumerate(MATHS)}  # DEFAULT 0, TENSOR_OP 1, ..._CONVERSION 2, FMA 3
 MATH_NAMES = {v: k for k, v in MATH.items()}
 DATA_TYPE = {"fp32": 0, "fp64": 1, "fp16": 2, "bf16": 9}
 FORMAT = {"NCHW": 0, "NHWC": 1}

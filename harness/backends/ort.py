@@ -35,11 +35,11 @@ import numpy as np
 
 from ..core.cases import Case
 from ..core.records import CRASHED, ERROR, OK, SKIPPED, TIMEOUT, Accuracy, Determinism, Record, Timing
+from ..core.vocab import SEARCH_MODES
 from ..measurement import accuracy
 from ..measurement.timing import TimingPolicy
 from . import Combo, SweepOptions, cudnn_log, models
 
-SEARCH_MODES = ("EXHAUSTIVE", "HEURISTIC", "DEFAULT")
 IO_MODES = ("iobinding", "numpy")
 CUDA_EP = "CUDAExecutionProvider"
 CPU_EP = "CPUExecutionProvider"

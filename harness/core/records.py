@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from .vocab import DIRECTIONS, DTYPES, LAYOUTS, MATHS  # noqa: F401 (the record's vocabulary, importable here too)
+
 SCHEMA_VERSION = 1
 
 # Statuses that are not cuDNN's own. cuDNN statuses are kept verbatim (e.g. "CUDNN_STATUS_NOT_SUPPORTED").
@@ -34,11 +36,6 @@ def wholly_failed(pairs) -> list[str]:
     for group, status in pairs:
         seen[group] = seen.get(group, True) and status in FAILED
     return sorted(g for g, all_failed in seen.items() if all_failed)
-
-DIRECTIONS = ("fwd", "bwd_data", "bwd_filter")
-DTYPES = ("fp32", "fp16", "bf16")
-LAYOUTS = ("NCHW", "NHWC")
-MATHS = ("DEFAULT", "TENSOR_OP", "TENSOR_OP_ALLOW_CONVERSION", "FMA")
 
 
 @dataclass

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..core.cases import Case
 from ..core.records import Accuracy
+from ..core.vocab import expected_class  # noqa: F401 (callers read it here too)
 
 U = {"fp32": 2.0**-24, "tf32": 2.0**-11, "fp16": 2.0**-11, "bf16": 2.0**-8}
 BOUND_FP32 = 2.0**-17.5
@@ -68,11 +69,6 @@ def precision_class(rel_l2: float, dtype: str, bad_elements: int, reduction: int
     if rel_l2 <= BOUND_10BIT:
         return "fp16" if dtype == "fp16" else "tf32"
     return "bf16"
-
-
-def expected_class(dtype: str) -> str:
-    """The class an output of this dtype lands in when nothing reduced the precision of the arithmetic."""
-    return {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}[dtype]
 
 
 def case_seed(case: Case, role: str) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.records import OK  # noqa: F401  (kept for page modules that filter by status)
+from ..core.vocab import SEARCH_MODES as ORT_MODES
 from .fmt import settings_str
 from .model import MAX_ROWS
 
@@ -78,9 +79,6 @@ def findings(g: dict[str, Any]) -> dict[str, Any]:
             "n_unstable": sum(1 for t in tune if t["rank"] <= 1),
             "n_same_bits": sum(1 for t in tune if t["rank"] == 2),
             "n_near": sum(1 for t in tune if t["rank"] == 3)}
-
-
-ORT_MODES = ("EXHAUSTIVE", "HEURISTIC", "DEFAULT")
 
 
 def ort(g: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..core.errors import UserError
 from ..core.records import DIRECTIONS
+from .suite import read_table
 
 MAX_REGEX_CHARS = 100_000  # one argv string may hold 128 KiB on Linux
 
@@ -107,8 +108,6 @@ def selection(root: Path, regexes: list[str], run_dir: Path, cases: list[str]) -
     ``run_dir`` and the class's own ``setup`` refuses it with NotImplementedError. With nothing left out and no
     user regex, the regex list is empty: asv runs everything.
     """
-    from benchmarks import _bridge
-
     patterns = _patterns(regexes)
     out: list[str] = []
     run = skipped = 0
@@ -124,7 +123,7 @@ def selection(root: Path, regexes: list[str], run_dir: Path, cases: list[str]) -
             if tag is not None:
                 table = tables.get(tag)
                 if table is None:
-                    table = tables[tag] = _bridge.read_table(run_dir, *tag)
+                    table = tables[tag] = read_table(run_dir, *tag)
                 for v, _ in sets:
                     if v not in has_data:
                         has_data[v] = _has_data(cls, table, v)

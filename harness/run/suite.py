@@ -1,0 +1,105 @@
+"""What the asv suite (benchmarks/) asks of the library, in one place: the suite imports harness.core and this.
+
+asv imports the suite in processes that must not touch CUDA, so nothing here imports torch, onnxruntime or a
+backend at import time; each function imports what it uses when called. The table rows asv's classes read are
+built here too, so `convbench bench`'s selection (asvselect.py) reads a sweep the same way the suite does
+without importing the suite.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..core.cases import Case
+
+# A row of the table asv gets: (status, time_s, rel_l2, bitwise_stable). asv unpickles the whole table in every
+# parameter set's process (about 12,700 in the backward job), so rows are plain tuples and the key strings are
+# interned (pickle then stores each once): for the 4,368 backward-filter rows of the H200 fixture the pickle
+# went from 495 kB to 144 kB and unpickling from 2.3 ms to 0.9 ms (dev VM).
+STATUS, TIME_S, REL_L2, BITWISE_STABLE = range(4)
+
+
+def gpus_seen() -> bool:
+    """Whether NVML sees a GPU; NVML creates no CUDA context, so the suite may ask at import."""
+    from ..measurement import fingerprint
+
+    return bool(fingerprint.gpus()[0])
+
+
+def sweep_direction(cases: list[Case], backend: str, direction: str, results_root: Path) -> Path:
+    """Sweep every combination of ``backend`` in ``direction`` into a new run under ``results_root``; its path.
+
+    On the GPU when CUDA is usable here, else on the CPU."""
+    from ..backends import SweepOptions
+    from ..backends.cudnn import cuda_unavailable_reason
+    from . import sweep
+
+    gpu = cuda_unavailable_reason() is None
+    opts = SweepOptions(directions=(direction,), device="cuda" if gpu else "cpu")
+    return sweep.run(cases, [backend], opts, results_root).path
+
+
+def read_table(run_dir: Path, backend: str, direction: str) -> dict:
+    """The table asv's classes read: one row per journaled combination of ``backend`` in ``direction``."""
+    from .journal import JOURNAL_FILE, iter_journal
+
+    table: dict = {}
+    for rec in iter_journal(run_dir / JOURNAL_FILE):
+        if rec.get("kind") != "measurement" or rec["backend"] != backend or rec["direction"] != direction:
+            continue
+        acc, det, tim = rec.get("accuracy"), rec.get("determinism"), rec.get("time")
+        table[param_key(rec)] = (
+            sys.intern(rec["status"]),
+            tim["median_ms"] / 1e3 if tim else None,
+            acc["rel_l2"] if acc else None,
+            None if det is None else int(bool(det["repeat_equal"]) and det["fresh_handle_equal"] is not False),
+        )
+    return table
+
+
+def param_key(rec: dict) -> tuple:
+    setting = ",".join(f"{k}={v}" for k, v in sorted(rec["settings"].items()) if k != "device") or "-"
+    return tuple(sys.intern(part) for part in
+                 (rec["case"], rec["algo"], rec["math"], rec["dtype"], rec["layout"], setting))
+
+
+def ort_grid(models: list[str], results_root: Path, label: Callable[[Any], str]) -> dict:
+    """Every model x setting x io of onnxruntime, journaled; {(model, label(record), io): numbers}.
+
+    Into the run `convbench bench` shares when there is one, else into a new run under ``results_root``.
+    """
+    from ..backends import ort
+    from ..measurement import fingerprint
+    from . import sweep
+    from .journal import Journal
+
+    backend = ort.OrtBackend()
+    # A GPU host asks for the CUDA EP even when this onnxruntime lacks it: those settings become skipped
+    # records that say why (e.g. the CPU-only onnxruntime wheel), not settings that silently never ran.
+    cuda = bool(fingerprint.gpus()[0])
+    opts = ort.ModelOptions(device="cuda" if cuda else "cpu")
+    shared = sweep.shared_run()
+    journal = Journal(shared) if shared else Journal.create(
+        results_root, fingerprint.take(0 if cuda else None), {"asv": "bench_ort", "models": models})
+    table: dict = {}
+    for model in models:
+        for rec in backend.run_model(model, backend.model_combos(model, opts), opts):
+            journal.append(rec)
+            drift = (rec.extra.get("drift") or {}).get("image", {}).get("all", {})
+            table[(model, label(rec), rec.settings["io"])] = {
+                "status": rec.status,
+                "reason": rec.reason,
+                "latency_s": rec.time.median_ms / 1e3 if rec.time else None,
+                "session_create_s": (rec.extra.get("session_create_ms") or math.nan) / 1e3,
+                "first_inference_s": (rec.extra.get("first_inference_ms") or math.nan) / 1e3,
+                "rel_l2": rec.accuracy.rel_l2 if rec.accuracy else None,
+                "distinct_outputs": drift.get("distinct"),
+                "max_spread": drift.get("max_spread"),
+            }
+    if not shared:
+        journal.finish({"records": len(table)})
+    return table
