@@ -1,0 +1,135 @@
+"""The layout of harness/ as a contract: each sub-package is a layer, and a layer imports only layers below it.
+
+    core < measurement < backends < deploy < analysis < run < collect < report < cli
+
+Every import counts, those inside functions too (a lazy import is still a dependency). The asv suite
+(benchmarks/) may import only harness.core and harness.run: asv imports it in processes that must not touch
+CUDA, and run.suite imports nothing heavy until called. docs/architecture.md explains the order.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = ("core", "measurement", "backends", "deploy", "analysis", "run", "collect", "report", "cli")
+# Modules left at the top of harness/, with the layer they belong to and why they are not inside it.
+TOP_LEVEL = {
+    "harness": "core",  # the package itself: __version__ only
+    # asv.conf.json names the plugin ".harness.asvplugin" (in a checkout and in the wheel's shipped copy), so
+    # its import name is part of the asv configuration users hold; it serves `convbench bench` (run layer)
+    "harness.asvplugin": "run",
+}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted((ROOT / "harness").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """Absolute names of the harness modules (or names inside them) ``path`` imports, anywhere in the file."""
+    is_pkg = path.name == "__init__.py"
+    package = name if is_pkg else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            for a in node.names:  # `from . import x` imports the module x when there is one
+                sub = f"{module}.{a.name}"
+                found.add(sub if sub in MODULES else module)
+    return {m for m in found if m == "harness" or m.startswith("harness.")}
+
+
+def layer(module: str) -> str:
+    while module not in MODULES and "." in module:
+        module = module.rpartition(".")[0]  # a name inside a module: the module's layer
+    if module in TOP_LEVEL:
+        return TOP_LEVEL[module]
+    parts = module.split(".")
+    assert len(parts) >= 2 and parts[1] in LAYERS, f"{module} is in no layer: put it in a sub-package"
+    return parts[1]
+
+
+def test_every_module_is_in_a_layer():
+    for name in MODULES:
+        assert layer(name) in LAYERS, name
+
+
+def test_no_layer_imports_a_layer_above_it():
+    upward = []
+    for name, path in MODULES.items():
+        mine = LAYERS.index(layer(name))
+        for target in _imports(name, path):
+            if LAYERS.index(layer(target)) > mine:
+                upward.append(f"{name} ({layer(name)}) imports {target} ({layer(target)})")
+    assert not upward, "\n".join(upward)
+
+
+def test_no_import_cycle_between_sub_packages():
+    edges: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        edges.setdefault(layer(name), set()).update(layer(t) for t in _imports(name, path) if layer(t) != layer(name))
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        for nxt in edges.get(start, ()):
+            if nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})):
+                return True
+        return False
+
+    cycles = [pkg for pkg in edges if reaches(pkg, pkg, {pkg})]
+    assert not cycles, cycles
+
+
+def test_the_asv_suite_imports_only_the_core_and_the_run_layer():
+    wrong = []
+    for path in sorted((ROOT / "benchmarks").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            for module in names:
+                if module.split(".")[0] == "harness" and layer(module) not in ("core", "run"):
+                    wrong.append(f"{path.name}: {module}")
+                if module == "harness":
+                    wrong.append(f"{path.name}: import harness (name the layer)")
+    assert not wrong, wrong
+
+
+def test_the_core_imports_neither_torch_nor_another_layer():
+    heavy = {"torch", "onnxruntime", "onnx", "numpy", "jinja2", "docker", "pynvml", "sqlite3", "asv"}
+    for name, path in MODULES.items():
+        if layer(name) != "core" or name == "harness":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                roots = {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                roots = {(node.module or "").split(".")[0]}
+            else:
+                continue
+            assert not roots & heavy, f"{name} imports {roots & heavy}"
+
+
+def test_the_library_does_not_import_the_asv_suite():
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("benchmarks"):
+                raise AssertionError(f"{name} imports {node.module}")
+            if isinstance(node, ast.Import) and any(a.name.startswith("benchmarks") for a in node.names):
+                raise AssertionError(f"{name} imports the asv suite")
