@@ -80,19 +80,6 @@ def test_refuses_foreign_sqlite_and_other_store_schema(tmp_path):
         Store(tmp_path / "missing.sqlite", create=False)
 
 
-def test_latest_runs_picks_newest_per_machine_and_image(tmp_path):
-    for i in range(3):
-        write_run(tmp_path / "r", "m1", "img1", T0 + dt.timedelta(days=i), [record("a", median=1.0 + i)])
-    write_run(tmp_path / "r", "m1", "img2", T0 + dt.timedelta(days=5), [record("a")])
-    write_run(tmp_path / "r", "m2", "img1", T0, [record("a")], gpu=None)
-    collect(tmp_path / "s.sqlite", [tmp_path / "r"])
-    with Store(tmp_path / "s.sqlite") as s:
-        latest = {(r["machine"], r["image"]): r for r in s.latest_runs()}
-        assert set(latest) == {("m1", "img1"), ("m1", "img2"), ("m2", "img1")}
-        assert latest[("m1", "img1")]["night"] == "2026-01-03"
-        assert latest[("m2", "img1")]["hardware"] == "cpu" and latest[("m1", "img2")]["gpu_model"] == "NVIDIA H200"
-
-
 def test_packed_records_read_back_exactly(tmp_path):
     """run_records packs a run's records (float64 columns, JSON texts, float32 samples): every value a journal
     wrote comes back, nulls stay null, integers stay integers, and a combination written twice keeps the last."""

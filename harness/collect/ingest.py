@@ -13,7 +13,6 @@ import contextlib
 import datetime as dt
 import gc
 import hashlib
-import io
 import itertools
 import json
 import multiprocessing as mp
@@ -809,12 +808,3 @@ def read_runs_into(store: Store, paths: list[str | Path]) -> Summary:
                 setattr(summary, outcome, getattr(summary, outcome) + 1)
                 summary.records += value
     return summary
-
-
-def tar_bytes_of_runs(run_dirs: list[Path]) -> bytes:
-    """A .tar.gz of run directories, in memory (tests and fixtures use it)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for d in run_dirs:
-            tar.add(d, arcname=f"{d.parent.name}/{d.name}")
-    return buf.getvalue()

@@ -478,11 +478,6 @@ class Store:
                                         (run_pk,)).fetchone()
         return {"fingerprint": json.loads(fp), "options": json.loads(opts), "end": json.loads(end) if end else None}
 
-    def latest_runs(self) -> list[dict[str, Any]]:
-        """The newest run of every (machine, image), the unit most comparisons start from."""
-        return self.runs("id IN (SELECT id FROM runs r WHERE started = (SELECT max(started) FROM runs s "
-                         "WHERE s.machine = r.machine AND s.image = r.image))")
-
     def record_count(self) -> int:
         return self.db.execute("SELECT coalesce(sum(n), 0) FROM run_records").fetchone()[0]
 
