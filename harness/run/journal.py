@@ -156,10 +156,23 @@ class Journal:
         self._file.flush()
         os.fsync(self._file.fileno())
 
-    def finish(self, summary: dict[str, Any]) -> None:
+    def close(self) -> None:
+        """Close the append handle; the next append reopens it. Between writers of one journal (a worker pool's
+        parent and its child processes) each closes before the other writes."""
         if self._file is not None:
             self._file.close()
             self._file = None
+
+    def repair(self) -> int:
+        """Close, drop a last line torn by a writer that was killed mid-write, and return where the complete
+        lines end (the offset a reader of new records starts from)."""
+        self.close()
+        path = self.path / JOURNAL_FILE
+        _drop_torn_tail(path)
+        return path.stat().st_size if path.exists() else 0
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        self.close()
         summary = dict(summary, finished=dt.datetime.now(dt.timezone.utc).isoformat())
         _write_atomic(self.path / END_FILE, summary)
 

@@ -34,7 +34,7 @@ from ..backends import Combo, SweepOptions, get_backend
 from ..core.cases import Case
 from ..core.explain import explain
 from ..core.records import CRASHED, ERROR, OOM, TIMEOUT, Ranking, Record
-from .journal import JOURNAL_FILE, Journal, _drop_torn_tail
+from .journal import JOURNAL_FILE, Journal
 from .slicetime import SliceClock
 
 DEFAULT_TIMEOUT_S = 600.0  # no new record for this long: the watchdog ends the worker
@@ -117,12 +117,6 @@ def _limit_memory(limit: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (want, hard))
 
 
-def _close(journal: Journal) -> None:
-    if journal._file is not None:
-        journal._file.close()
-        journal._file = None
-
-
 def _run_slice(msg: dict[str, Any]) -> tuple:
     """Measure one slice, journaling each record; the reply says how it ended."""
     journal = Journal(Path(msg["run_dir"]))
@@ -144,16 +138,16 @@ def _run_slice(msg: dict[str, Any]) -> tuple:
                 rec.explanation = explain(rec)
             journal.append(rec)
             if broken:
-                _close(journal)
+                journal.close()
                 return ("failed", CRASHED, "", False)
     except MemoryError as exc:
-        _close(journal)
+        journal.close()
         return ("failed", OOM, _one_line(f"MemoryError: {exc}" if str(exc) else "MemoryError"), True)
     except Exception as exc:  # noqa: BLE001 - a backend must not raise; when one does, the slice says so
-        _close(journal)
+        journal.close()
         kind = OOM if any(w in f"{type(exc).__name__} {exc}" for w in _OOM_WORDS) else ERROR
         return ("failed", kind, _one_line(f"{type(exc).__name__}: {exc}"), True)
-    _close(journal)
+    journal.close()
     clock.write(journal.path)
     broken = _cuda_broken()
     if broken:  # the last record was fine, yet the context is not: do not hand it another slice
@@ -269,9 +263,7 @@ class WorkerPool:
 
     def _end(self) -> int:
         """Drop a torn tail a dead child may have left, and return where complete lines end."""
-        _close(self.journal)
-        _drop_torn_tail(self.path)
-        return self.path.stat().st_size if self.path.exists() else 0
+        return self.journal.repair()
 
     def _read_from(self, offset: int) -> tuple[list[dict[str, Any]], int]:
         if not self.path.exists():
@@ -285,7 +277,7 @@ class WorkerPool:
     def _journal(self, rec: Record) -> Record:
         rec.explanation = explain(rec)
         self.journal.append(rec)
-        _close(self.journal)
+        self.journal.close()
         return rec
 
     def run_slice(self, backend: str, case: Case, combos: list[Combo],
