@@ -30,8 +30,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.backends import models  # noqa: E402
-from harness.backends.ort import CPU_EP, CUDA_EP, OrtBackend, WorkerRun, _provider_options, run_workers  # noqa: E402
+from harness.backends.ort import (  # noqa: E402
+    CPU_EP,
+    CUDA_EP,
+    OrtBackend,
+    WorkerRun,
+    models,  # noqa: E402
+    run_workers,
+)
+from harness.backends.ort.options import _provider_options  # noqa: E402
 
 AGREEMENT = 0.05
 GRID_BUDGET_S = 300.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from skimage import data
 
-from harness.backends import models
+from harness.backends.ort import models
 
 crops = {name: models.imagenet_crop(getattr(data, name)()) for name in models.SAMPLE_IMAGES}
 with open(models.SAMPLE_DATA, "wb") as f:

@@ -9,7 +9,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 
-from harness.backends import models  # noqa: E402
+from harness.backends.ort import models  # noqa: E402
 from harness.core import cases  # noqa: E402
 from harness.measurement import accuracy  # noqa: E402
 

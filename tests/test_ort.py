@@ -11,17 +11,15 @@ pytest.importorskip("onnx")
 pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
-from harness.backends import (
-    SweepOptions,  # noqa: E402
-    cudnn_log,  # noqa: E402
-)
-from harness.backends.ort import (
+from harness.backends import SweepOptions  # noqa: E402
+from harness.backends.ort import (  # noqa: E402
     CPU_EP,
     CUDA_EP,
     ModelOptions,
     OrtBackend,
     WorkerRun,
     api_logged_settings,
+    cudnn_log,
     default_parallel,
     expected_conv_path,
     model_accuracy,
@@ -185,7 +183,7 @@ def test_cpu_ep_model_records_are_complete(cpu_records):
 def test_record_hash_is_accuracy_output_hash_of_the_saved_output(cpu_records, tmp_path):
     import onnxruntime as ort
 
-    from harness.backends import models
+    from harness.backends.ort import models
 
     r = cpu_records[0]
     built = models.build("mobilenetv2", 1, tmp_path)
@@ -321,7 +319,7 @@ def test_grid_command_writes_a_run_journal(tmp_path, capsys, monkeypatch):
 
 def test_grid_command_fails_when_every_record_of_a_model_failed(tmp_path, capsys, monkeypatch):
     """As it did in the images before the crops shipped: the input cannot be made, every record is an error."""
-    from harness.backends import models
+    from harness.backends.ort import models
 
     def no_input(*_):
         raise RuntimeError("scikit-image is needed for the real-image input")
@@ -338,7 +336,7 @@ def test_grid_command_fails_when_every_record_of_a_model_failed(tmp_path, capsys
 
 
 def test_worker_environment_switches_each_log_on_its_own(monkeypatch):
-    from harness.backends.ort import _worker_env
+    from harness.backends.ort.sessions import _worker_env
 
     monkeypatch.setenv("CUDNN_LOGLEVEL_DBG", "3")  # a parent's own setting must not leak into unlogged workers
     assert not {k for k in _worker_env(None, None) if k.startswith("CUDNN_")}

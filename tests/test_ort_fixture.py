@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.backends import cudnn_log
+from harness.backends.ort import cudnn_log
 from harness.core.records import OK, Record
 from harness.run.journal import JOURNAL_FILE, iter_journal
 from harness.run.ort_grid import seed_rows

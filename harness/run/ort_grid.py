@@ -16,8 +16,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from ..backends import models
-from ..backends.ort import CUDA_EP, ModelOptions, OrtBackend
+from ..backends.ort import CUDA_EP, ModelOptions, OrtBackend, models
 from ..core.records import OK, Record, wholly_failed
 from ..measurement import fingerprint
 from .journal import JOURNAL_FILE, Journal, iter_journal

@@ -5,7 +5,7 @@ must be logged has to start with them set; and "fresh process" is one of the rep
 needs. The worker imports neither torch nor anything that loads CUDA besides onnxruntime, so the cuDNN it
 logs is the one onnxruntime loaded by itself.
 
-Usage: python -m harness.backends.ort_worker JOB.json   (the parent writes the job, reads JOB's "result" file)
+Usage: python -m harness.backends.ort.worker JOB.json   (the parent writes the job, reads JOB's "result" file)
 
 Each configuration of the job gets ``sessions`` fresh InferenceSessions in this process. Every session runs
 each input once through I/O binding (device-resident input, output buffer poisoned with a NaN pattern first),
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..measurement.accuracy import POISON_BITS
-from ..measurement.timing import HostTimer, TimingPolicy, summarize
+from ...measurement.accuracy import POISON_BITS
+from ...measurement.timing import HostTimer, TimingPolicy, summarize
 
 CONV_OPS = ("Conv", "FusedConv", "NhwcConv")
 _NP = {"tensor(float)": (np.float32, "fp32", np.uint32), "tensor(float16)": (np.float16, "fp16", np.uint16)}
@@ -214,7 +214,7 @@ def profile_agreement(job: dict) -> dict:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m harness.backends.ort_worker JOB.json", file=sys.stderr)
+        print("usage: python -m harness.backends.ort.worker JOB.json", file=sys.stderr)
         return 2
     job = json.loads(Path(argv[0]).read_text())
     result = profile_agreement(job) if job.get("mode") == "profile_agreement" else Worker(job).run()

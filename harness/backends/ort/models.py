@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.cases import Case
-from ..measurement.digest import sha256_file
+from ...core.cases import Case
+from ...measurement.digest import sha256_file
 
 BUILDER_VERSION = 1  # bump when a graph or its weights change: cached files are keyed by it
 OPSET = 17
@@ -38,7 +38,7 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 BN_EPS = 1e-5
 MODELS = ("resnet50", "mobilenetv2")
 SAMPLE_IMAGES = ("astronaut", "chelsea", "coffee")  # scikit-image's sample photographs, cropped
-SAMPLE_DATA = Path(__file__).resolve().parents[1] / "data" / "sample_images.npz"
+SAMPLE_DATA = Path(__file__).resolve().parents[2] / "data" / "sample_images.npz"
 
 
 class UnknownModel(KeyError):
@@ -506,7 +506,7 @@ def build_conv_case(case: Case, dtype: str, directory: Path | None = None) -> tu
     """(path, sha256) of the single-Conv model of ``case`` in ``dtype``, weights from accuracy.host_inputs."""
     import onnx
 
-    from ..measurement.accuracy import host_inputs
+    from ...measurement.accuracy import host_inputs
 
     directory = Path(directory) if directory else cache_dir()
     directory.mkdir(parents=True, exist_ok=True)
