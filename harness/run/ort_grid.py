@@ -6,20 +6,42 @@ Records go to DIR/<machine>/<run_id>/records.jsonl as they are made (the same ru
 sweep`), the first drift worker's cuDNN logs to .../cudnn_logs/ (gzipped), and the end prints what the
 records say about the seed question: how many distinct outputs each search mode gave across fresh sessions
 and fresh processes, and which conv engines differed.
+
+As `convbench sweep` does, on CUDA (or with --isolate) each model runs in the sweep's worker pool
+(run/worker.py): a model whose process crashes, hangs or runs out of memory becomes records with that
+status, the rest of it goes to a fresh worker, and the run lock keeps a second writer out. --resume RUN_DIR
+continues an interrupted run without measuring again what its journal holds.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 from ..backends.ort import CUDA_EP, ModelOptions, OrtBackend, models
+from ..backends.ort.model_runs import ModelSubject
+from ..core.errors import UserError
 from ..core.records import OK, Record, wholly_failed
 from ..measurement import fingerprint
-from .journal import JOURNAL_FILE, Journal, iter_journal
+from . import worker
+from .journal import JOURNAL_FILE, Journal, JournalError, iter_journal
+from .sweep import lock_run
+
+# the pool's runner for one model (worker.load_runner); named by its module, as this one may run as __main__
+RUNNER = "harness.backends.ort.model_runs:ModelRunner"
+
+
+def slice_timeout(opts: ModelOptions, n_combos: int) -> float:
+    """The pool's watchdog for one model: records come when its session workers end, and each of those has its
+    own watchdog (worker_timeout_s), so a model may take as long as its workers, one batch after another."""
+    settings = max(1, n_combos // 2)  # two io modes per setting
+    batches = math.ceil(settings * opts.processes / max(1, opts.parallel or 1)) + 1
+    return max(worker.DEFAULT_TIMEOUT_S, opts.worker_timeout_s * batches)
 
 
 def seed_table(records) -> list[str]:
@@ -99,11 +121,18 @@ def main(argv: list[str] | None = None) -> int:
                          "first setting per search mode (faster; the frontend log still names every engine)")
     ap.add_argument("--summarize", type=Path, metavar="RUN_DIR",
                     help="measure nothing: print the seed table of an existing run directory")
+    ap.add_argument("--resume", type=Path, metavar="RUN_DIR",
+                    help="continue an interrupted run: what its journal holds is not measured again")
+    iso = ap.add_mutually_exclusive_group()
+    iso.add_argument("--isolate", dest="isolate", action="store_true", default=None,
+                     help="each model in the sweep's worker pool (the default on CUDA)")
+    iso.add_argument("--no-isolate", dest="isolate", action="store_false",
+                     help="each model in this process (the default on the CPU)")
     args = ap.parse_args(argv)
     if args.summarize:
         return summarize(args.summarize)
-    if args.out is None:
-        ap.error("--out is required (or --summarize RUN_DIR to read a run)")
+    if args.out is None and args.resume is None:
+        ap.error("--out is required (or --summarize RUN_DIR to read a run, --resume RUN_DIR to continue one)")
     wanted = [m for m in args.models.split(",") if m]
     try:
         for m in wanted:
@@ -125,22 +154,59 @@ def main(argv: list[str] | None = None) -> int:
     opts = ModelOptions(device=args.device, batch=args.batch, sessions=args.sessions, processes=args.processes,
                         parallel=args.parallel, log=not args.no_logs, cpu_ep=not args.no_cpu_ep,
                         api_log=args.api_log)
-    fp = fingerprint.take(0 if args.device == "cuda" else None)
-    journal = Journal.create(args.out, fp, {"ort_grid": vars(args) | {"out": str(args.out)}, "models": wanted})
+    if args.resume is not None:
+        try:
+            journal = Journal(args.resume)
+        except JournalError as exc:
+            print(f"ort_grid: error: {exc}", file=sys.stderr)
+            return 2
+        if "ort_grid" not in (journal.meta.get("options") or {}):
+            print(f"ort_grid: error: {args.resume} is not a run of this command", file=sys.stderr)
+            return 2
+    else:
+        fp = fingerprint.take(0 if args.device == "cuda" else None)
+        journal = Journal.create(args.out, fp, {"ort_grid": vars(args) | {"out": str(args.out),
+                                                                           "resume": None}, "models": wanted})
     opts.keep_logs = None if args.no_logs else str(journal.path / "cudnn_logs")
     print(f"run directory: {journal.path}", flush=True)
+    isolate = args.device == "cuda" if args.isolate is None else args.isolate
     t0 = time.monotonic()
-    kept = []
+    done = journal.done_keys()
+    kept = [Record.from_dict(d) for d in iter_journal(journal.path / JOURNAL_FILE)
+            if d.get("kind") == "measurement"] if done else []
     counts: dict[str, int] = defaultdict(int)
+    for rec in kept:
+        counts[rec.status] += 1
+    try:
+        lock = lock_run(journal.path)
+    except UserError as exc:
+        print(f"ort_grid: error: {exc}", file=sys.stderr)
+        return 3
+    pool = worker.WorkerPool(journal, keep_fds=(lock,), log=lambda msg: print(msg, file=sys.stderr, flush=True)) \
+        if isolate else None
     try:
         for m in wanted:
-            for rec in backend.run_model(m, backend.model_combos(m, opts), opts):
-                journal.append(rec)
-                kept.append(rec)
-                counts[rec.status] += 1
+            subject = ModelSubject(m)
+            combos = [c for c in backend.model_combos(m, opts) if c.key(subject, backend.name) not in done]
+            if not combos:
+                continue
+            if pool is not None:
+                pool.timeout_s = slice_timeout(opts, len(combos))
+                made = pool.run_slice(backend.name, subject, combos, opts, runner=RUNNER, finalize=False)
+            else:
+                made = _in_process(journal, backend.run_model(m, combos, opts))
+            for rec in made:
+                if rec.kind == "measurement":
+                    kept.append(rec)
+                    counts[rec.status] += 1
     except KeyboardInterrupt:
-        print("ort_grid: interrupted; what was measured is in the journal", file=sys.stderr)
+        print("ort_grid: interrupted; what was measured is in the journal (--resume RUN_DIR continues it)",
+              file=sys.stderr)
         return 130
+    finally:
+        if pool is not None:
+            pool.close()
+        os.close(lock)
     seconds = time.monotonic() - t0
     journal.finish({"records": len(kept), "by_status": dict(counts), "seconds": seconds,
                     "clocks_after": fingerprint.clocks(0) if args.device == "cuda" else None})
@@ -153,6 +219,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ort_grid: error: every record of {', '.join(failed)} failed (first: {first.reason})", file=sys.stderr)
         return 1
     return 0
+
+
+def _in_process(journal: Journal, records):
+    for rec in records:
+        journal.append(rec)
+        yield rec
 
 
 def summarize(run_dir: Path) -> int:

@@ -77,6 +77,18 @@ def backend_names() -> tuple[str, ...]:
     return BACKENDS + (("faulty",) if _test_backend() else ())
 
 
+def load_runner(spec: str):
+    """A slice runner named ``"package.module:Name"`` (a class with ``name`` and ``run(subject, combos, options)``),
+    instantiated: how a driver that is not a registered backend (the onnxruntime model grid) runs its slices
+    through the same pool, with the same crash, timeout and OOM records."""
+    import importlib
+
+    module, _, attr = spec.partition(":")
+    if not module.startswith("harness.") or not attr:
+        raise ValueError(f"slice runner {spec!r} is not a harness class")
+    return getattr(importlib.import_module(module), attr)()
+
+
 def classify(rec: Record) -> Record:
     """An error record whose reason is an out-of-memory error gets the out_of_memory status."""
     if rec.status == ERROR and rec.reason and any(w in rec.reason for w in _OOM_WORDS):
@@ -120,7 +132,8 @@ def _limit_memory(limit: int | None) -> None:
 def _run_slice(msg: dict[str, Any]) -> tuple:
     """Measure one slice, journaling each record; the reply says how it ended."""
     journal = Journal(Path(msg["run_dir"]))
-    backend = resolve_backend(msg["backend"])
+    backend = load_runner(msg["runner"]) if msg.get("runner") else resolve_backend(msg["backend"])
+    finalize = msg.get("finalize", True)
     _limit_memory(msg.get("memory_limit"))
     clock = SliceClock(msg["backend"], msg["case"].id)
     try:
@@ -128,14 +141,16 @@ def _run_slice(msg: dict[str, Any]) -> tuple:
             clock.tick(rec)
             broken = None
             if rec.kind == "measurement":
-                classify(rec)
+                if finalize:
+                    classify(rec)
                 if rec.status != "ok" or any(w in (rec.reason or "") for w in _STICKY_CUDA):
                     broken = _cuda_broken()
                 if broken:
                     rec.status = CRASHED
                     rec.reason = _one_line(f"corrupted the CUDA context ({rec.reason or broken}); the rest of "
                                            "the case continues in a fresh worker")
-                rec.explanation = explain(rec)
+                if finalize or broken:
+                    rec.explanation = explain(rec)
             journal.append(rec)
             if broken:
                 journal.close()
@@ -280,9 +295,14 @@ class WorkerPool:
         self.journal.close()
         return rec
 
-    def run_slice(self, backend: str, case: Case, combos: list[Combo],
-                  options: SweepOptions) -> Iterator[Record | Ranking]:
-        """Yield the slice's records as they are journaled: by the child, or by the parent for a failure."""
+    def run_slice(self, backend: str, case: Case, combos: list[Combo], options: SweepOptions,
+                  runner: str | None = None, finalize: bool = True) -> Iterator[Record | Ranking]:
+        """Yield the slice's records as they are journaled: by the child, or by the parent for a failure.
+
+        ``runner`` (load_runner) runs the slice instead of the backend named ``backend``, which still names the
+        records; ``case`` is then whatever the runner measures (it needs an ``id``). ``finalize=False`` leaves
+        the classification and explanation of the records to the runner (a crash record is still explained).
+        """
         remaining = {c.key(case, backend): c for c in combos}
         failures = 0
         while remaining:
@@ -293,7 +313,7 @@ class WorkerPool:
             oom_before = _oom_kills()
             child.conn.send({"run_dir": str(self.journal.path), "backend": backend, "case": case,
                              "combos": list(remaining.values()), "options": options,
-                             "memory_limit": self.memory_limit})
+                             "memory_limit": self.memory_limit, "runner": runner, "finalize": finalize})
             reply, killed, finished = None, False, False
             last = time.monotonic()
             while True:

@@ -11,6 +11,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -367,3 +368,25 @@ class ModelRuns:
 
 def _slug(key: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in key.replace("ExecutionProvider", ""))
+
+
+@dataclass(frozen=True)
+class ModelSubject:
+    """One model as a slice of the sweep's worker pool measures it: its records' case is ``id``."""
+
+    model: str
+
+    @property
+    def id(self) -> str:
+        return f"model.{self.model}"
+
+
+class ModelRunner:
+    """Runs one model's combinations in a worker process of the pool (harness.run.worker.load_runner)."""
+
+    name = "ort"
+
+    def run(self, subject: ModelSubject, combos: Iterable[Combo], options: Any) -> Iterator[Record]:
+        from .backend import OrtBackend
+
+        return OrtBackend().run_model(subject.model, combos, options)

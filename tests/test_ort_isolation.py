@@ -1,0 +1,85 @@
+"""The onnxruntime grid through the sweep's worker pool: a killed worker is a record, --resume continues a run.
+
+CPU EP, one session and one process per setting: the worker path is the one a GPU host takes by default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("torch")
+pytest.importorskip("onnxruntime")
+
+from harness.core.records import CRASHED, OK, Record  # noqa: E402
+from harness.run import ort_grid  # noqa: E402
+from harness.run.journal import JOURNAL_FILE, iter_journal  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _grid(*args: str, tmp_path) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CONVBENCH_CACHE=str(tmp_path / "cache"))
+    return subprocess.Popen([sys.executable, "-m", "harness.run.ort_grid", "--device", "cpu", "--models",
+                             "mobilenetv2", "--sessions", "1", "--processes", "1", "--isolate", *args],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _pool_child(parent: int, timeout_s: float = 120.0) -> int:
+    """The pid of the worker-pool process ``parent`` started (python -c ... child_main)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat.rpartition(")")[2].split()[1]) == parent and b"child_main" in cmdline:
+                return int(entry.name)
+        time.sleep(0.02)
+    raise AssertionError("the grid started no pool worker")
+
+
+def test_grid_worker_crash_becomes_a_record_and_the_rest_runs_in_a_fresh_worker(tmp_path):
+    """The onnxruntime grid runs each model in the sweep's worker pool: a worker killed mid-model is a record."""
+    proc = _grid("--out", str(tmp_path / "res"), tmp_path=tmp_path)
+    os.kill(_pool_child(proc.pid), signal.SIGKILL)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-2000:]
+    journal = next((tmp_path / "res").glob(f"*/*/{JOURNAL_FILE}"))
+    recs = [Record.from_dict(d) for d in iter_journal(journal)]
+    assert len(recs) == 2 and len({r.key() for r in recs}) == 2
+    crashed = [r for r in recs if r.status == CRASHED]
+    assert len(crashed) == 1 and "SIGKILL" in crashed[0].reason and crashed[0].explanation
+    assert [r.status for r in recs if r is not crashed[0]] == [OK]
+    assert json.loads((journal.parent / "end.json").read_text())["by_status"] == {CRASHED: 1, OK: 1}
+
+
+def test_grid_resume_measures_only_what_the_journal_lacks(tmp_path):
+    proc = _grid("--out", str(tmp_path / "res"), tmp_path=tmp_path)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-2000:]
+    journal = next((tmp_path / "res").glob(f"*/*/{JOURNAL_FILE}"))
+    first, second = journal.read_text().splitlines()
+    journal.write_text(first + "\n" + second[:40])  # killed while writing the second record
+    (journal.parent / "end.json").unlink()
+    proc = _grid("--resume", str(journal.parent), tmp_path=tmp_path)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-2000:]
+    lines = journal.read_text().splitlines()
+    assert lines[0] == first and len(lines) == 2  # the torn line dropped, the first record not measured again
+    recs = [Record.from_dict(json.loads(line)) for line in lines]
+    assert len({r.key() for r in recs}) == 2 and all(r.status == OK for r in recs)
+    assert json.loads((journal.parent / "end.json").read_text())["records"] == 2
+    assert ort_grid.main(["--resume", str(tmp_path / "res"), "--device", "cpu"]) == 2  # not a run directory
