@@ -47,11 +47,14 @@ def band_of(ms: float) -> int:
     return next(i for i, (lo, hi) in enumerate(BANDS) if lo <= ms < hi)
 
 
-def judge_pairs(runs, th: Thresholds) -> tuple[list[int], int, list[tuple]]:
+def judge_pairs(runs, th: Thresholds, same_machine: bool = True) -> tuple[list[int], int, list[tuple]]:
     """Failing findings by band, ambiguous ones, and the failing rows, over every ordered A/A pair (earlier run as
-    base), each with the runs before its base as history, as `convbench compare` on a store does."""
+    base) of one machine (``same_machine``; else of two different machines, which the gate reports and does not
+    gate by default), each with the runs before its base as history, as `convbench compare` on a store does."""
     failing, ambiguous, rows = [0, 0, 0], 0, []
     for i, j in itertools.combinations(range(len(runs)), 2):
+        if (runs[i][1] == runs[j][1]) != same_machine:
+            continue
         a, b = runs[i][2], runs[j][2]
         past = [runs[k][2] for k in range(i) if runs[k][1] == runs[i][1]]
         for key in a.keys() & b.keys():
@@ -105,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         if mark:
             for row in rows:
                 print("   failing:", *row)
+            cross, cross_amb, _ = judge_pairs(runs, th, same_machine=False)
+            if sum(cross) or cross_amb:
+                print(f"   across machines (reported, not gated by default): beyond the thresholds <20us {cross[0]}, "
+                      f"20-50us {cross[1]}, >=50us {cross[2]}; ambiguous {cross_amb}")
     compare.TIME_BANDS = default
     return 0
 

@@ -213,6 +213,12 @@ def test_documented_nondeterminism_flips_are_changes_not_regressions():
     plain = {**base, "extra": {}, "algo": "ALGO_1"}
     found = _determinism(plain, dict(plain, repeat_equal=0, distinct_outputs=3), Thresholds())
     assert {f.verdict for f in found} == {"regression"}
+    hashed = dict(base, hash="aa" * 16, hash_algo="h")
+    (found,) = _determinism(hashed, dict(hashed, hash="bb" * 16), Thresholds(bitwise=True))
+    assert found.verdict == "change" and "as expected" in found.evidence  # chance, not a stack's change
+    hashed = dict(plain, hash="aa" * 16, hash_algo="h")
+    (found,) = _determinism(hashed, dict(hashed, hash="bb" * 16), Thresholds(bitwise=True))
+    assert found.verdict == "regression" and "as expected" not in found.evidence
     torch_free = {**plain, "backend": "torch", "algo": "auto", "settings": {"deterministic": False}}
     found = _determinism(torch_free, dict(torch_free, repeat_equal=0), Thresholds())
     assert [f.verdict for f in found] == ["change"] and "cudnn.deterministic=True" in found[0].evidence

@@ -113,3 +113,43 @@ def test_studies_in_a_store_are_found_and_judged():
     assert leg["counts"]["bits:change"] == 121 and leg["B"]["fingerprint"]["libraries"]["cudnn"]["version"] == "9.27.0"
     assert upgrade["agreement"] == {"legs": 1, "findings": len({(f.key, paired._kind(f)) for f in leg["findings"]}),
                                     "confirmed": None}
+
+
+def _legs(name: str) -> dict[str, dict[str, list[dict]]]:
+    """{gpu: {role: records}} of a study replicated on two GPUs."""
+    store = Store(":memory:")
+    read_runs_into(store, [FIXTURES / f"{name}.tar.gz"])
+    legs: dict[str, dict[str, list[dict]]] = {}
+    for run in store.runs():
+        p = store.run_json(run["id"])["options"]["paired"]
+        legs.setdefault(p["gpu"], {})[p["role"]] = store.records(run["id"])
+    return legs
+
+
+def test_two_gpu_aa_studies_fail_on_nothing_but_a_few_process_levels():
+    """The host stack against itself on both H200s of one host, each with its operands on five placements
+    (2026-11-30): forward, 2 and 4 slower / 5 and 1 faster of 2,788 per GPU at the default thresholds (the
+    earlier single-placement A/A pairs had about 16); backward (6 cases), at most one; no accuracy, status or
+    determinism regression; every changed output belongs to a documented non-deterministic algorithm."""
+    for name, most in (("h200x2-aa-fwd", 7), ("h200x2-aa-bwd", 1)):
+        legs = _legs(name)
+        assert sorted(legs) == ["0", "1"]
+        for sides in legs.values():
+            judged = paired.judge(sides["A"], sides["B"])
+            failing = [f for f in judged["findings"] if f.verdict in ("regression", "improvement")]
+            assert len(failing) <= most and all(f.kind == "time" for f in failing), (name, len(failing))
+            assert all(f.ratio < 1.08 and 1 / f.ratio < 1.08 for f in failing)
+            assert "bits:change" not in judged["counts"]
+            if name.endswith("bwd"):
+                assert judged["counts"]["expected bits:change"] >= 150
+            assert not any(f.verdict == "regression" and f.kind != "time" for f in judged["findings"])
+
+
+def test_two_gpu_upgrade_is_confirmed_by_the_swap():
+    """cuDNN 9.19 -> 9.27 on both H200s of one host, each GPU running both stacks ABBA: the same 121 outputs
+    changed bits on each, and most verdicts agree across the GPUs."""
+    legs = _legs("h200x2-upgrade-cudnn927-fwd")
+    judged = {gpu: paired.judge(s["A"], s["B"]) for gpu, s in legs.items()}
+    assert [j["counts"]["bits:change"] for j in judged.values()] == [121, 121]
+    agreement = paired.confirm(judged)
+    assert agreement["legs"] == 2 and agreement["confirmed"] / agreement["findings"] > 0.9

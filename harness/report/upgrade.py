@@ -16,6 +16,7 @@ from ..run import paired
 TOP = 25
 # paired.judge's counts in the order and words a reader wants them; bad ones are marked
 LABELS = (("time:slower", "slower", True), ("time:faster", "faster", False), ("bits:change", "changed bits", False),
+          ("expected bits:change", "bits of documented non-deterministic algorithms", False),
           ("accuracy:regression", "less accurate", True), ("accuracy:improvement", "more accurate", False),
           ("accuracy:change", "accuracy changed", False), ("availability:regression", "stopped running", True),
           ("availability:improvement", "now run", False), ("availability:change", "measured on one side only", False),
