@@ -86,3 +86,16 @@ def test_a_real_process_reports_the_copy_it_loaded(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     got = __import__("json").loads(out.stdout)
     assert got["libcudnn.so.9"] == {"path": str(fake), "wheel": "nvidia_cudnn_cu13-9.27.0.42"}
+
+
+def test_the_binding_names_the_cudnn_of_its_own_major(tmp_path):
+    """A process holding torch's cuDNN 9 and a cuDNN 8 bound through CONVBENCH_CUDNN (the cudnn89 overlay, H200,
+    2026-11-30): the binding's path is the copy of the major it reports, not the first libcudnn in the maps."""
+    from harness.backends.cudnn_lib import _mapped_libcudnn
+
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f01 r-xp 0 00:00 1 /venv/nvidia/cudnn/lib/libcudnn.so.9\n"
+                    "7f02-7f03 r-xp 0 00:00 2 /tmp/stack-cudnn89/nvidia/cudnn/lib/libcudnn.so.8\n")
+    assert _mapped_libcudnn(8, str(maps)) == "/tmp/stack-cudnn89/nvidia/cudnn/lib/libcudnn.so.8"
+    assert _mapped_libcudnn(9, str(maps)) == "/venv/nvidia/cudnn/lib/libcudnn.so.9"
+    assert _mapped_libcudnn(7, str(maps)) is None

@@ -53,13 +53,16 @@ def decode_version(v: int) -> str:
     return f"{v // 1000}.{v % 1000 // 100}.{v % 100}"
 
 
-def _mapped_libcudnn() -> str | None:
+def _mapped_libcudnn(major: int | None = None, maps: str = "/proc/self/maps") -> str | None:
+    """The path of the libcudnn mapped into this process (of that major, when given: a process can hold two, e.g.
+    torch's cuDNN 9 and a cuDNN 8 bound through CONVBENCH_CUDNN)."""
+    prefix = "libcudnn.so" if major is None else f"libcudnn.so.{major}"
     try:
-        with open("/proc/self/maps") as f:
+        with open(maps) as f:
             for line in f:
                 path = line.split()[-1] if line.strip() else ""
                 name = os.path.basename(path)
-                if name.startswith("libcudnn.so"):
+                if name.startswith(prefix):
                     return path
     except OSError:
         pass
@@ -108,7 +111,9 @@ class Cudnn:
         self._declare()
         self.version_int = int(self.lib.cudnnGetVersion())
         self.version = decode_version(self.version_int)
-        self.path = _mapped_libcudnn() or self.requested
+        # The copy this binding calls, by its major: on 2026-11-30 a cuDNN 8.9 bound beside torch's 9.19 was
+        # recorded with 9.19's path (the first libcudnn in the maps) beside version 8.9.2.
+        self.path = _mapped_libcudnn(int(self.version.split(".")[0])) or self.requested
         self.path = str(Path(self.path).resolve()) if os.path.exists(self.path) else self.path
 
     def _declare(self) -> None:
