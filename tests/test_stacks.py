@@ -79,7 +79,7 @@ def test_a_real_process_reports_the_copy_it_loaded(tmp_path):
     root = _overlay(tmp_path)
     fake = root / "nvidia" / "cudnn" / "lib" / "libcudnn.so.9"
     fake.write_bytes((Path(real) / libz).read_bytes())
-    code = ("import ctypes, json; from harness import fingerprint; ctypes.CDLL('libcudnn.so.9'); "
+    code = ("import ctypes, json; from harness.measurement import fingerprint; ctypes.CDLL('libcudnn.so.9'); "
             "print(json.dumps(fingerprint.mapped_libraries()))")
     env = stacks.parse(str(root)).env()
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env["PYTHONPATH"]])

@@ -96,7 +96,7 @@ PY
   ;;
 autotune)
   b=${STACK_B:?STACK_B=NAME=/tmp/stack-NAME}
-  benv=$(python3 -c "import sys; from harness import stacks; e = stacks.resolve(sys.argv[1]).env({}); \
+  benv=$(python3 -c "import sys; from harness.deploy import stacks; e = stacks.resolve(sys.argv[1]).env({}); \
 print(' '.join(f'{k}={v}' for k, v in e.items()))" "$b")
   for round in 0 1; do  # round 0: host on GPU 0, B on GPU 1; round 1 swapped
     g_host=$round; g_b=$((1 - round))
