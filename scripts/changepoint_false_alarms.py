@@ -27,15 +27,17 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.analysis import changepoint  # noqa: E402
+from harness.analysis.compare import machine_identity  # noqa: E402
 from harness.collect.ingest import read_runs_into  # noqa: E402
 from harness.collect.store import Store  # noqa: E402
 
 
 def series(store: Store, min_runs: int) -> list[tuple[str, str, str, np.ndarray]]:
     """(machine, hardware, image, nights x combinations medians) for every group with enough runs."""
+    # A machine is a GPU on its host (compare.machine_identity), not a name: one name covered three H200s.
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in store.runs():
-        groups[(r["machine"], r["image"])].append(r)
+        groups[(machine_identity(store.run_json(r["id"])["fingerprint"]), r["image"])].append(r)
     out = []
     for (machine, image), runs in sorted(groups.items()):
         if len(runs) < min_runs:
