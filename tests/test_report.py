@@ -353,3 +353,52 @@ def test_the_upgrade_page_answers_what_cudnn_927_changed(tmp_path):
     assert "changed bits: 121" in page and "slower: " in page and "faster: " in page
     assert page.index("Largest slowdowns") < page.index("Largest speed-ups")
     assert "Measured on one GPU" in page
+
+
+def test_fingerprints_page_offers_the_runs_the_morning_compares_with_a_permalink_to_both(tmp_path):
+    """Every fingerprint field as a row, one column per offered run; the two runs of each morning comparison are
+    offered, the changes page links to them side by side (?a=&b=), and each field shows both runs' values."""
+    db = _fleet(tmp_path)
+    with Store(db) as s:
+        runs = {r["id"]: r for r in s.runs()}
+        build(s, tmp_path / "site")
+    site = tmp_path / "site"
+    page = (site / "fingerprints.html").read_text()
+    offered = [int(v) for v in re.findall(r'<th data-run="(\d+)">', page)]
+    assert len(offered) == len(set(offered)) >= 3
+    for sel in ("fp-a", "fp-b"):
+        select = page[page.index(f'id="{sel}"'):]
+        select = select[:select.index("</select>")]
+        assert [int(v) for v in re.findall(r'<option value="(\d+)"', select)] == offered
+        assert select.count(" selected") == 1
+    # the image is an identity field: cu12 and cu13 are both in its row, with the escaped CPU host beside them
+    image_row = re.search(r"<tr class=\"identity\"><td>image</td>(.*?)</tr>", page).group(1)
+    assert "<td>cu12</td>" in image_row and "<td>cu13</td>" in image_row
+    assert EVIL not in page and html.escape(EVIL) in page
+    changes = next((site / "changes").glob("*.html")).read_text()
+    links = re.findall(r'href="\.\./fingerprints\.html\?a=(\d+)&amp;b=(\d+)"', changes)
+    assert links
+    for a, b in links:
+        assert int(a) in offered and int(b) in offered and runs[int(a)]["started"] < runs[int(b)]["started"]
+    machine = (site / "machines" / f"{slug('h200')}.html").read_text()
+    assert re.search(r'href="\.\./fingerprints\.html\?a=\d+&amp;b=\d+"', machine)
+
+
+def test_architecture_puts_any_machines_side_by_side_and_no_empty_table(tmp_path):
+    """The machine picker has one column and one tick box per machine, the combinations both measured first;
+    a fixed section with nothing in common says so instead of printing an empty table."""
+    db = _fleet(tmp_path)
+    with Store(db) as s:
+        build(s, tmp_path / "site")
+    arch = (tmp_path / "site" / "architecture.html").read_text()
+    form = arch[arch.index('id="pick-form"'):arch.index("</form>")]
+    assert form.count('type="checkbox"') == 2 and "h200" in form and html.escape(EVIL) in form
+    table = arch[arch.index('id="picktable"'):]
+    table = table[:table.index("</table>")]
+    first = re.search(r"<tbody>\s*<tr><td>(.*?)</td>(.*?)</tr>", table, re.S)
+    assert first.group(1).startswith("a cudnn fwd IMPLICIT_GEMM")  # the one combination both machines ran
+    assert first.group(2).count('data-v="') == 2
+    for section in re.split(r"<h3>", arch)[1:]:
+        body = section.split("<h3>")[0]
+        if "Nothing to put side by side" in body:
+            assert "<table" not in body

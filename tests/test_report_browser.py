@@ -289,6 +289,7 @@ def test_every_page_clean_narrow_fast_and_linked(browser, tmp_path):
     assert re.search(r"Same GPU, different hosts: NVIDIA H200 on [2-4] machines", arch) and "h200-host-b" in arch
     for page_file, href in _links(site):
         target, _, frag = href.partition("#")
+        target = target.partition("?")[0]  # a permalink's query names runs to show (fingerprints.html?a=&b=)
         dest = (page_file.parent / target).resolve() if target else page_file
         assert dest.is_file(), (page_file.name, href)
         if frag:
@@ -301,3 +302,45 @@ def test_every_page_clean_narrow_fast_and_linked(browser, tmp_path):
         assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH, name
         tall = page.evaluate("document.documentElement.scrollHeight") > 15000  # Chromium's capture limit
         _keep(page.screenshot(tmp_path / "p.png", full_page=not tall), "page-" + name.replace("/", "-") + ".png")
+
+    # the new cuDNN night's two fingerprints side by side, from its changes page's permalink: only the two
+    # runs' columns are shown, only fields that differ, the cuDNN version among them
+    changes = next(p for p in (site / "changes").glob("*.html") if "9.20.0" in p.read_text())
+    href = re.search(r'href="\.\./(fingerprints\.html\?[^"]+)"', changes.read_text()).group(1)
+    page = browser.open((site / "fingerprints.html").as_uri() + href[len("fingerprints.html"):].replace("&amp;", "&"),
+                        width=WIDTH, height=HEIGHT)
+    assert page.errors == []
+    shown = page.evaluate("Array.from(document.querySelectorAll('#fpgrid thead th')).filter(t => !t.hidden)"
+                          ".map(t => t.getAttribute('data-run'))")
+    a, b = re.search(r"a=(\d+)&amp;b=(\d+)", href).groups()
+    assert shown[0] is None and sorted(shown[1:]) == sorted((a, b)), shown
+    rows = page.evaluate("Array.from(document.querySelectorAll('#fpgrid tbody tr')).filter(r => !r.hidden)"
+                         ".map(r => [r.cells[0].textContent, r.classList.contains('differs')])")
+    assert ["libraries.cudnn.version", True] in rows and all(d for _, d in rows), rows
+    assert "fields differ" in page.evaluate("document.getElementById('fp-count').textContent")
+    assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH
+    _keep(page.screenshot(tmp_path / "p.png"), "page-fingerprints-pair.png")
+
+    # any machines side by side: by default two H200s on different hosts; ticking another machine adds its column
+    # with its ratio to the first ticked one; unticking removes one
+    page = browser.open((site / "architecture.html").as_uri() + "#pick", width=WIDTH, height=HEIGHT)
+    visible = ("Array.from(document.querySelectorAll('#picktable thead th')).filter(t => !t.hidden)"
+               ".map(t => t.innerText)")
+    heads = page.evaluate(visible)
+    assert len(heads) == 3 and page.errors == [], heads
+    labels = page.evaluate("Array.from(document.querySelectorAll('#pick-form label'))"
+                           ".filter(l => l.querySelector('input').checked).map(l => l.innerText)")
+    assert len(labels) == 2 and all("NVIDIA H200" in x for x in labels), labels
+    page.evaluate("(() => { for (const l of document.querySelectorAll('#pick-form label')) {"
+                  " const b = l.querySelector('input'); b.checked = l.innerText.includes('h200-host-b') || b.checked;"
+                  " b.dispatchEvent(new Event('change')); } })()")
+    heads = page.evaluate(visible)
+    assert any("h200-host-b" in h for h in heads), heads
+    ratios = page.evaluate("Array.from(document.querySelectorAll('#picktable span.ratio'))"
+                           ".filter(s => !s.parentElement.hidden).map(s => s.textContent).filter(t => t)")
+    assert ratios and all(re.fullmatch(r" \(x[0-9.]+\)", t) for t in ratios), ratios[:5]
+    page.evaluate("(() => { const b = document.querySelector('#pick-form input:checked'); b.checked = false;"
+                  " b.dispatchEvent(new Event('change')); })()")
+    assert len(page.evaluate(visible)) == len(heads) - 1
+    assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH
+    _keep(page.screenshot(tmp_path / "p.png"), "page-architecture-picked.png")

@@ -23,6 +23,7 @@ from . import output
 from .architecture import architecture
 from .changes import changes_page
 from .determinism import determinism
+from .fingerprints import fingerprints
 from .fmt import fmt_err, fmt_time, minute, settings_str, slug
 from .investigations import findings, ort
 from .machine import machine_page
@@ -53,6 +54,7 @@ PAGES: list[tuple[str, str, str, str, Callable[[dict[str, Any]], dict[str, Any]]
     ("architecture", "architecture.html", "Across hardware", "architecture.html",
      lambda g: {"arch": architecture(g)}),
     ("regressions", "regressions.html", "Between images", "regressions.html", lambda g: {"reg": regressions(g)}),
+    ("fingerprints", "fingerprints.html", "Fingerprints", "fingerprints.html", lambda g: {"fp": fingerprints(g)}),
     ("runs", "runs.html", "All runs", "runs.html", _runs),
 ]
 

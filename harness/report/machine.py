@@ -12,6 +12,7 @@ from .. import changepoint, pairing
 from ..compare import fingerprint_diff
 from ..pairing import stack_line
 from .charts import heatmaps, line_chart, time_heatmaps
+from .fingerprints import link as fingerprint_link
 from .fmt import flatten
 from .model import MAX_CHARTS, MAX_ROWS, MachineInfo, Series, _combo_label
 
@@ -106,6 +107,7 @@ def machine_page(g: dict[str, Any], m: MachineInfo) -> dict[str, Any]:
         runs.append({"run": r, "stack": stack_line(fp), "fingerprint": flatten(fp) if full else None,
                      "options": flatten(info["options"]) if full else None,
                      "end": flatten(info["end"]) if info["end"] and full else None,
+                     "fp_link": fingerprint_link(g, shown[i - 1]["id"], r["id"], "../") if i else None,
                      "diff": None if before is None else [(k, "-" if a is None else str(a), "-" if b is None else str(b))
                                                           for k, a, b in fingerprint_diff(before, fp)]})
     # timing of what the machine runs now: its newest image of each source (older images are in the history)
