@@ -402,3 +402,22 @@ def test_architecture_puts_any_machines_side_by_side_and_no_empty_table(tmp_path
         body = section.split("<h3>")[0]
         if "Nothing to put side by side" in body:
             assert "<table" not in body
+
+
+def test_machine_page_offers_any_combinations_history_with_stack_changes_as_events(tmp_path):
+    """asv's graph page, offline: every combination measured on two or more runs is offered parameter by
+    parameter, its medians on every run of every image on one axis, the image change an event at its run."""
+    db = _fleet(tmp_path)
+    with Store(db) as s:
+        build(s, tmp_path / "site")
+    page = (tmp_path / "site" / "machines" / f"{slug('h200')}.html").read_text()
+    assert page.count('<select data-param="') == 8
+    data = page[page.index('id="hist-data"'):]
+    data = data[:data.index("</ol>")]
+    times = re.search(r'data-times="([^"]+)"', data).group(1).split(",")
+    assert len(times) == 10 and times[0] == "2026-01-01 02:00" and times[-1] == "2026-01-10 02:00"
+    assert re.findall(r'<li class="event" data-i="(\d+)">([^<]+)</li>', data) == [("8", "image cu12 -&gt; cu13")]
+    combos = dict(re.findall(r'<li data-c="([^"]+)" data-v="([^"]*)">', data))
+    assert len(combos) == 3
+    a = combos["a|cudnn|fwd|IMPLICIT_GEMM|DEFAULT|fp32|NCHW|-"].split(",")
+    assert len(a) == 10 and a[0] == "1" and a[4] == "1.25" and a[-1] == "4"  # the step and the image change

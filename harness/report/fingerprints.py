@@ -53,11 +53,12 @@ def fingerprints(g: dict[str, Any]) -> dict[str, Any]:
              "cells": [f.get(k, "(not recorded)") for f in flat]} for k in keys]
     cols = [{"id": r["id"], "machine": r["machine"], "started": minute(r["started"]), "run_id": r["run_id"],
              "stack": stack_line(g["info"][r["id"]]["fingerprint"] or {})} for r in runs]
-    n_runs = len(g["runs"])
-    return {"cols": cols, "rows": rows, "left_out": n_runs - len(runs),
-            # without a pick, the newest run against the one before it in this list
-            "a": cols[1]["id"] if len(cols) > 1 else (cols[0]["id"] if cols else None),
-            "b": cols[0]["id"] if cols else None}
+    # without a pick: the first morning comparison across stacks (else any), else the two newest runs
+    pairs = sorted(((c.comparison.what != "previous stack", c.comparison.base.runs[-1]["id"],
+                     c.comparison.head.runs[-1]["id"]) for _m, comps in g["nightly"] for c in comps))
+    a, b = (pairs[0][1], pairs[0][2]) if pairs else (
+        cols[1]["id"] if len(cols) > 1 else (cols[0]["id"] if cols else None), cols[0]["id"] if cols else None)
+    return {"cols": cols, "rows": rows, "left_out": len(g["runs"]) - len(runs), "a": a, "b": b}
 
 
 def link(g: dict[str, Any], a: int, b: int, root: str = "") -> str | None:
