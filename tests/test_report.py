@@ -421,3 +421,27 @@ def test_machine_page_offers_any_combinations_history_with_stack_changes_as_even
     assert len(combos) == 3
     a = combos["a|cudnn|fwd|IMPLICIT_GEMM|DEFAULT|fp32|NCHW|-"].split(",")
     assert len(a) == 10 and a[0] == "1" and a[4] == "1.25" and a[-1] == "4"  # the step and the image change
+
+
+def test_regressions_between_images_drill_down_to_runs_records_and_fingerprints(tmp_path):
+    db = _fleet(tmp_path)
+    with Store(db) as s:
+        build(s, tmp_path / "site")
+    site = tmp_path / "site"
+    reg = (site / "regressions.html").read_text()
+    section = reg[reg.index("image cu12 &rarr; cu13"):]
+    section = section[:section.index("</table>", section.index('class="sortable"'))]
+    runs = re.findall(r'<p>runs <a href="(machines/[^"#]+\.html)#(run-\d+)">.*?<a href="machines/[^"#]+\.html#(run-\d+)">',
+                      section)
+    assert len(runs) == 1
+    page, *frags = runs[0]
+    for frag in frags:
+        assert f'id="{frag}"' in (site / page).read_text()
+    assert re.search(r"<summary>what differs between the two runs' fingerprints \(\d+ fields\)</summary>", section)
+    assert "<td>image</td><td>cu12</td><td>cu13</td>" in section
+    row = re.search(r'<tr class="bad" id="(reg\d+-[^"]+)"><td><a href="#\1">time</a></td><td>a</td>(.*?)</tr>',
+                    section, re.S)
+    assert row, section[:2000]
+    cells = section[row.start(2):]
+    assert " us" not in cells and "µs" in cells or " ms" in cells
+    assert "<summary>both records</summary>" in cells and "<td>median</td>" in cells
