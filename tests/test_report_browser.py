@@ -344,3 +344,40 @@ def test_every_page_clean_narrow_fast_and_linked(browser, tmp_path):
     assert len(page.evaluate(visible)) == len(heads) - 1
     assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH
     _keep(page.screenshot(tmp_path / "p.png"), "page-architecture-picked.png")
+
+
+def test_a_combinations_history_is_drawn_from_the_pickers(browser, tmp_path):
+    """A machine page of the fixture run and two next nights (the second on a new cuDNN): the picker draws the
+    chosen combination's medians with a µs/ms axis and the stack change as an event; choosing another value
+    redraws it for the combination that value leads to."""
+    from _fleet_data import FIXTURES
+    from _report_data import next_night, unpack
+
+    if not (FIXTURES / "h200-fwd-asv.tar.gz").exists():
+        pytest.skip("fixture h200-fwd-asv not committed")
+    base = unpack("h200-fwd-asv", tmp_path / "base")
+    one, _ = next_night(base, tmp_path / "one")
+    two, _ = next_night(base, tmp_path / "two", days=2, fingerprint={"libraries.cudnn.version": "9.20.0"})
+    db = tmp_path / "s.sqlite"
+    assert not collect(db, [base, one, two]).refused
+    site = tmp_path / "site"
+    with Store(db) as s:
+        build(s, site)
+    machine = next(p for p in (site / "machines").glob("*.html") if 'id="hist-data"' in p.read_text())
+    page = browser.open(machine.as_uri() + "#pick", width=WIDTH, height=HEIGHT)
+    assert page.errors == []
+    ticks = page.evaluate("Array.from(document.querySelectorAll('#hist-svg text.ytick')).map(t => t.textContent)")
+    assert len(ticks) == 3 and all(re.fullmatch(r"[0-9.]+ (µs|ms)", t) for t in ticks), ticks
+    assert page.evaluate("document.querySelectorAll('#hist-svg circle').length") == 3
+    events = page.evaluate("Array.from(document.querySelectorAll('#hist-svg g.event title')).map(t => t.textContent)")
+    assert events == ["cuDNN 9.19.0 -> 9.20.0"], events
+    before = page.evaluate("document.getElementById('hist-svg').getAttribute('aria-label')")
+    page.evaluate("(() => { const s = document.querySelector('#hist-form select[data-param=\"3\"]');"
+                  " s.selectedIndex = s.options.length - 1; s.dispatchEvent(new Event('change')); })()")
+    after = page.evaluate("document.getElementById('hist-svg').getAttribute('aria-label')")
+    algo = page.evaluate("document.querySelector('#hist-form select[data-param=\"3\"]').value")
+    assert page.errors == [] and algo in after
+    n_algos = page.evaluate("document.querySelector('#hist-form select[data-param=\"3\"]').options.length")
+    assert after != before or n_algos == 1
+    assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH
+    _keep(page.screenshot(tmp_path / "p.png"), "machine-combination-history.png")
