@@ -445,3 +445,23 @@ def test_regressions_between_images_drill_down_to_runs_records_and_fingerprints(
     cells = section[row.start(2):]
     assert " us" not in cells and "µs" in cells or " ms" in cells
     assert "<summary>both records</summary>" in cells and "<td>median</td>" in cells
+
+
+def test_long_tables_are_folded_so_pages_stay_short(tmp_path):
+    """30 combinations whose output bits change every night on one machine: the determinism page lists them in a
+    folded section whose summary gives the count (the page stays short); a short table stays open."""
+    r = tmp_path / "r"
+    for night in range(3):
+        recs = [record(f"c{i}", hash_=f"{night:02d}{i:030x}", samples=noisy(1.0, seed=night)) for i in range(30)]
+        write_run(r, "h200", "cu12", T0 + dt.timedelta(days=night), recs)
+    db = tmp_path / "s.sqlite"
+    assert not collect(db, [r]).refused
+    with Store(db) as s:
+        build(s, tmp_path / "site")
+    det = (tmp_path / "site" / "determinism.html").read_text()
+    fold = det[det.index('<details id="across-fold">'):]
+    assert fold.startswith('<details id="across-fold"><summary>30 combinations with different bits on different '
+                           'nights, folded')
+    assert fold.index('<table id="across"') < fold.index("</details>")
+    assert fold[:fold.index("</details>")].count("<tr>") == 31  # the header and every row, inside the fold
+    assert '<details id="autotune-fold">' not in det  # nothing chosen: no table, nothing folded

@@ -13,7 +13,7 @@ from .fmt import fmt_time, settings_str
 MAX_SIDE = 4  # machines of one GPU model side by side (the newest nights first)
 MAX_PAIRED_ROWS = 400  # combinations per section, the most different first
 MAX_PICK_MACHINES = 40  # columns of the machine picker (the machines with the newest runs)
-MAX_PICK_ROWS = 300  # combinations of the machine picker: those the most machines measured first
+MAX_PICK_ROWS = 100  # combinations of the machine picker: those the most machines measured first
 
 
 def interest(row: dict[str, Any]) -> tuple:
