@@ -207,8 +207,13 @@ def timed(cmd: list[str], **kw) -> tuple[float, int, str]:
     return wall, peak, out
 
 
-def convbench(*args: str) -> list[str]:
-    return [sys.executable, "-c", "import sys; from harness.cli import main; sys.exit(main())", *args]
+def convbench(*args: str, root: Path = ROOT) -> list[str]:
+    """The command line of `convbench ARGS` with the harness of ``root``. ``root`` goes first on sys.path: with
+    ``-c``, Python puts the current folder there, ahead of PYTHONPATH, so a --baseline run started from a
+    checkout's root measured that checkout's harness instead of the baseline's (found 2026-11-30)."""
+    return [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(root)!r}); from harness.cli import main; "
+            "import harness; assert harness.__file__.startswith(sys.path[0]), harness.__file__; sys.exit(main())",
+            *args]
 
 
 def asv_tree(fleet: Path, dest: Path, machines: int, nights: int) -> int:
@@ -320,11 +325,12 @@ def main() -> int:
         base_env = dict(os.environ, PYTHONPATH=str(Path(args.baseline).resolve()))
         print(f"baseline: harness from {args.baseline}, load average "
               f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        base_root = Path(args.baseline).resolve()
         b_wall, b_rss, _ = timed(convbench("collect", str(fleet), "--store", str(store), "--jobs", str(args.jobs),
-                                           "-q"), env=base_env)
+                                           "-q", root=base_root), env=base_env)
         b_cpu = CPU_SECONDS["collect"]
-        br_wall, br_rss, _ = timed(convbench("report", "--store", str(store), "--out", str(work / "site-base")),
-                                   env=base_env)
+        br_wall, br_rss, _ = timed(convbench("report", "--store", str(store), "--out", str(work / "site-base"),
+                                             root=base_root), env=base_env)
         b_rcpu = CPU_SECONDS["report"]
         print(f"baseline collect: {b_wall:.1f} s, {b_cpu:.1f} CPU-s, peak RSS {b_rss / 2**20:.0f} MiB; report: "
               f"{br_wall:.1f} s, {b_rcpu:.1f} CPU-s, peak RSS {br_rss / 2**20:.0f} MiB; collect + "

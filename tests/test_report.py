@@ -353,3 +353,115 @@ def test_the_upgrade_page_answers_what_cudnn_927_changed(tmp_path):
     assert "changed bits: 121" in page and "slower: " in page and "faster: " in page
     assert page.index("Largest slowdowns") < page.index("Largest speed-ups")
     assert "Measured on one GPU" in page
+
+
+def test_fingerprints_page_offers_the_runs_the_morning_compares_with_a_permalink_to_both(tmp_path):
+    """Every fingerprint field as a row, one column per offered run; the two runs of each morning comparison are
+    offered, the changes page links to them side by side (?a=&b=), and each field shows both runs' values."""
+    db = _fleet(tmp_path)
+    with Store(db) as s:
+        runs = {r["id"]: r for r in s.runs()}
+        build(s, tmp_path / "site")
+    site = tmp_path / "site"
+    page = (site / "fingerprints.html").read_text()
+    offered = [int(v) for v in re.findall(r'<th data-run="(\d+)">', page)]
+    assert len(offered) == len(set(offered)) >= 3
+    for sel in ("fp-a", "fp-b"):
+        select = page[page.index(f'id="{sel}"'):]
+        select = select[:select.index("</select>")]
+        assert [int(v) for v in re.findall(r'<option value="(\d+)"', select)] == offered
+        assert select.count(" selected") == 1
+    # the image is an identity field: cu12 and cu13 are both in its row, with the escaped CPU host beside them
+    image_row = re.search(r"<tr class=\"identity\"><td>image</td>(.*?)</tr>", page).group(1)
+    assert "<td>cu12</td>" in image_row and "<td>cu13</td>" in image_row
+    assert EVIL not in page and html.escape(EVIL) in page
+    changes = next((site / "changes").glob("*.html")).read_text()
+    links = re.findall(r'href="\.\./fingerprints\.html\?a=(\d+)&amp;b=(\d+)"', changes)
+    assert links
+    for a, b in links:
+        assert int(a) in offered and int(b) in offered and runs[int(a)]["started"] < runs[int(b)]["started"]
+    machine = (site / "machines" / f"{slug('h200')}.html").read_text()
+    assert re.search(r'href="\.\./fingerprints\.html\?a=\d+&amp;b=\d+"', machine)
+
+
+def test_architecture_puts_any_machines_side_by_side_and_no_empty_table(tmp_path):
+    """The machine picker has one column and one tick box per machine, the combinations both measured first;
+    a fixed section with nothing in common says so instead of printing an empty table."""
+    db = _fleet(tmp_path)
+    with Store(db) as s:
+        build(s, tmp_path / "site")
+    arch = (tmp_path / "site" / "architecture.html").read_text()
+    form = arch[arch.index('id="pick-form"'):arch.index("</form>")]
+    assert form.count('type="checkbox"') == 2 and "h200" in form and html.escape(EVIL) in form
+    table = arch[arch.index('id="picktable"'):]
+    table = table[:table.index("</table>")]
+    first = re.search(r"<tbody>\s*<tr><td>(.*?)</td>(.*?)</tr>", table, re.S)
+    assert first.group(1).startswith("a cudnn fwd IMPLICIT_GEMM")  # the one combination both machines ran
+    assert first.group(2).count('data-v="') == 2
+    for section in re.split(r"<h3>", arch)[1:]:
+        body = section.split("<h3>")[0]
+        if "Nothing to put side by side" in body:
+            assert "<table" not in body
+
+
+def test_machine_page_offers_any_combinations_history_with_stack_changes_as_events(tmp_path):
+    """asv's graph page, offline: every combination measured on two or more runs is offered parameter by
+    parameter, its medians on every run of every image on one axis, the image change an event at its run."""
+    db = _fleet(tmp_path)
+    with Store(db) as s:
+        build(s, tmp_path / "site")
+    page = (tmp_path / "site" / "machines" / f"{slug('h200')}.html").read_text()
+    assert page.count('<select data-param="') == 8
+    data = page[page.index('id="hist-data"'):]
+    data = data[:data.index("</ol>")]
+    times = re.search(r'data-times="([^"]+)"', data).group(1).split(",")
+    assert len(times) == 10 and times[0] == "2026-01-01 02:00" and times[-1] == "2026-01-10 02:00"
+    assert re.findall(r'<li class="event" data-i="(\d+)">([^<]+)</li>', data) == [("8", "image cu12 -&gt; cu13")]
+    combos = dict(re.findall(r'<li data-c="([^"]+)" data-v="([^"]*)">', data))
+    assert len(combos) == 3
+    a = combos["a|cudnn|fwd|IMPLICIT_GEMM|DEFAULT|fp32|NCHW|-"].split(",")
+    assert len(a) == 10 and a[0] == "1" and a[4] == "1.25" and a[-1] == "4"  # the step and the image change
+
+
+def test_regressions_between_images_drill_down_to_runs_records_and_fingerprints(tmp_path):
+    db = _fleet(tmp_path)
+    with Store(db) as s:
+        build(s, tmp_path / "site")
+    site = tmp_path / "site"
+    reg = (site / "regressions.html").read_text()
+    section = reg[reg.index("image cu12 &rarr; cu13"):]
+    section = section[:section.index("</table>", section.index('class="sortable"'))]
+    runs = re.findall(r'<p>runs <a href="(machines/[^"#]+\.html)#(run-\d+)">.*?<a href="machines/[^"#]+\.html#(run-\d+)">',
+                      section)
+    assert len(runs) == 1
+    page, *frags = runs[0]
+    for frag in frags:
+        assert f'id="{frag}"' in (site / page).read_text()
+    assert re.search(r"<summary>what differs between the two runs' fingerprints \(\d+ fields\)</summary>", section)
+    assert "<td>image</td><td>cu12</td><td>cu13</td>" in section
+    row = re.search(r'<tr class="bad" id="(reg\d+-[^"]+)"><td><a href="#\1">time</a></td><td>a</td>(.*?)</tr>',
+                    section, re.S)
+    assert row, section[:2000]
+    cells = section[row.start(2):]
+    assert " us" not in cells and "µs" in cells or " ms" in cells
+    assert "<summary>both records</summary>" in cells and "<td>median</td>" in cells
+
+
+def test_long_tables_are_folded_so_pages_stay_short(tmp_path):
+    """30 combinations whose output bits change every night on one machine: the determinism page lists them in a
+    folded section whose summary gives the count (the page stays short); a short table stays open."""
+    r = tmp_path / "r"
+    for night in range(3):
+        recs = [record(f"c{i}", hash_=f"{night:02d}{i:030x}", samples=noisy(1.0, seed=night)) for i in range(30)]
+        write_run(r, "h200", "cu12", T0 + dt.timedelta(days=night), recs)
+    db = tmp_path / "s.sqlite"
+    assert not collect(db, [r]).refused
+    with Store(db) as s:
+        build(s, tmp_path / "site")
+    det = (tmp_path / "site" / "determinism.html").read_text()
+    fold = det[det.index('<details id="across-fold">'):]
+    assert fold.startswith('<details id="across-fold"><summary>30 combinations with different bits on different '
+                           'nights, folded')
+    assert fold.index('<table id="across"') < fold.index("</details>")
+    assert fold[:fold.index("</details>")].count("<tr>") == 31  # the header and every row, inside the fold
+    assert '<details id="autotune-fold">' not in det  # nothing chosen: no table, nothing folded

@@ -289,6 +289,7 @@ def test_every_page_clean_narrow_fast_and_linked(browser, tmp_path):
     assert re.search(r"Same GPU, different hosts: NVIDIA H200 on [2-4] machines", arch) and "h200-host-b" in arch
     for page_file, href in _links(site):
         target, _, frag = href.partition("#")
+        target = target.partition("?")[0]  # a permalink's query names runs to show (fingerprints.html?a=&b=)
         dest = (page_file.parent / target).resolve() if target else page_file
         assert dest.is_file(), (page_file.name, href)
         if frag:
@@ -301,3 +302,82 @@ def test_every_page_clean_narrow_fast_and_linked(browser, tmp_path):
         assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH, name
         tall = page.evaluate("document.documentElement.scrollHeight") > 15000  # Chromium's capture limit
         _keep(page.screenshot(tmp_path / "p.png", full_page=not tall), "page-" + name.replace("/", "-") + ".png")
+
+    # the new cuDNN night's two fingerprints side by side, from its changes page's permalink: only the two
+    # runs' columns are shown, only fields that differ, the cuDNN version among them
+    changes = next(p for p in (site / "changes").glob("*.html") if "9.20.0" in p.read_text())
+    href = re.search(r'href="\.\./(fingerprints\.html\?[^"]+)"', changes.read_text()).group(1)
+    page = browser.open((site / "fingerprints.html").as_uri() + href[len("fingerprints.html"):].replace("&amp;", "&"),
+                        width=WIDTH, height=HEIGHT)
+    assert page.errors == []
+    shown = page.evaluate("Array.from(document.querySelectorAll('#fpgrid thead th')).filter(t => !t.hidden)"
+                          ".map(t => t.getAttribute('data-run'))")
+    a, b = re.search(r"a=(\d+)&amp;b=(\d+)", href).groups()
+    assert shown[0] is None and sorted(shown[1:]) == sorted((a, b)), shown
+    rows = page.evaluate("Array.from(document.querySelectorAll('#fpgrid tbody tr')).filter(r => !r.hidden)"
+                         ".map(r => [r.cells[0].textContent, r.classList.contains('differs')])")
+    assert ["libraries.cudnn.version", True] in rows and all(d for _, d in rows), rows
+    assert "fields differ" in page.evaluate("document.getElementById('fp-count').textContent")
+    assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH
+    _keep(page.screenshot(tmp_path / "p.png"), "page-fingerprints-pair.png")
+
+    # any machines side by side: by default two H200s on different hosts; ticking another machine adds its column
+    # with its ratio to the first ticked one; unticking removes one
+    page = browser.open((site / "architecture.html").as_uri() + "#pick", width=WIDTH, height=HEIGHT)
+    visible = ("Array.from(document.querySelectorAll('#picktable thead th')).filter(t => !t.hidden)"
+               ".map(t => t.innerText)")
+    heads = page.evaluate(visible)
+    assert len(heads) == 3 and page.errors == [], heads
+    labels = page.evaluate("Array.from(document.querySelectorAll('#pick-form label'))"
+                           ".filter(l => l.querySelector('input').checked).map(l => l.innerText)")
+    assert len(labels) == 2 and all("NVIDIA H200" in x for x in labels), labels
+    page.evaluate("(() => { for (const l of document.querySelectorAll('#pick-form label')) {"
+                  " const b = l.querySelector('input'); b.checked = l.innerText.includes('h200-host-b') || b.checked;"
+                  " b.dispatchEvent(new Event('change')); } })()")
+    heads = page.evaluate(visible)
+    assert any("h200-host-b" in h for h in heads), heads
+    ratios = page.evaluate("Array.from(document.querySelectorAll('#picktable span.ratio'))"
+                           ".filter(s => !s.parentElement.hidden).map(s => s.textContent).filter(t => t)")
+    assert ratios and all(re.fullmatch(r" \(x[0-9.]+\)", t) for t in ratios), ratios[:5]
+    page.evaluate("(() => { const b = document.querySelector('#pick-form input:checked'); b.checked = false;"
+                  " b.dispatchEvent(new Event('change')); })()")
+    assert len(page.evaluate(visible)) == len(heads) - 1
+    assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH
+    _keep(page.screenshot(tmp_path / "p.png"), "page-architecture-picked.png")
+
+
+def test_a_combinations_history_is_drawn_from_the_pickers(browser, tmp_path):
+    """A machine page of the fixture run and two next nights (the second on a new cuDNN): the picker draws the
+    chosen combination's medians with a µs/ms axis and the stack change as an event; choosing another value
+    redraws it for the combination that value leads to."""
+    from _fleet_data import FIXTURES
+    from _report_data import next_night, unpack
+
+    if not (FIXTURES / "h200-fwd-asv.tar.gz").exists():
+        pytest.skip("fixture h200-fwd-asv not committed")
+    base = unpack("h200-fwd-asv", tmp_path / "base")
+    one, _ = next_night(base, tmp_path / "one")
+    two, _ = next_night(base, tmp_path / "two", days=2, fingerprint={"libraries.cudnn.version": "9.20.0"})
+    db = tmp_path / "s.sqlite"
+    assert not collect(db, [base, one, two]).refused
+    site = tmp_path / "site"
+    with Store(db) as s:
+        build(s, site)
+    machine = next(p for p in (site / "machines").glob("*.html") if 'id="hist-data"' in p.read_text())
+    page = browser.open(machine.as_uri() + "#pick", width=WIDTH, height=HEIGHT)
+    assert page.errors == []
+    ticks = page.evaluate("Array.from(document.querySelectorAll('#hist-svg text.ytick')).map(t => t.textContent)")
+    assert len(ticks) == 3 and all(re.fullmatch(r"[0-9.]+ (µs|ms)", t) for t in ticks), ticks
+    assert page.evaluate("document.querySelectorAll('#hist-svg circle').length") == 3
+    events = page.evaluate("Array.from(document.querySelectorAll('#hist-svg g.event title')).map(t => t.textContent)")
+    assert events == ["cuDNN 9.19.0 -> 9.20.0"], events
+    before = page.evaluate("document.getElementById('hist-svg').getAttribute('aria-label')")
+    page.evaluate("(() => { const s = document.querySelector('#hist-form select[data-param=\"3\"]');"
+                  " s.selectedIndex = s.options.length - 1; s.dispatchEvent(new Event('change')); })()")
+    after = page.evaluate("document.getElementById('hist-svg').getAttribute('aria-label')")
+    algo = page.evaluate("document.querySelector('#hist-form select[data-param=\"3\"]').value")
+    assert page.errors == [] and algo in after
+    n_algos = page.evaluate("document.querySelector('#hist-form select[data-param=\"3\"]').options.length")
+    assert after != before or n_algos == 1
+    assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH
+    _keep(page.screenshot(tmp_path / "p.png"), "machine-combination-history.png")

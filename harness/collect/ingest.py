@@ -10,6 +10,7 @@ is refused as a whole with a one-line reason; the other sources are still collec
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import gc
 import hashlib
@@ -31,9 +32,10 @@ from typing import Any
 import numpy as np
 
 from ..core import intake
-from ..core.records import DTYPES, LAYOUTS, MATHS, OK, SCHEMA_VERSION
+from ..core.records import DTYPES, LAYOUTS, MATHS, OK, SCHEMA_VERSION, Accuracy, Determinism, Record, Timing
 from ..core.schema import SchemaError, check_record, check_run_header
 from ..run.journal import END_FILE, JOURNAL_FILE, RUN_FILE
+from . import columns as column_checks
 from .store import DEFAULT_STORE, ParsedRun, Store, StoreError, UnpackableRecord, samples_blob
 
 try:  # three times faster on the fleet's ten million lines; the standard library is the fallback
@@ -313,11 +315,34 @@ _GET_TIME, _GET_ACC, _GET_DET, _GET_TOP = (operator.itemgetter(*f) for f in (_TI
                                                                            _TOP_FIELDS))
 
 
+class _NotPlain(Exception):
+    """A run whose columns did not all pass check_column: it is read again, every line through check_record."""
+
+
+_PLAIN_TOP = ("status", "reason", "device", "workspace_bytes", "chosen_algo", "explanation")
+_TIME_KEYS = frozenset(f.name for f in dataclasses.fields(Timing))
+
+
+def _plain_time(t: dict[str, Any]) -> bool:
+    """A time with the optional fields a plain line may carry, all empty (nothing joins the store's extra)."""
+    return (t.keys() <= _TIME_KEYS and t.get("clock") is None and t.get("host_ms") is None
+            and t.get("flags", ()) in ((), []))
+
+
 def parse_journal(raw: RawRun, meta: dict[str, Any] | None = None) -> ParsedRun:
     """Rows for the store from one journal. The loop is the hot path of a fleet collect (ten million lines):
-    one JSON parse and one tuple per line, everything else vectorised after it."""
+    one JSON parse and one tuple per line, everything else vectorised after it. Lines are checked against the
+    schema per run (schema.check_column); a run that does not pass so, or that is refused, is read again with
+    schema.check_record on every line, which gives the refusal its first bad line and its words."""
     if meta is None:
         meta = journal_identity(raw)[0]
+    try:
+        return _parse_journal(raw, meta, False)
+    except (_NotPlain, Refused):
+        return _parse_journal(raw, meta, True)
+
+
+def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
     combos, rows, rankings = [], [], []
     data = raw.records
     if data and not data.endswith(b"\n") and raw.end_json is None:
@@ -328,6 +353,12 @@ def parse_journal(raw: RawRun, meta: dict[str, Any] | None = None) -> ParsedRun:
     loads, combo, blob, memo, get_rec = _loads, _combo, samples_blob, _COMBO_MEMO, _GET_REC
     get_time, get_acc, get_det, get_top = _GET_TIME, _GET_ACC, _GET_DET, _GET_TOP
     none7, none6 = (None,) * 7, (None,) * 6
+    verified, plain_time, remember = column_checks.VERIFIED_IDS, _plain_time, column_checks.remember
+    tops: list[tuple] = []
+    times: list[tuple] = []
+    accs: list[tuple] = []
+    dets: list[tuple] = []
+    reductions: list[Any] = []
     for lineno, line in enumerate(data.splitlines(), 1):
         try:
             if len(line) > intake.MAX_LINE_BYTES:
@@ -335,21 +366,45 @@ def parse_journal(raw: RawRun, meta: dict[str, Any] | None = None) -> ParsedRun:
             if not line.strip():
                 raise ValueError("the line is empty (a journal has one record per line)")
             d = loads(line)
-            check_record(d)
+            checked = full
+            if full:
+                check_record(d)
             try:  # fast path: every field there, combination seen before; anything else takes the full path
                 (schema, kind, case, backend, direction, algo, math_, dtype, layout, settings, t, a, h, status,
                  reason, device, workspace, chosen_algo, explanation, extra) = get_rec(d)
                 fast = schema == SCHEMA_VERSION and schema is not True and kind != "ranking"
                 if fast:
-                    c = memo.get((case, backend, direction, algo, math_, dtype, layout,
-                                  tuple(sorted(settings.items())) if settings else (), kind))
+                    sig = (case, backend, direction, algo, math_, dtype, layout,
+                           tuple(sorted(settings.items())) if settings else (), kind)
+                    c = memo.get(sig)
                     if c is None:
                         c = combo(d)
                     tv = get_time(t) if t else none7
                     av = get_acc(a) if a else none7
                     hv = get_det(h) if h else none6
+                    # a plain line: an identity check_record passed before, every field there and nothing else,
+                    # no open-ended extra; its values are checked per run, in columns, after the loop
+                    if not checked and (sig in verified and len(d) == 20 and settings.__class__ is dict
+                                        and schema.__class__ is int and extra.__class__ is dict and not extra
+                                        and (t is None or (t.__class__ is dict and (len(t) == 7 or plain_time(t))))
+                                        and (a is None or (a.__class__ is dict and (len(a) == 7 or (
+                                            len(a) == 8 and "reduction" in a))))
+                                        and (h is None or (h.__class__ is dict and len(h) == 6))):
+                        checked = True
+                        tops.append((status, reason, device, workspace, chosen_algo, explanation))
+                        if t is not None:
+                            times.append(tv)
+                        if a is not None:
+                            accs.append(av)
+                            if len(a) == 8:
+                                reductions.append(a["reduction"])
+                        if h is not None:
+                            dets.append(hv)
             except (KeyError, TypeError, AttributeError):
                 fast = False
+            if not checked:
+                check_record(d)
+                remember(d)
             if not fast:
                 if d["schema"] != SCHEMA_VERSION or d["schema"] is True:
                     raise Refused(f"{raw.origin}: records.jsonl line {lineno} has schema {d.get('schema')!r}; "
@@ -387,6 +442,8 @@ def parse_journal(raw: RawRun, meta: dict[str, Any] | None = None) -> ParsedRun:
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError) as exc:
             raise Refused(f"{raw.origin}: records.jsonl line {lineno} is not a valid record "
                           f"({repr(exc)[:200]})") from None
+    if not full and not _columns_pass(tops, times, accs, reductions, dets):
+        raise _NotPlain
     if len({c[0] for c in combos}) != len(combos):  # a line written twice (a resumed run): the last one counts
         last = {c[0]: i for i, c in enumerate(combos)}
         keep = sorted(last.values())
@@ -416,6 +473,14 @@ def parse_journal(raw: RawRun, meta: dict[str, Any] | None = None) -> ParsedRun:
     vectors = {"ok": ok, "median": med, "norm_err": err, "hash": np.array(hashes, dtype=np.int64),
                "chosen": chosen}
     return ParsedRun(run, combos, rows, rankings, vectors)
+
+
+def _columns_pass(tops: list[tuple], times: list[tuple], accs: list[tuple], reductions: list[Any],
+                  dets: list[tuple]) -> bool:
+    """Every value the plain lines of a run hold passes the check check_record makes of it (columns.check_columns)."""
+    check = column_checks.check_columns
+    return (check(tops, Record, _PLAIN_TOP) and check(times, Timing, _TIME_FIELDS) and check(accs, Accuracy, _ACC_FIELDS)
+            and check(dets, Determinism, _DET_FIELDS) and column_checks.check_column(reductions, Accuracy, "reduction"))
 
 
 _RECORD_FIELDS = ("case", "backend", "direction", "algo", "math", "dtype", "layout")

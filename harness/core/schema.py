@@ -281,3 +281,6 @@ def check_run_header(meta: Any) -> dict[str, Any]:
             raise SchemaError(k, f"is {_type_name(meta[k])}, not an object")
         _json_value(meta.get(k), k)
     return meta
+
+
+# ---- the same checks, one run at a time ---------------------------------------------------------------------

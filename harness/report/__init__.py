@@ -1,9 +1,11 @@
 """``report``: the store rendered as a static site a fleet team reads in the morning, offline, from file://.
 
 The index answers "what changed last night" machine by machine (morning.py); every finding drills down to its two
-records, samples and fingerprints (changes.py); investigations, determinism, architectures, image regressions
-and runs have pages of their own. jinja2 with autoescape on renders everything; charts are inline SVG computed in
-charts.py; the only script is the inline table sorter/filter. Every comparison names the hardware and the stack
+records, samples and fingerprints (changes.py); investigations, determinism, architectures, image regressions,
+fingerprints (any two runs side by side) and runs have pages of their own. jinja2 with autoescape on renders
+everything; charts are inline SVG computed in charts.py; the only script is the inline one in base.html (table
+sorter/filter, permalinks into folded sections, and three pickers: two fingerprints, machines side by side, a
+combination's history drawn from data on its page). Every comparison names the hardware and the stack
 its numbers come from. To add a page: a module with a context function of the model, a template, a line in PAGES.
 """
 
@@ -23,6 +25,7 @@ from . import output
 from .architecture import architecture
 from .changes import changes_page
 from .determinism import determinism
+from .fingerprints import fingerprints
 from .fmt import fmt_err, fmt_time, minute, settings_str, slug
 from .investigations import findings, ort
 from .machine import machine_page
@@ -53,6 +56,7 @@ PAGES: list[tuple[str, str, str, str, Callable[[dict[str, Any]], dict[str, Any]]
     ("architecture", "architecture.html", "Across hardware", "architecture.html",
      lambda g: {"arch": architecture(g)}),
     ("regressions", "regressions.html", "Between images", "regressions.html", lambda g: {"reg": regressions(g)}),
+    ("fingerprints", "fingerprints.html", "Fingerprints", "fingerprints.html", lambda g: {"fp": fingerprints(g)}),
     ("runs", "runs.html", "All runs", "runs.html", _runs),
 ]
 

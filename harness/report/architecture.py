@@ -6,10 +6,14 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from ..analysis.compare import cross_machine
+from ..analysis.compare import cross_machine, machine_neutral_key
+from ..core.records import OK
+from .fmt import fmt_time, settings_str
 
 MAX_SIDE = 4  # machines of one GPU model side by side (the newest nights first)
 MAX_PAIRED_ROWS = 400  # combinations per section, the most different first
+MAX_PICK_MACHINES = 40  # columns of the machine picker (the machines with the newest runs)
+MAX_PICK_ROWS = 100  # combinations of the machine picker: those the most machines measured first
 
 
 def interest(row: dict[str, Any]) -> tuple:
@@ -73,4 +77,51 @@ def architecture(g: dict[str, Any]) -> dict[str, Any]:
                          "only_one": len(rows) - len(both), "disjoint": disjoint,
                          "n_identical": sum(1 for x in both if x["bitwise_identical"]),
                          "n_class_differs": sum(1 for x in both if x["class_differs"])})
-    return {"sections": sections, "note": note}
+    return {"sections": sections, "note": note, "pick": picker(g)}
+
+
+def picker(g: dict[str, Any]) -> dict[str, Any]:
+    """Any machines side by side: every machine's newest records (its newest run's image) as one column each, the
+    reader ticks the machines to compare (two hosts of one GPU model, a P40 against an H200...). Ratios are to the
+    first ticked machine, computed in the page. Without a tick, two machines of one GPU model are shown, else the
+    first two GPU machines."""
+    ms = sorted(g["machines"], key=lambda m: m.runs[-1]["started"], reverse=True)[:MAX_PICK_MACHINES]
+    ms.sort(key=lambda m: (m.hardware != "gpu", m.label, m.name))
+    per = []
+    for m in ms:
+        run = m.runs[-1]
+        recs = g["current"].get((m.name, run["image"]), [])
+        per.append({machine_neutral_key(x): x for x in recs if x["kind"] == "measurement"})
+    seen: dict[str, int] = defaultdict(int)
+    for p in per:
+        for k in p:
+            seen[k] += 1
+    keys = sorted(seen, key=lambda k: (-seen[k], k))[:MAX_PICK_ROWS]
+    rows = []
+    for k in keys:
+        rec = next(p[k] for p in per if k in p)
+        cells = []
+        for p in per:
+            x = p.get(k)
+            if x is None:
+                cells.append(None)
+            elif x["status"] == OK and x["median_ms"] is not None:
+                cells.append({"v": x["median_ms"], "text": fmt_time(x["median_ms"]),
+                              "title": f"{x['precision_class'] or '-'}, output {str(x['hash'] or '-')[:16]}"})
+            else:
+                cells.append({"v": None, "text": x["status"], "title": x.get("reason") or x["status"]})
+        rows.append({"combo": " ".join((rec["case_id"], rec["backend"], rec["direction"], rec["algo"], rec["math"],
+                                        rec["dtype"], rec["layout"], settings_str(rec["settings"]))).strip(),
+                     "cells": cells, "n": seen[k]})
+    models: dict[str, list[int]] = defaultdict(list)
+    for i, m in enumerate(ms):
+        if m.hardware == "gpu":
+            models[m.label].append(i)
+    host = [m.latest_fp.get("hostname") if isinstance(m.latest_fp, dict) else None for m in ms]
+    pair = next(([v[0], j] for v in models.values() for j in v[1:] if host[j] != host[v[0]]), None) or next(
+        (v[:2] for v in models.values() if len(v) >= 2), None)
+    default = pair or [i for i, m in enumerate(ms) if m.hardware == "gpu"][:2] or list(range(min(2, len(ms))))
+    cols = [{"name": m.name, "label": m.label, "slug": m.slug, "run": m.runs[-1], "checked": i in default}
+            for i, m in enumerate(ms)]
+    return {"cols": cols, "rows": rows, "left_out": max(0, len(seen) - len(keys)),
+            "machines_left_out": max(0, len(g["machines"]) - len(ms))}

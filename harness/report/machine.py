@@ -12,6 +12,7 @@ from ..analysis import changepoint, pairing
 from ..analysis.compare import fingerprint_diff
 from ..analysis.pairing import stack_line
 from .charts import heatmaps, line_chart, time_heatmaps
+from .fingerprints import link as fingerprint_link
 from .fmt import flatten
 from .model import MAX_CHARTS, MAX_ROWS, MachineInfo, Series, _combo_label
 
@@ -62,6 +63,38 @@ def chained_index(median: np.ndarray) -> np.ndarray:
     return idx
 
 
+MAX_PICK_RUNS = 120  # the newest runs of a machine in the combination picker's history
+MAX_PICK_COMBOS = 600  # combinations offered by the picker
+
+
+def picker_data(g: dict[str, Any], h: dict[str, Any]) -> dict[str, Any] | None:
+    """Any combination's history across nights and stacks on one axis (asv's graph page, offline): the page's
+    script draws the combination the reader picks parameter by parameter from these values. Values are medians
+    in ms to 4 significant figures; an empty value is a night that did not measure it."""
+    runs = h["runs"][-MAX_PICK_RUNS:]
+    if len(runs) < 2:
+        return None
+    first = len(h["runs"]) - len(runs)
+    median = h["median"][first:]
+    labels = []
+    for combo, j in h["col"].items():
+        col = median[:, j]
+        if np.isfinite(col).sum() < 2:
+            continue
+        c = _combo_label(g["combos"][combo])
+        key = [c["case"], c["backend"], c["direction"], c["algo"], c["math"], c["dtype"], c["layout"],
+               c["settings"] or "-"]
+        labels.append((key, ",".join("" if not math.isfinite(v) else f"{v:.4g}" for v in col.tolist())))
+    labels.sort()
+    if not labels:
+        return None
+    return {"params": ["case", "backend", "direction", "algo", "math", "dtype", "layout", "settings"],
+            "combos": [{"key": "|".join(k), "v": v} for k, v in labels[:MAX_PICK_COMBOS]],
+            "left_out": max(0, len(labels) - MAX_PICK_COMBOS),
+            "times": ",".join(r["started"][:16].replace("T", " ") for r in runs),
+            "events": [{"i": i - first, "label": label} for i, label in h["events"] if i >= first]}
+
+
 def machine_page(g: dict[str, Any], m: MachineInfo) -> dict[str, Any]:
     maps = []
     for img in m.images:
@@ -71,11 +104,14 @@ def machine_page(g: dict[str, Any], m: MachineInfo) -> dict[str, Any]:
                      "maps": heatmaps(recs)})
     charts = []
     overview_charts = []
+    pick = None
     for source in ("journal", "asv"):
         series = [x for x in g["series"] if x.machine == m.name and x.runs[0]["source"] == source]
         if not series:
             continue
         h = history(series, g["info"])
+        if source == "journal" or pick is None:
+            pick = picker_data(g, h)
         stamps = [r["started"] for r in h["runs"]]
         if len(h["runs"]) >= 2:
             idx = chained_index(h["median"])
@@ -106,10 +142,12 @@ def machine_page(g: dict[str, Any], m: MachineInfo) -> dict[str, Any]:
         runs.append({"run": r, "stack": stack_line(fp), "fingerprint": flatten(fp) if full else None,
                      "options": flatten(info["options"]) if full else None,
                      "end": flatten(info["end"]) if info["end"] and full else None,
+                     "fp_link": fingerprint_link(g, shown[i - 1]["id"], r["id"], "../") if i else None,
                      "diff": None if before is None else [(k, "-" if a is None else str(a), "-" if b is None else str(b))
                                                           for k, a, b in fingerprint_diff(before, fp)]})
     # timing of what the machine runs now: its newest image of each source (older images are in the history)
     newest = {g["latest"][(m.name, img)]["source"]: img for img in m.images}
     times = [{"image": img, "maps": time_heatmaps(g["current"][(m.name, img)])} for img in newest.values()]
     return {"m": m, "maps": maps, "times": times, "charts": charts, "overview_charts": overview_charts, "runs": runs,
+            "pick": pick,
             "runs_left_out": max(0, len(m.runs) - MAX_ROWS)}

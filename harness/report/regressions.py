@@ -6,18 +6,22 @@ import math
 from collections import Counter
 from typing import Any
 
-from ..analysis.compare import Thresholds
+from ..analysis.compare import Thresholds, fingerprint_diff
+from .changes import record_rows
 from .charts import strip_plot
+from .fingerprints import link as fingerprint_link
 from .fmt import settings_str
 from .model import MAX_EVIDENCE_PLOTS, _combo_label
+from .morning import anchor
 
 MAX_STEPS = 500  # nightly change points listed, the largest first
 MAX_PER_PAIR = 100  # regressions listed per image transition; the rest are counted
+MAX_RECORD_PAIRS = 200  # rows of the page that carry both records (the page stays small on a fleet)
 
 
 def regressions(g: dict[str, Any]) -> dict[str, Any]:
     items = []
-    plots = 0
+    plots = recorded = 0
     for t in g["transitions"]:
         regs = [f for f in t["findings"] if f.verdict == "regression"]
         changes = Counter(f"{f.kind} {f.verdict}" for f in t["findings"] if f.verdict != "regression")
@@ -34,9 +38,20 @@ def regressions(g: dict[str, Any]) -> dict[str, Any]:
                 if b is not None and h is not None:
                     plot = strip_plot(b["samples"], h["samples"])
                     plots += 1
-            rows.append({"f": f, "settings": settings_str(f.settings), "plot": plot})
+            if base_recs is None:
+                base_recs = {x["key"]: x for x in g["current"][(t["machine"], t["base"]["image"])]}
+                head_recs = {x["key"]: x for x in g["current"][(t["machine"], t["head"]["image"])]}
+            b, h = base_recs.get(f.key), head_recs.get(f.key)
+            detailed = recorded < MAX_RECORD_PAIRS
+            recorded += detailed
+            rows.append({"f": f, "settings": settings_str(f.settings), "plot": plot, "anchor": anchor(f),
+                         "base_rec": record_rows(b) if detailed else None,
+                         "head_rec": record_rows(h) if detailed else None,
+                         "base_run": (b or {}).get("run"), "head_run": (h or {}).get("run")})
         items.append({"t": t, "rows": rows, "left_out": max(0, len(regs) - MAX_PER_PAIR), "other": sorted(
-            changes.items())})
+            changes.items()), "fp_link": fingerprint_link(g, t["base"]["id"], t["head"]["id"]),
+            "diff": [(k, "-" if a is None else str(a), "-" if b is None else str(b)) for k, a, b in fingerprint_diff(
+                g["info"][t["base"]["id"]]["fingerprint"] or {}, g["info"][t["head"]["id"]]["fingerprint"] or {})]})
     steps = []
     for s in g["series"]:
         nights = [r["night"] for r in s.runs]

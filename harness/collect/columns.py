@@ -1,0 +1,161 @@
+"""Collect's fast path: a run's plain lines checked in columns, with the rules check_record applies to each value.
+
+Kept out of the core (it needs numpy, and only collect uses it); the rules themselves are core.schema's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import typing
+from typing import Any
+
+import numpy as np
+
+from ..core.schema import (
+    _CONTROL,
+    _ENUMS,
+    _LONG_TEXTS,
+    _REQUIRED,
+    MAX_INT,
+    MAX_ITEMS,
+    MAX_LONG_TEXT,
+    MAX_SAMPLES,
+    MAX_TEXT,
+    SchemaError,
+    _checker,
+    _nullable,
+)
+
+# A fleet's journal repeats one shape ten million times: the same combinations, the same few statuses, numbers in
+# the same places. check_record walks every line's tree (about 5 us a line); collect.parse_journal instead checks a
+# line's identity and shape against what a full check_record already passed (VERIFIED_IDS, per process), gathers
+# the values that change from line to line into columns, and checks each column at once with the rule
+# check_record applies to each of its values (check_column). A run any part of which is not plain, or a column
+# that does not pass, is read again with check_record on every line, so what is refused, and the words of the
+# refusal, stay those of check_record.
+VERIFIED_IDS: set[tuple] = set()  # identity signatures (collect._combo's memo key) of records check_record passed
+_MAX_VERIFIED = 200_000
+_NONE = type(None)
+_FLOAT_TYPES = frozenset((int, float))
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def identity_signature(d: dict[str, Any]) -> tuple | None:
+    """The key collect's fast path looks a record's identity up by (None where the record has no such key)."""
+    try:
+        settings = d["settings"]
+        if type(settings) is not dict:
+            return None
+        return (d["case"], d["backend"], d["direction"], d["algo"], d["math"], d["dtype"], d["layout"],
+                tuple(sorted(settings.items())) if settings else (), d["kind"])
+    except (KeyError, TypeError):
+        return None
+
+
+def remember(d: dict[str, Any]) -> None:
+    """After check_record(d) passed: its identity is one a plain line may reuse without a second walk."""
+    if d.get("kind", "measurement") == "ranking" or len(VERIFIED_IDS) >= _MAX_VERIFIED:
+        return
+    sig = identity_signature(d)
+    if sig is not None:
+        try:
+            VERIFIED_IDS.add(sig)
+        except TypeError:  # a setting with an unhashable value: never a plain line
+            pass
+
+
+def _hint(cls: type, name: str) -> Any:
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = typing.get_type_hints(cls)
+    return hints[name]
+
+
+def _numbers_ok(vals: list[Any], types: set[type], integer: bool) -> bool:
+    """Every value (numbers, and None where the column may hold null) passes _integer / _number with nonneg
+    (records' numbers are never negative)."""
+    if integer:
+        return min(vals) >= 0 and max(vals) <= MAX_INT
+    if int in types:  # exact comparison, as _number makes it, for integers
+        return all(v is None or 0 <= v <= 1e300 for v in vals)
+    a = np.array(vals, dtype=np.float64)  # None becomes NaN (a parsed NaN cannot occur: the readers refuse it)
+    if ((a < 0) | (a > 1e300)).any():
+        return False
+    return int(np.isnan(a).sum()) == vals.count(None) if _NONE in types else not np.isnan(a).any()
+
+
+def check_column(values: list[Any], cls: type, name: str) -> bool:
+    """Whether check_record would pass every value of ``values`` as field ``name`` of dataclass ``cls`` (a field
+    of a record, of its time, accuracy or determinism). False also where this cannot tell at once (the caller then
+    checks line by line): never True for a value check_record refuses."""
+    return _values_pass(values, _hint(cls, name), name)
+
+
+def check_columns(rows: list[tuple], cls: type, names: tuple[str, ...]) -> bool:
+    """check_column for each field of ``rows`` (tuples of the fields ``names`` of ``cls``); numeric fields of one
+    type are checked together, one pass over all their values."""
+    if not rows:
+        return True
+    numeric: dict[Any, list[tuple]] = {}
+    for name, col in zip(names, zip(*rows, strict=True), strict=True):
+        tp = _hint(cls, name)
+        if tp in _NUMERIC:
+            numeric.setdefault(tp, []).append(col)
+        elif not _values_pass(col, tp, name):
+            return False
+    return all(_values_pass(list(itertools.chain.from_iterable(cols)), tp, "")
+               for tp, cols in numeric.items())
+
+
+_NUMERIC = (float, float | None, int, int | None, bool, bool | None)
+
+
+def _values_pass(values: Any, tp: Any, name: str) -> bool:
+    if not values:
+        return True
+    if tp in (str, str | None):  # distinct values first: a str is equal only to a str, so no type hides in them
+        try:
+            distinct = set(values)
+        except TypeError:
+            return False
+        if None in distinct:
+            if not _nullable(tp):
+                return False
+            distinct.discard(None)
+        if len(distinct) <= 256 or name in _REQUIRED or name in _ENUMS:
+            check = _checker(str, name, True)
+            try:
+                for v in distinct:
+                    check(v, name)
+            except SchemaError:
+                return False
+            return True
+        limit = MAX_LONG_TEXT if name in _LONG_TEXTS else MAX_TEXT
+        try:
+            text = " ".join(distinct)  # TypeError unless every value is text
+        except TypeError:
+            return False
+        if max(map(len, distinct)) > limit:
+            return False
+        return limit > MAX_TEXT or (text.isascii() and text.isprintable()) or not _CONTROL.search(text)
+    types = set(map(type, values))
+    if _NONE in types and not _nullable(tp):
+        return False
+    if tp in (float, float | None):  # None stays in: NaN in the array
+        return types - {_NONE} <= _FLOAT_TYPES and _numbers_ok(values, types, False)
+    if _NONE in types:
+        values = [v for v in values if v is not None]
+        types.discard(_NONE)
+        if not values:
+            return True
+    if tp in (int, int | None):
+        return types == {int} and _numbers_ok(values, types, True)
+    if tp in (bool, bool | None):
+        return types == {bool}
+    if tp == list[float]:  # timing samples (null items are left to the line-by-line check)
+        if types != {list} or max(map(len, values)) > (MAX_SAMPLES if name == "samples_ms" else MAX_ITEMS):
+            return False
+        items = list(itertools.chain.from_iterable(values))
+        types = set(map(type, items))
+        return types <= _FLOAT_TYPES and _numbers_ok(items, types, False)
+    return False
