@@ -125,11 +125,11 @@ def test_fixture_findings_are_on_screen(browser, tmp_path):
     top = page.evaluate("Array.from(document.querySelectorAll('#autotune-top tbody tr'))"
                         ".map(r => Array.from(r.cells).map(c => c.innerText))")
     assert sorted(r[2] for r in top) == sorted(d["case"] for d in unstable)
+    # several runs (machines, stacks) can hold the same case and math: each record has its own row
     for d in unstable:
-        row = next(r for r in top if r[2] == d["case"] and r[4] == d["math"])
-        if d["extra"].get("max_abs_spread") is not None:
-            assert row[-2] == f"{d['extra']['max_abs_spread']:.3g}"
-        assert row[-1] == d["explanation"]
+        spread = d["extra"].get("max_abs_spread")
+        assert any(r[2] == d["case"] and r[4] == d["math"] and r[-1] == d["explanation"]
+                   and (spread is None or r[-2] == f"{spread:.3g}") for r in top), (d["case"], d["math"])
     _keep(page.screenshot(tmp_path / "investigations.png", full_page=True), "investigations-fixtures.png")
     det = browser.open((site / "determinism.html").as_uri())
     assert det.errors == []
