@@ -123,7 +123,9 @@ class CudnnBackend:
 # spacers). On the H200 (2026-11-30, scripts/gpu/placement_probe.py) resnet50.layer4.0.conv2 IMPLICIT_GEMM FMA fp32
 # ran 539.5 us on 11 placements of 12 and 597.5 us on one; such level switches, one placement per process, made
 # the A/A pairs' largest false alarms. Pooled over five placements one slow placement moves the median by a
-# quantile of the other four; it takes three slow ones to move it to the slow level.
+# quantile of the other four; it takes three slow ones to move it to the slow level. Measured after (H200 x2,
+# 2026-11-30, docs/performance.md): forward A/A pairs failed on 6 findings a pair instead of 16, none a placement
+# level; the forward study took 275 s for both stacks on each GPU, as before.
 PLACEMENTS = 5
 # A placement gets a workspace of its own up to this size; larger workspaces are shared (memory, not time).
 PLACEMENT_WORKSPACE_MAX = 256 << 20
