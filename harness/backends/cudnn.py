@@ -125,7 +125,7 @@ class CudnnBackend:
 # the A/A pairs' largest false alarms. Pooled over five placements one slow placement moves the median by a
 # quantile of the other four; it takes three slow ones to move it to the slow level. Measured after (H200 x2,
 # 2026-11-30, docs/performance.md): forward A/A pairs failed on 6 findings a pair instead of 16, none a placement
-# level; the forward study took 275 s for both stacks on each GPU, as before.
+# level. The forward A/A study (both stacks, both GPUs in parallel) took 275 s; single-placement, one GPU: 214 s.
 PLACEMENTS = 5
 # A placement gets a workspace of its own up to this size; larger workspaces are shared (memory, not time).
 PLACEMENT_WORKSPACE_MAX = 256 << 20
