@@ -156,7 +156,7 @@ def images_render(args) -> int:
         files = (fleet.render_slurm if args.slurm else fleet.render_k8s)(
             matrix, rows, results=args.results, outbox=args.outbox, registry=args.registry, cases=args.cases)
     else:
-        revision = images.suite_revision()
+        revision = images.build_revision()
         files = {}
         for row in rows:
             lock = row.lock_path()

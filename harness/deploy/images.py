@@ -325,8 +325,9 @@ def engine():
                           "`systemctl start docker`; scripts/host-docker.sh does both) or use --no-docker") from None
 
 
-def suite_revision() -> str:
-    """The revision of the suite the image is built from (resources.revision: git HEAD, -dirty with edits)."""
+def build_revision() -> str:
+    """The revision of the checkout an image is built from (resources.revision: git HEAD, -dirty with edits); it
+    becomes the image's CONVBENCH_REVISION, which journal.suite_revision then records in every run."""
     return resources.revision()
 
 
@@ -628,7 +629,7 @@ def build(client, matrix: Matrix, row: Row, cache: Path = WHEEL_CACHE, log=print
     except docker.errors.ImageNotFound:
         raise EngineError(f"base image {base.tag} is missing: make it with `python -m harness.deploy.baseimage "
                           f"{base.name}` (as root) or scripts/host-docker.sh") from None
-    revision = suite_revision()
+    revision = build_revision()
     wheels, lock = wheelhouse(matrix, row, cache, log)
     tag = f"{row.image}-{revision}"
     if not revision.endswith("-dirty") and revision != "unknown":
