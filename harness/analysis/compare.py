@@ -351,12 +351,9 @@ def _determinism(rb: dict[str, Any], rh: dict[str, Any], th: Thresholds) -> list
         # Two runs of a documented non-deterministic algorithm differ by chance: in the A/A backward study on two
         # H200s (2026-11-30) 159-160 such combinations a GPU, all of them documented ones. They stay changes,
         # also under --bitwise, and say so, so that "changed bits" counts what a stack changed.
-        if cause:
-            out.append(_finding("determinism", "change", rh, hb[:12], hh[:12],
-                                f"output no longer bitwise equal to the base, as expected{why}"))
-        else:
-            out.append(_finding("determinism", "regression" if th.bitwise else "change", rh, hb[:12], hh[:12],
-                                "output no longer bitwise equal to the base"))
+        verdict = "regression" if th.bitwise and not cause else "change"
+        out.append(_finding("determinism", verdict, rh, hb[:12], hh[:12],
+                            "output no longer bitwise equal to the base" + (f", as expected{why}" if cause else "")))
     return out
 
 
