@@ -91,3 +91,53 @@ def _determinism(rec: Record) -> str | None:
 def explain(rec: Record) -> str | None:
     parts = [p for p in (_status(rec), _accuracy(rec), _determinism(rec)) if p]
     return "; ".join(parts) or None
+
+
+def explain_autotune(rec: Record) -> str | None:
+    """An autotuner record (run/autotune.py): winners that differ across fresh searches, outputs that differ, or
+    a near tie between candidates that compute different bits."""
+    winners = rec.extra.get("winners", {})
+    det = rec.determinism
+    if len(winners) > 1 and det.distinct_outputs > 1:
+        spread = rec.extra.get("max_abs_spread")
+        size = f" (max |delta| {spread:.3g})" if spread else ""
+        return (f"autotuner picked different algorithms across sessions: {' vs '.join(winners)}; their outputs "
+                f"differ bitwise{size}")
+    if len(winners) > 1:
+        return f"autotuner picked different algorithms across sessions ({' vs '.join(winners)}) with bitwise-equal outputs"
+    if det.distinct_outputs > 1:
+        return f"the autotuned call gave {det.distinct_outputs} distinct outputs across {det.repeats} fresh processes"
+    ties = rec.extra.get("near_ties") or []
+    if ties:
+        t = ties[0]
+        return (f"near tie: {t['winner']} leads {t['runner_up']} by {100 * t['gap']:.1f} % and they differ "
+                f"numerically (max |delta| {t['max_abs_delta'] or 0:.3g}): another session may pick either")
+    return None
+
+
+def explain_crosscheck(rec: Record) -> str | None:
+    """F.conv2d against direct cuDNN with FMA math (run/autotune.py's crosscheck), from what its extra holds."""
+    x = rec.extra
+    delta = x.get("max_abs_delta")
+    if delta is None:  # no legacy algorithm ran
+        return None
+    if x.get("torch_class") == "tf32" and x.get("cudnn_fma_class") == "fp32":
+        return (f"F.conv2d differs from direct cuDNN with FMA math by {delta:.3g}: "
+                "TF32 tensor-core math (PyTorch allows TF32 in cuDNN convs by default; FMA math does not)")
+    if delta == 0:
+        return None
+    return (f"F.conv2d differs from direct cuDNN with FMA math by {delta:.3g}; both are "
+            f"{x.get('torch_class')}-class: a different algorithm or summation order")
+
+
+# the rules of each record kind that is not a measurement (a repro record is explained where it is made: its words
+# need the original record)
+_BY_KIND = {"autotune": explain_autotune, "crosscheck": explain_crosscheck}
+
+
+def explain_any(rec: Record) -> str | None:
+    """The explanation of a record of any kind: a failed one says why it failed, a study's record what it found."""
+    rules = _BY_KIND.get(rec.kind)
+    if rules is None or rec.status != OK:
+        return explain(rec)
+    return rules(rec)

@@ -24,6 +24,7 @@ from ..backends.pytorch import conv_settings
 from ..core.cases import Case
 from ..core.records import OK, Determinism, Record
 from ..measurement import accuracy
+from .finalize import finalize
 
 NEAR_TIE = 0.05  # candidates within 5 % of the winner's time count as tied: run-to-run noise is that large
 SUCCESS = "CUDNN_STATUS_SUCCESS"
@@ -114,9 +115,8 @@ def cudnn_find(cudnn, case: Case, direction: str, dtype: str, layout: str, math:
     spread = numerics.max_delta(distinct[0], distinct[-1]) if len(distinct) > 1 else 0.0
     rec = _record(case, "cudnn", direction, math, dtype, layout, {"search": "cudnnFind", "trials": k}, hashes,
                   winners, {"trials": trials, "near_ties": _unique(near_ties), "max_abs_spread": spread})
-    rec.explanation = explain_autotune(rec)
     session.close()
-    return rec
+    return finalize(rec)
 
 
 def _unique(items: list[dict]) -> list[dict]:
@@ -127,26 +127,6 @@ def _unique(items: list[dict]) -> list[dict]:
             seen.add(key)
             out.append(it)
     return out
-
-
-def explain_autotune(rec: Record) -> str | None:
-    winners = rec.extra.get("winners", {})
-    det = rec.determinism
-    if len(winners) > 1 and det.distinct_outputs > 1:
-        spread = rec.extra.get("max_abs_spread")
-        size = f" (max |delta| {spread:.3g})" if spread else ""
-        return (f"autotuner picked different algorithms across sessions: {' vs '.join(winners)}; their outputs "
-                f"differ bitwise{size}")
-    if len(winners) > 1:
-        return f"autotuner picked different algorithms across sessions ({' vs '.join(winners)}) with bitwise-equal outputs"
-    if det.distinct_outputs > 1:
-        return f"the autotuned call gave {det.distinct_outputs} distinct outputs across {det.repeats} fresh processes"
-    ties = rec.extra.get("near_ties") or []
-    if ties:
-        t = ties[0]
-        return (f"near tie: {t['winner']} leads {t['runner_up']} by {100 * t['gap']:.1f} % and they differ "
-                f"numerically (max |delta| {t['max_abs_delta'] or 0:.3g}): another session may pick either")
-    return None
 
 
 # --- PyTorch cudnn.benchmark across fresh processes ------------------------------------------------------
@@ -212,8 +192,7 @@ def run(cases: list[Case], k: int, maths=("DEFAULT", "FMA"), dtype: str = "fp32"
                 rec = _record(case, "torch", "fwd", "TF32" if tf32 else "IEEE", dtype, layout,
                               {"benchmark": True, "deterministic": False, "tf32": tf32, "processes": k}, hashes,
                               matches, {"trials": [{"hash": h, "same_bits_as": m} for h, m in zip(hashes, matches, strict=True)]})
-                rec.explanation = explain_autotune(rec)
-                yield rec
+                yield finalize(rec)
             session.close()
 
 
@@ -248,16 +227,8 @@ def crosscheck(case: Case, dtype: str = "fp32", layout: str = "NCHW") -> Record:
                         "cudnn_fma_class": best[2].precision_class if best else None,
                         "cudnn_fma_max_abs": best[2].max_abs if best else None,
                         "sm": ".".join(map(str, torch.cuda.get_device_capability()))})
-    if best and acc_torch.precision_class == "tf32" and best[2].precision_class == "fp32":
-        rec.explanation = (f"F.conv2d differs from direct cuDNN with FMA math by {best[1]:.3g}: "
-                           "TF32 tensor-core math (PyTorch allows TF32 in cuDNN convs by default; FMA math does not)")
-    elif best and best[1] == 0:
-        rec.explanation = None
-    elif best:
-        rec.explanation = (f"F.conv2d differs from direct cuDNN with FMA math by {best[1]:.3g}; both are "
-                           f"{acc_torch.precision_class}-class: a different algorithm or summation order")
     session.close()
-    return rec
+    return finalize(rec)
 
 
 if __name__ == "__main__" and "--worker" in sys.argv:

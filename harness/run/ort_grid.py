@@ -29,6 +29,7 @@ from ..core.errors import UserError
 from ..core.records import OK, Record, wholly_failed
 from ..measurement import fingerprint
 from . import worker
+from .finalize import finalize
 from .journal import JOURNAL_FILE, Journal, JournalError, iter_journal
 from .sweep import lock_run
 
@@ -223,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _in_process(journal: Journal, records):
     for rec in records:
-        journal.append(rec)
+        journal.append(finalize(rec, by_producer=True))  # the runner's own words (run_slice's finalize=False)
         yield rec
 
 

@@ -22,10 +22,10 @@ from typing import Any
 from ..backends import SweepOptions
 from ..core.cases import Case
 from ..core.errors import UserError
-from ..core.explain import explain
 from ..core.records import OK, wholly_failed
 from ..measurement import fingerprint
 from . import worker
+from .finalize import finalize
 from .journal import JOURNAL_FILE, RUN_FILE, Journal, iter_journal
 from .slicetime import SliceClock
 
@@ -172,10 +172,7 @@ def _in_process(journal: Journal, backend: Any, case: Case, combos: list, option
     clock = SliceClock(backend.name, case.id)
     for rec in backend.run(case, combos, options):
         clock.tick(rec)
-        if rec.kind == "measurement":
-            worker.classify(rec)
-            rec.explanation = explain(rec)
-        journal.append(rec)
+        journal.append(finalize(rec))
         yield rec
     clock.write(journal.path)
 

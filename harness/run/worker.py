@@ -10,16 +10,16 @@ goes to a fresh worker (at most ``retries`` times per slice; after that the rest
 same status, so a case whose every combination hangs costs (retries + 1) timeouts, not one per combination).
 
 One worker process serves slice after slice (a torch import and a CUDA context cost seconds); it is
-replaced only after a failure. The child dies with the sweep (PR_SET_PDEATHSIG) and holds the run lock
+replaced only after a failure, or after every slice where the driver asks for fresh processes (``fresh``, the
+autotuner's searches); ``call`` runs one function in a fresh worker under the same watchdog and judgement.
+The worker's side is workerchild.py. The child dies with the sweep (PR_SET_PDEATHSIG) and holds the run lock
 with it, so a ``kill -9`` of the sweep never leaves a writer behind for ``--resume`` to race.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import resource
 import signal
 import socket
 import subprocess
@@ -30,173 +30,15 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from ..backends import Combo, SweepOptions, get_backend
+from ..backends import Combo, SweepOptions
 from ..core.cases import Case
-from ..core.explain import explain
 from ..core.records import CRASHED, ERROR, OOM, TIMEOUT, Ranking, Record
+from .finalize import classify, finalize  # noqa: F401 (classify: the pool's name for it, kept)
 from .journal import JOURNAL_FILE, Journal
-from .slicetime import SliceClock
+from .workerchild import _one_line, backend_names, load_runner, resolve, resolve_backend  # noqa: F401 (the pool's names)
 
 DEFAULT_TIMEOUT_S = 600.0  # no new record for this long: the watchdog ends the worker
 DEFAULT_RETRIES = 2
-
-# Messages of errors after which the CUDA context is unusable (sticky errors): the worker must be replaced.
-_STICKY_CUDA = ("illegal memory access", "illegal address", "unspecified launch failure", "misaligned address",
-                "illegal instruction", "device-side assert", "an illegal", "CUDA_ERROR_LAUNCH_FAILED",
-                "CUDNN_STATUS_EXECUTION_FAILED", "CUDNN_STATUS_INTERNAL_ERROR")
-_OOM_WORDS = ("OutOfMemoryError", "out of memory", "CUDNN_STATUS_ALLOC_FAILED", "MemoryError",
-              "CUBLAS_STATUS_ALLOC_FAILED")
-
-
-def _test_backend():
-    """The tests' fault-injecting backend (tests/faulty_backend.py, not shipped in the wheel) when
-    CONVBENCH_TEST_BACKENDS=1 and this is a checkout that has it; else None."""
-    if os.environ.get("CONVBENCH_TEST_BACKENDS") != "1":
-        return None
-    tests = str(Path(__file__).resolve().parents[2] / "tests")
-    if tests not in sys.path:
-        sys.path.append(tests)
-    try:
-        import faulty_backend
-    except ImportError:
-        return None
-    return faulty_backend
-
-
-def resolve_backend(name: str):
-    """A backend by name; the fault-injecting test backend only when CONVBENCH_TEST_BACKENDS=1."""
-    faulty = _test_backend()
-    if faulty and name == faulty.FaultyBackend.name:
-        return faulty.FaultyBackend()
-    return get_backend(name)
-
-
-def backend_names() -> tuple[str, ...]:
-    from ..backends import BACKENDS
-
-    return BACKENDS + (("faulty",) if _test_backend() else ())
-
-
-def load_runner(spec: str):
-    """A slice runner named ``"package.module:Name"`` (a class with ``name`` and ``run(subject, combos, options)``),
-    instantiated: how a driver that is not a registered backend (the onnxruntime model grid) runs its slices
-    through the same pool, with the same crash, timeout and OOM records."""
-    import importlib
-
-    module, _, attr = spec.partition(":")
-    if not module.startswith("harness.") or not attr:
-        raise ValueError(f"slice runner {spec!r} is not a harness class")
-    return getattr(importlib.import_module(module), attr)()
-
-
-def classify(rec: Record) -> Record:
-    """An error record whose reason is an out-of-memory error gets the out_of_memory status."""
-    if rec.status == ERROR and rec.reason and any(w in rec.reason for w in _OOM_WORDS):
-        rec.status = OOM
-    return rec
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-# ----------------------------------------------------------------------------------------------- the child
-
-
-def _cuda_broken() -> str | None:
-    """The error a CUDA synchronize raises when the context is corrupted; None when it is healthy or unused."""
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_initialized():
-        return None
-    try:
-        torch.cuda.synchronize()
-    except Exception as exc:  # noqa: BLE001 - any failure here means the context cannot be trusted
-        return _one_line(f"{type(exc).__name__}: {exc}")
-    return None
-
-
-def _limit_memory(limit: int | None) -> None:
-    """Cap the address space at what is mapped now plus ``limit`` bytes, so exhaustion is a MemoryError."""
-    if not limit:
-        return
-    with open("/proc/self/statm") as f:
-        mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    _, hard = resource.getrlimit(resource.RLIMIT_AS)
-    want = mapped + limit
-    if hard != resource.RLIM_INFINITY:
-        want = min(want, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (want, hard))
-
-
-def _run_slice(msg: dict[str, Any]) -> tuple:
-    """Measure one slice, journaling each record; the reply says how it ended."""
-    journal = Journal(Path(msg["run_dir"]))
-    backend = load_runner(msg["runner"]) if msg.get("runner") else resolve_backend(msg["backend"])
-    finalize = msg.get("finalize", True)
-    _limit_memory(msg.get("memory_limit"))
-    clock = SliceClock(msg["backend"], msg["case"].id)
-    try:
-        for rec in backend.run(msg["case"], msg["combos"], msg["options"]):
-            clock.tick(rec)
-            broken = None
-            if rec.kind == "measurement":
-                if finalize:
-                    classify(rec)
-                if rec.status != "ok" or any(w in (rec.reason or "") for w in _STICKY_CUDA):
-                    broken = _cuda_broken()
-                if broken:
-                    rec.status = CRASHED
-                    rec.reason = _one_line(f"corrupted the CUDA context ({rec.reason or broken}); the rest of "
-                                           "the case continues in a fresh worker")
-                if finalize or broken:
-                    rec.explanation = explain(rec)
-            journal.append(rec)
-            if broken:
-                journal.close()
-                return ("failed", CRASHED, "", False)
-    except MemoryError as exc:
-        journal.close()
-        return ("failed", OOM, _one_line(f"MemoryError: {exc}" if str(exc) else "MemoryError"), True)
-    except Exception as exc:  # noqa: BLE001 - a backend must not raise; when one does, the slice says so
-        journal.close()
-        kind = OOM if any(w in f"{type(exc).__name__} {exc}" for w in _OOM_WORDS) else ERROR
-        return ("failed", kind, _one_line(f"{type(exc).__name__}: {exc}"), True)
-    journal.close()
-    clock.write(journal.path)
-    broken = _cuda_broken()
-    if broken:  # the last record was fine, yet the context is not: do not hand it another slice
-        return ("done", broken)
-    return ("done", None)
-
-
-def _die_with_parent(parent: int) -> None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:  # the parent died before the line above
-        os._exit(1)
-
-
-def child_main(fd: int, parent: int) -> None:
-    _die_with_parent(parent)
-    conn = Connection(fd)
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return
-        if msg is None:
-            return
-        reply = _run_slice(msg)
-        conn.send(reply)
-        if reply[0] != "done" or reply[1]:
-            os._exit(0)  # a failed or CUDA-tainted worker is never reused
-
-
-# ---------------------------------------------------------------------------------------------- the parent
 
 
 def _oom_kills() -> int | None:
@@ -219,7 +61,7 @@ class _Child:
         env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         fd = child_sock.fileno()
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", f"from harness.run.worker import child_main; child_main({fd}, {os.getpid()})"],
+            [sys.executable, "-c", f"from harness.run.workerchild import child_main; child_main({fd}, {os.getpid()})"],
             pass_fds=(fd, *keep_fds), env=env, stdin=subprocess.DEVNULL)
         child_sock.close()
         self.conn = Connection(parent_sock.detach())
@@ -290,60 +132,71 @@ class WorkerPool:
         return [json.loads(line) for line in data[:end].splitlines() if line], offset + end
 
     def _journal(self, rec: Record) -> Record:
-        rec.explanation = explain(rec)
+        finalize(rec)
         self.journal.append(rec)
         self.journal.close()
         return rec
 
+    def _watch(self, msg: dict[str, Any]):
+        """Hand ``msg`` to the worker (a fresh one after a failure) and watch it: yields each record it journals;
+        returns (the reply or None, whether the watchdog killed it, the child, the OOM-kill count before)."""
+        offset = self._end()
+        if self.child is None:
+            self.child = _Child(self.keep_fds, self.env)
+        child = self.child
+        oom_before = _oom_kills()
+        child.conn.send(msg)
+        reply, killed, finished = None, False, False
+        last = time.monotonic()
+        while True:
+            lines, offset = self._read_from(offset)
+            for d in lines:
+                last = time.monotonic()
+                yield _parse(d)
+            if finished:  # one last read after the reply or the death, then judge
+                return reply, killed, child, oom_before
+            try:
+                if child.conn.poll(0.1):
+                    reply = child.conn.recv()
+            except (EOFError, OSError):
+                child.proc.wait()
+            if reply is not None or child.proc.poll() is not None:
+                finished = True
+            elif time.monotonic() - last > self.timeout_s:
+                child.kill()
+                killed = finished = True
+
     def run_slice(self, backend: str, case: Case, combos: list[Combo], options: SweepOptions,
-                  runner: str | None = None, finalize: bool = True) -> Iterator[Record | Ranking]:
+                  runner: str | None = None, finalize: bool = True, kind: str = "measurement",
+                  identity: Callable[[Record], str] = Record.key,
+                  fresh: bool = False) -> Iterator[Record | Ranking]:
         """Yield the slice's records as they are journaled: by the child, or by the parent for a failure.
 
         ``runner`` (load_runner) runs the slice instead of the backend named ``backend``, which still names the
         records; ``case`` is then whatever the runner measures (it needs an ``id``). ``finalize=False`` leaves
-        the classification and explanation of the records to the runner (a crash record is still explained).
+        the classification and explanation of the records to the runner (a crash record is still finalized).
+        ``kind``: the kind of the records the combinations become (a failure record carries it too); a record of
+        that kind whose ``identity`` is a combination's finishes it (a study whose records name what they found,
+        as the crosscheck names its algorithm, passes a coarser identity than the whole key). ``fresh``: the
+        worker ends with the slice, so the next one starts in a new process (an autotuner's fresh searches).
         """
-        remaining = {c.key(case, backend): c for c in combos}
+        remaining = {identity(c.record(case, backend, kind=kind)): c for c in combos}
         failures = 0
         while remaining:
-            offset = self._end()
-            if self.child is None:
-                self.child = _Child(self.keep_fds, self.env)
-            child = self.child
-            oom_before = _oom_kills()
-            child.conn.send({"run_dir": str(self.journal.path), "backend": backend, "case": case,
-                             "combos": list(remaining.values()), "options": options,
-                             "memory_limit": self.memory_limit, "runner": runner, "finalize": finalize})
-            reply, killed, finished = None, False, False
-            last = time.monotonic()
-            while True:
-                lines, offset = self._read_from(offset)
-                for d in lines:
-                    last = time.monotonic()
-                    rec = _parse(d)
-                    if rec.kind == "measurement":
-                        remaining.pop(rec.key(), None)
-                    yield rec
-                if finished:  # one last read after the reply or the death, then judge
-                    break
-                try:
-                    if child.conn.poll(0.1):
-                        reply = child.conn.recv()
-                except (EOFError, OSError):
-                    child.proc.wait()
-                if reply is not None or child.proc.poll() is not None:
-                    finished = True
-                elif time.monotonic() - last > self.timeout_s:
-                    child.kill()
-                    killed = finished = True
+            reply, killed, child, oom_before = yield from self._finished(self._watch(
+                {"run_dir": str(self.journal.path), "backend": backend, "case": case,
+                 "combos": list(remaining.values()), "options": options, "memory_limit": self.memory_limit,
+                 "runner": runner, "finalize": finalize}), remaining, kind, identity)
             slice_name = f"{backend} {case.id}"
             if reply is not None and reply[0] == "done":
                 if reply[1]:
                     self.log(f"{slice_name}: the CUDA context is unusable after the slice ({reply[1]}); "
                              "a fresh worker takes the next one")
                     self._discard()
+                elif fresh:
+                    self.close()
                 for combo in remaining.values():  # a backend that yields no record for a combo: say so
-                    yield self._journal(combo.record(case, backend, status=ERROR, device=options.device,
+                    yield self._journal(combo.record(case, backend, status=ERROR, device=options.device, kind=kind,
                                                      reason="the backend returned no record for it"))
                 return
             status, reason, blame = self._failure(child, reply, killed, oom_before)
@@ -355,15 +208,48 @@ class WorkerPool:
                 key = next(iter(remaining))
                 combo = remaining.pop(key)
                 yield self._journal(combo.record(
-                    case, backend, status=status, device=options.device,
+                    case, backend, status=status, device=options.device, kind=kind,
                     reason=f"{reason} while this combination, the first unfinished of the case, was running"))
             if failures > self.retries and remaining:
                 note = (f"not measured: the worker for this case failed {failures} times "
                         f"(last: {status}: {reason})")
                 for combo in remaining.values():
                     yield self._journal(combo.record(case, backend, status=status, device=options.device,
-                                                     reason=_one_line(note)))
+                                                     kind=kind, reason=_one_line(note)))
                 remaining.clear()
+
+    @staticmethod
+    def _finished(watch, remaining: dict[str, Combo], kind: str, identity: Callable[[Record], str]):
+        """Pass the watched records on, crossing off the combinations they finish; returns what _watch returns."""
+        while True:
+            try:
+                rec = next(watch)
+            except StopIteration as stop:
+                return stop.value
+            if rec.kind == kind:
+                remaining.pop(identity(rec), None)
+            yield rec
+
+    def call(self, function: str, payload: Any, name: str) -> tuple[Any, tuple[str, str] | None]:
+        """``function(payload)`` (named as resolve() names it) in a fresh worker under the watchdog, which ends it
+        after ``timeout_s``; returns (what it returned, None), or (None, (status, reason)) when it crashed, hung,
+        ran out of memory or raised. The worker is not reused: every call is a fresh process."""
+        self.close()
+        watch = self._watch({"call": function, "payload": payload, "memory_limit": self.memory_limit})
+        while True:
+            try:
+                next(watch)  # a called function journals nothing; a line it wrote is the caller's
+            except StopIteration as stop:
+                reply, killed, child, oom_before = stop.value
+                break
+        if reply is not None and reply[0] == "done":
+            self.close()
+            return reply[2], None
+        status, reason, _ = self._failure(child, reply, killed, oom_before)
+        self._discard()
+        self.failures.append((name, status, reason))
+        self.log(f"{name}: {status}: {reason}")
+        return None, (status, reason)
 
     def _failure(self, child: _Child, reply: tuple | None, killed: bool,
                  oom_before: int | None) -> tuple[str, str, bool]:

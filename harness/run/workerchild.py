@@ -1,0 +1,189 @@
+"""The worker process of the pool (worker.py): it runs slice after slice of records, or a single call, as the
+parent asks over its socket, and says how each ended.
+
+Each record is finalized (run/finalize.py) and journaled here the moment it is made, so nothing a worker
+finished is lost when it dies; a record whose error leaves the CUDA context unusable (a sticky error) ends the
+worker, and the rest of the slice goes to a fresh one. A memory limit makes exhaustion a MemoryError; the
+worker dies with the parent (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import signal
+import sys
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from ..backends import get_backend
+from ..core.records import CRASHED, ERROR, OOM, Record
+from .finalize import finalize, is_oom
+from .journal import Journal
+from .slicetime import SliceClock
+
+# Messages of errors after which the CUDA context is unusable (sticky errors): the worker must be replaced.
+_STICKY_CUDA = ("illegal memory access", "illegal address", "unspecified launch failure", "misaligned address",
+                "illegal instruction", "device-side assert", "an illegal", "CUDA_ERROR_LAUNCH_FAILED",
+                "CUDNN_STATUS_EXECUTION_FAILED", "CUDNN_STATUS_INTERNAL_ERROR")
+
+
+def _test_backend():
+    """The tests' fault-injecting backend (tests/faulty_backend.py, not shipped in the wheel) when
+    CONVBENCH_TEST_BACKENDS=1 and this is a checkout that has it; else None."""
+    if os.environ.get("CONVBENCH_TEST_BACKENDS") != "1":
+        return None
+    tests = str(Path(__file__).resolve().parents[2] / "tests")
+    if tests not in sys.path:
+        sys.path.append(tests)
+    try:
+        import faulty_backend
+    except ImportError:
+        return None
+    return faulty_backend
+
+
+def resolve_backend(name: str):
+    """A backend by name; the fault-injecting test backend only when CONVBENCH_TEST_BACKENDS=1."""
+    faulty = _test_backend()
+    if faulty and name == faulty.FaultyBackend.name:
+        return faulty.FaultyBackend()
+    return get_backend(name)
+
+
+def backend_names() -> tuple[str, ...]:
+    from ..backends import BACKENDS
+
+    return BACKENDS + (("faulty",) if _test_backend() else ())
+
+
+def resolve(spec: str):
+    """What ``"package.module:Name"`` names, in a harness module (or in the fault-injecting test module,
+    ``"faulty_backend:Name"``, only when CONVBENCH_TEST_BACKENDS=1)."""
+    import importlib
+
+    module, _, attr = spec.partition(":")
+    faulty = _test_backend() if module == "faulty_backend" else None
+    if not (module.startswith("harness.") or faulty) or not attr:
+        raise ValueError(f"slice runner {spec!r} is not a harness class")
+    return getattr(faulty or importlib.import_module(module), attr)
+
+
+def load_runner(spec: str):
+    """A slice runner named ``"package.module:Name"`` (a class with ``name`` and ``run(subject, combos, options)``),
+    instantiated: how a driver that is not a registered backend (the onnxruntime model grid, the autotuner) runs
+    its slices through the same pool, with the same crash, timeout and OOM records."""
+    return resolve(spec)()
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _cuda_broken() -> str | None:
+    """The error a CUDA synchronize raises when the context is corrupted; None when it is healthy or unused."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return None
+    try:
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - any failure here means the context cannot be trusted
+        return _one_line(f"{type(exc).__name__}: {exc}")
+    return None
+
+
+def _limit_memory(limit: int | None) -> None:
+    """Cap the address space at what is mapped now plus ``limit`` bytes, so exhaustion is a MemoryError."""
+    if not limit:
+        return
+    with open("/proc/self/statm") as f:
+        mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    want = mapped + limit
+    if hard != resource.RLIM_INFINITY:
+        want = min(want, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (want, hard))
+
+
+def _failed(exc: BaseException) -> tuple:
+    """The reply for an exception out of a runner: (failed, error or out_of_memory, one line, blame)."""
+    if isinstance(exc, MemoryError):
+        return ("failed", OOM, _one_line(f"MemoryError: {exc}" if str(exc) else "MemoryError"), True)
+    kind = OOM if is_oom(f"{type(exc).__name__} {exc}") else ERROR
+    return ("failed", kind, _one_line(f"{type(exc).__name__}: {exc}"), True)
+
+
+def _run_slice(msg: dict[str, Any]) -> tuple:
+    """Measure one slice, journaling each record; the reply says how it ended."""
+    if msg.get("call"):
+        return _run_call(msg)
+    journal = Journal(Path(msg["run_dir"]))
+    backend = load_runner(msg["runner"]) if msg.get("runner") else resolve_backend(msg["backend"])
+    by_producer = not msg.get("finalize", True)
+    _limit_memory(msg.get("memory_limit"))
+    clock = SliceClock(msg["backend"], msg["case"].id)
+    try:
+        for rec in backend.run(msg["case"], msg["combos"], msg["options"]):
+            clock.tick(rec)
+            broken = None
+            if isinstance(rec, Record):
+                if rec.status != "ok" or any(w in (rec.reason or "") for w in _STICKY_CUDA):
+                    broken = _cuda_broken()
+                if broken:
+                    rec.status = CRASHED
+                    rec.reason = _one_line(f"corrupted the CUDA context ({rec.reason or broken}); the rest of "
+                                           "the case continues in a fresh worker")
+                finalize(rec, by_producer=by_producer and not broken)
+            journal.append(rec)
+            if broken:
+                journal.close()
+                return ("failed", CRASHED, "", False)
+    except Exception as exc:  # noqa: BLE001 - a backend must not raise; when one does, the slice says so
+        journal.close()
+        return _failed(exc)
+    journal.close()
+    clock.write(journal.path)
+    broken = _cuda_broken()
+    if broken:  # the last record was fine, yet the context is not: do not hand it another slice
+        return ("done", broken)
+    return ("done", None)
+
+
+def _run_call(msg: dict[str, Any]) -> tuple:
+    """Call ``msg["call"]`` (a function named as resolve() names it) with ``msg["payload"]``; the reply carries
+    what it returned (WorkerPool.call)."""
+    _limit_memory(msg.get("memory_limit"))
+    try:
+        value = resolve(msg["call"])(msg["payload"])
+    except Exception as exc:  # noqa: BLE001 - the call's failure is the parent's to record
+        return _failed(exc)
+    return ("done", _cuda_broken(), value)
+
+
+def _die_with_parent(parent: int) -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(1)
+
+
+def child_main(fd: int, parent: int) -> None:
+    _die_with_parent(parent)
+    conn = Connection(fd)
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        reply = _run_slice(msg)
+        conn.send(reply)
+        if reply[0] != "done" or reply[1]:
+            os._exit(0)  # a failed or CUDA-tainted worker is never reused
