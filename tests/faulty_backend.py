@@ -151,3 +151,57 @@ class FaultyBackend:
             os._exit(7)
         elif algo == "cuda_illegal_address":
             _cuda_illegal_address()
+
+
+# --- the autotuner study's stages (harness.run.autotune_study.Plan), without a GPU --------------------------------
+
+def autotune_plan():
+    """The study's plan with every stage run by the faulty tuner; the pool loads them only when ENABLE_ENV=1."""
+    from harness.run.autotune_study import Plan
+
+    return Plan(crosscheck="faulty_backend:FaultyTuner", find="faulty_backend:FaultyTuner",
+                trial="faulty_backend:faulty_trial", torch="faulty_backend:FaultyTuner")
+
+
+def faulty_trial(spec: list[dict]) -> list[dict]:
+    """One fresh process of the torch stage: each conv's output hash (the same in every process), or the fault
+    planned for ``trial`` (CONVBENCH_FAULTS=trial=segv)."""
+    fault = plan().get("trial")
+    if fault:
+        FaultyBackend()._do(fault)
+    return [dict(item, hash=f"{item['case']}-{item['layout']}-{item['tf32']}") for item in spec]
+
+
+class FaultyTuner:
+    """Every stage of the study: a cudnnFind combination whose math is FMA gets its case's planned fault; each
+    stage's records are shaped as the real ones (kind, backend, settings), the search of quick.seed flips."""
+
+    name = "faulty-tuner"
+
+    def run(self, case: Case, combos: Iterable[Combo], options) -> Iterator[Record]:
+        from harness.core.records import Determinism
+
+        for combo in combos:
+            s = dict(combo.settings)
+            if "torch_defaults" in s:
+                rec = combo.record(case, "torch-vs-cudnn", kind="crosscheck", device=options.device)
+                rec.algo, rec.settings = "IMPLICIT_GEMM", dict(s, torch_tf32="True")
+                rec.extra = {"max_abs_delta": 0.04, "torch_class": "tf32", "cudnn_fma_class": "fp32"}
+                yield rec
+                continue
+            if "search" in s:
+                fault = plan().get(case.id)
+                if fault and combo.math == "FMA":
+                    FaultyBackend()._do(fault)
+                winners = {"A (FMA)": 3, "B (FMA)": 2} if case.id == "quick.seed" else {"A (FMA)": options.k}
+                hashes = ["h0", "h1"] if len(winners) > 1 else ["h0"]
+                backend = "cudnn"
+            else:
+                hashes = [next(i["hash"] for i in p if i["case"] == case.id and i["layout"] == combo.layout
+                               and i["tf32"] == s["tf32"]) for p in options.processes]
+                winners, backend = {"same bits as A": len(hashes)}, "torch"
+            yield combo.record(case, backend, kind="autotune", device=options.device, status=OK,
+                               determinism=Determinism(hash=hashes[0], hash_algo="test", repeats=options.k,
+                                                       repeat_equal=len(set(hashes)) == 1, fresh_handle_equal=None,
+                                                       distinct_outputs=len(set(hashes))),
+                               extra={"winners": winners, "trials": [], "near_ties": [], "max_abs_spread": 0.5})

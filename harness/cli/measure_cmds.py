@@ -113,6 +113,9 @@ def register(sub) -> None:
     p.add_argument("-k", type=int, default=5, help="fresh searches / processes per case (default: 5)")
     p.add_argument("--layouts", type=_list(LAYOUTS, "layout"), default=("NCHW",))
     p.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="results root (default: %(default)s)")
+    p.add_argument("--resume", type=Path, metavar="RUN_DIR",
+                   help="continue an interrupted study (with the K, layouts and cases it was started with): what "
+                        "its journal holds is not measured again")
     p.set_defaults(handler=autotune)
 
     p = sub.add_parser("repro", help="recompute every output of a run in this fresh process and compare hashes")
@@ -302,10 +305,8 @@ def bench(args) -> int:
 
 
 def autotune(args) -> int:
-    import time
-
     from ..backends.cudnn import cuda_unavailable_reason
-    from ..run import autotune as autotune_mod
+    from ..run import autotune_study
     from ..run import sweep as sweep_mod
 
     why = cuda_unavailable_reason()
@@ -321,21 +322,16 @@ def autotune(args) -> int:
     _, unavailable, libraries = sweep_mod.load_backends(["cudnn"])
     if unavailable["cudnn"]:
         raise UserError(f"cuDNN cannot be loaded: {unavailable['cudnn']}", EXIT_ENVIRONMENT)
-    journal = sweep_mod.new_journal(args.results, SweepOptions(), cases, ["autotune"], libraries)
-    t0 = time.perf_counter()
-    for case in cases:
-        if case.id.startswith("seed."):
-            journal.append(autotune_mod.crosscheck(case))
-    flagged = 0
-    for rec in autotune_mod.run(cases, args.k, layouts=args.layouts):
-        journal.append(rec)
-        if rec.explanation:
-            flagged += 1
-            print(f"{rec.case} {rec.backend} {rec.math} {rec.layout}: {rec.explanation}", flush=True)
-    seconds = time.perf_counter() - t0
-    journal.finish({"seconds": round(seconds, 1), "flagged": flagged, "k": args.k})
-    print(f"run written to {journal.path} ({seconds:.0f} s, {flagged} findings)")
-    return 0
+
+    def show(rec) -> None:
+        if autotune_study.is_finding(rec):
+            print(printable(f"{rec.case} {rec.backend} {rec.math} {rec.layout}: {rec.explanation}"), flush=True)
+
+    journal, summary = autotune_study.run(cases, args.k, args.layouts, args.results, resume=args.resume,
+                                          libraries=libraries, on_record=show,
+                                          log=lambda msg: print(msg, file=sys.stderr, flush=True))
+    print(f"run written to {journal.path} ({summary['seconds']:.0f} s, {summary['flagged']} findings)")
+    return _failed_backends(summary)
 
 
 def repro(args) -> int:

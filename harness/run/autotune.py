@@ -6,24 +6,24 @@ and when two are near-tied a different session can pick the other one; if the tw
 repeats the search K times from scratch (fresh cuDNN handles; fresh processes for PyTorch's
 cudnn.benchmark), records each winner and the hash of what it computes, and names near ties whose
 candidates differ bitwise, the cases that can flip on another night.
+
+The measuring is here; autotune_study.py runs it through the worker pool (the runners below, torch_worker as a
+call in a fresh worker), so a crash of any of it is a record of its kind and `--resume` continues a study.
 """
 
 from __future__ import annotations
 
 import collections
-import json
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
-from ..backends import SweepOptions
+from ..backends import Combo, SweepOptions
 from ..backends.cudnn import ConvSession, CudnnBackend, CudnnError, WorkspaceTooLarge
 from ..backends.cudnn_lib import ALGOS, Conv, Handle
 from ..backends.pytorch import conv_settings
 from ..core.cases import Case
 from ..core.records import OK, Determinism, Record
 from ..measurement import accuracy
+from .autotune_study import TuneOptions
 from .finalize import finalize
 
 NEAR_TIE = 0.05  # candidates within 5 % of the winner's time count as tied: run-to-run noise is that large
@@ -116,7 +116,7 @@ def cudnn_find(cudnn, case: Case, direction: str, dtype: str, layout: str, math:
     rec = _record(case, "cudnn", direction, math, dtype, layout, {"search": "cudnnFind", "trials": k}, hashes,
                   winners, {"trials": trials, "near_ties": _unique(near_ties), "max_abs_spread": spread})
     session.close()
-    return finalize(rec)
+    return rec
 
 
 def _unique(items: list[dict]) -> list[dict]:
@@ -132,7 +132,7 @@ def _unique(items: list[dict]) -> list[dict]:
 # --- PyTorch cudnn.benchmark across fresh processes ------------------------------------------------------
 
 def torch_worker(spec: list[dict]) -> list[dict]:
-    """In a fresh process: autotune each conv with cudnn.benchmark=True and hash what it computes."""
+    """In a fresh process (WorkerPool.call): autotune each conv with cudnn.benchmark=True and hash its output."""
     import torch
     import torch.nn.functional as F
 
@@ -155,49 +155,72 @@ def torch_worker(spec: list[dict]) -> list[dict]:
     return out
 
 
-def torch_benchmark(cases: list[Case], k: int, layouts=("NCHW",)) -> list[dict]:
-    """K fresh processes, each autotuning every case; returns each process's hashes per conv."""
-    spec = [{"case": c.id, "dtype": "fp32", "layout": lay, "tf32": tf32}
-            for c in cases for lay in layouts for tf32 in (True, False)]
-    trials = []
-    for _ in range(k):
-        proc = subprocess.run([sys.executable, "-m", "harness.run.autotune", "--worker"], input=json.dumps(spec),
-                              capture_output=True, text=True, env=dict(os.environ), timeout=600)
-        if proc.returncode != 0:
-            raise RuntimeError(f"autotune worker failed: {proc.stderr.strip().splitlines()[-1:]}")
-        trials.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    return trials
+def torch_record(case: Case, layout: str, dtype: str, tf32: bool, hashes: list[str],
+                 numerics: CandidateNumerics) -> Record:
+    """What K fresh processes' cudnn.benchmark computed for one conv, each hash matched to the legacy cuDNN
+    (algorithm, math) candidates that give the same bits."""
+    matches = [", ".join(numerics.match(h)) or "no legacy cuDNN algorithm gives these bits" for h in hashes]
+    return _record(case, "torch", "fwd", "TF32" if tf32 else "IEEE", dtype, layout,
+                   {"benchmark": True, "deterministic": False, "tf32": tf32, "processes": len(hashes)}, hashes,
+                   matches, {"trials": [{"hash": h, "same_bits_as": m} for h, m in zip(hashes, matches, strict=True)]})
 
 
-def run(cases: list[Case], k: int, maths=("DEFAULT", "FMA"), dtype: str = "fp32",
-        layouts=("NCHW",)) -> Iterator[Record]:
-    cudnn = CudnnBackend().cudnn
-    for case in cases:
-        for layout in layouts:
-            for math in maths:
-                yield cudnn_find(cudnn, case, "fwd", dtype, layout, math, k)
-    procs = torch_benchmark(cases, k, layouts)
-    for case in cases:
-        for layout in layouts:
-            session = ConvSession(cudnn, case, "fwd", dtype, layout, SweepOptions(), reference=False)
+# --- the study's slices, run in the worker pool (worker.load_runner) ---------------------------------------
+
+class FindRunner:
+    """K cudnnFind searches on fresh handles per combination (layout x math) of a case."""
+
+    name = "cudnn"
+
+    def run(self, case: Case, combos: Iterable[Combo], options: TuneOptions) -> Iterator[Record]:
+        cudnn = CudnnBackend().cudnn
+        for c in combos:
+            yield cudnn_find(cudnn, case, c.direction, c.dtype, c.layout, c.math, options.k)
+
+
+class TorchRunner:
+    """The torch records of a case from what the fresh processes computed (options.processes), each output
+    matched against the legacy cuDNN candidates computed here."""
+
+    name = "torch"
+
+    def run(self, case: Case, combos: Iterable[Combo], options: TuneOptions) -> Iterator[Record]:
+        cudnn = CudnnBackend().cudnn
+        by_layout: dict[str, list[Combo]] = {}
+        for c in combos:
+            by_layout.setdefault(c.layout, []).append(c)
+        for layout, members in by_layout.items():
+            session = ConvSession(cudnn, case, "fwd", options.dtype, layout, SweepOptions(), reference=False)
             numerics = CandidateNumerics(session)
             for algo in ALGOS["fwd"]:
                 for math in ("FMA", "TENSOR_OP"):
                     numerics.hash(algo, math)
-            for tf32 in (True, False):
+            for c in members:
+                tf32 = dict(c.settings)["tf32"]
                 hashes = [next(i["hash"] for i in p if i["case"] == case.id and i["layout"] == layout
-                               and i["tf32"] == tf32) for p in procs]
-                matches = [", ".join(numerics.match(h)) or "no legacy cuDNN algorithm gives these bits"
-                           for h in hashes]
-                rec = _record(case, "torch", "fwd", "TF32" if tf32 else "IEEE", dtype, layout,
-                              {"benchmark": True, "deterministic": False, "tf32": tf32, "processes": k}, hashes,
-                              matches, {"trials": [{"hash": h, "same_bits_as": m} for h, m in zip(hashes, matches, strict=True)]})
-                yield finalize(rec)
+                               and i["tf32"] == tf32) for p in options.processes or []]
+                yield torch_record(case, layout, options.dtype, tf32, hashes, numerics)
             session.close()
 
 
+class CrosscheckRunner:
+    """The seed cross-check of a case (one combination)."""
+
+    name = "torch-vs-cudnn"
+
+    def run(self, case: Case, combos: Iterable[Combo], options: TuneOptions) -> Iterator[Record]:
+        for c in combos:
+            yield measure_crosscheck(case, c.dtype, c.layout)
+
+
 def crosscheck(case: Case, dtype: str = "fp32", layout: str = "NCHW") -> Record:
-    """The seed report's measure: max |F.conv2d with PyTorch's defaults - direct cuDNN with FMA math|."""
+    """The seed report's measure, in this process: max |F.conv2d with PyTorch's defaults - direct cuDNN with
+    FMA math|, finalized (explained) as the study journals it."""
+    return finalize(measure_crosscheck(case, dtype, layout))
+
+
+def measure_crosscheck(case: Case, dtype: str = "fp32", layout: str = "NCHW") -> Record:
+    """crosscheck's record as measured (the pool's worker finalizes it)."""
     import torch
     import torch.nn.functional as F
 
@@ -228,8 +251,4 @@ def crosscheck(case: Case, dtype: str = "fp32", layout: str = "NCHW") -> Record:
                         "cudnn_fma_max_abs": best[2].max_abs if best else None,
                         "sm": ".".join(map(str, torch.cuda.get_device_capability()))})
     session.close()
-    return finalize(rec)
-
-
-if __name__ == "__main__" and "--worker" in sys.argv:
-    print(json.dumps(torch_worker(json.loads(sys.stdin.read()))))
+    return rec

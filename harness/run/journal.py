@@ -18,6 +18,7 @@ import datetime as dt
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -139,13 +140,14 @@ class Journal:
         _write_atomic(path / RUN_FILE, meta)
         return cls(path)
 
-    def done_keys(self) -> set[str]:
-        """Keys of the measurement records already journaled; a torn last line (killed mid-write) is ignored.
-        Every line is checked as collect checks it: a run collect would refuse is not resumed."""
+    def done_keys(self, kind: str = "measurement", identity: Callable[[Record], str] = Record.key) -> set[str]:
+        """Keys (``identity``, by default Record.key) of the records of ``kind`` already journaled, failure
+        records included; a torn last line (killed mid-write) is ignored. Every line is checked as collect
+        checks it: a run collect would refuse is not resumed."""
         keys: set[str] = set()
         for rec in iter_records(self.path / JOURNAL_FILE):
-            if rec.get("kind") == "measurement":
-                keys.add(Record.from_dict(rec).key())
+            if rec.get("kind") == kind:
+                keys.add(identity(Record.from_dict(rec)))
         return keys
 
     def append(self, rec: Record | Ranking) -> None:

@@ -72,12 +72,13 @@ def load_backends(names: list[str]) -> tuple[dict[str, Any], dict[str, str | Non
 
 
 def new_journal(results: Path, options: SweepOptions, cases: list[Case], backend_names: list[str],
-                libraries: dict[str, Any]) -> Journal:
+                libraries: dict[str, Any], study: dict[str, Any] | None = None) -> Journal:
+    """A new run; ``study``: options of a driver other than the sweep, kept in run.json for --resume."""
     cuda, uuid = _cuda_device()
     fp = take_fingerprint(cuda and options.device == "cuda", uuid)
     fp["libraries"] = libraries
     meta = {"cases": [c.id for c in cases], "backends": backend_names, "sweep": _options_dict(options)}
-    return Journal.create(results, fp, meta)
+    return Journal.create(results, fp, dict(meta, **(study or {})))
 
 
 def _options_dict(options: SweepOptions) -> dict[str, Any]:

@@ -230,6 +230,13 @@ class WorkerPool:
                 remaining.pop(identity(rec), None)
             yield rec
 
+    def fail(self, case: Case, combos: list[Combo], backend: str, status: str, reason: str, device: str,
+             kind: str = "measurement") -> Iterator[Record]:
+        """Journal ``combos`` as not measured, with ``status`` and ``reason`` (what a call they needed met)."""
+        for combo in combos:
+            yield self._journal(combo.record(case, backend, status=status, device=device, kind=kind,
+                                             reason=_one_line(reason)))
+
     def call(self, function: str, payload: Any, name: str) -> tuple[Any, tuple[str, str] | None]:
         """``function(payload)`` (named as resolve() names it) in a fresh worker under the watchdog, which ends it
         after ``timeout_s``; returns (what it returned, None), or (None, (status, reason)) when it crashed, hung,
