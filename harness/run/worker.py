@@ -10,10 +10,10 @@ goes to a fresh worker (at most ``retries`` times per slice; after that the rest
 same status, so a case whose every combination hangs costs (retries + 1) timeouts, not one per combination).
 
 One worker process serves slice after slice (a torch import and a CUDA context cost seconds); it is
-replaced only after a failure, or after every slice where the driver asks for fresh processes (``fresh``, the
-autotuner's searches); ``call`` runs one function in a fresh worker under the same watchdog and judgement.
-The worker's side is workerchild.py. The child dies with the sweep (PR_SET_PDEATHSIG) and holds the run lock
-with it, so a ``kill -9`` of the sweep never leaves a writer behind for ``--resume`` to race.
+replaced only after a failure; ``call`` runs one function in a fresh worker under the same watchdog and
+judgement (the autotuner's fresh cudnn.benchmark processes). The worker's side is workerchild.py. The child
+dies with the sweep (PR_SET_PDEATHSIG) and holds the run lock with it, so a ``kill -9`` of the sweep never
+leaves a writer behind for ``--resume`` to race.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from ..core.cases import Case
 from ..core.records import CRASHED, ERROR, OOM, TIMEOUT, Ranking, Record
 from .finalize import classify, finalize  # noqa: F401 (classify: the pool's name for it, kept)
 from .journal import JOURNAL_FILE, Journal
-from .workerchild import _one_line, backend_names, load_runner, resolve, resolve_backend  # noqa: F401 (the pool's names)
+from .workerchild import _one_line, backend_names, load_runner, resolve_backend  # noqa: F401 (the pool's names)
 
 DEFAULT_TIMEOUT_S = 600.0  # no new record for this long: the watchdog ends the worker
 DEFAULT_RETRIES = 2
@@ -168,8 +168,7 @@ class WorkerPool:
 
     def run_slice(self, backend: str, case: Case, combos: list[Combo], options: SweepOptions,
                   runner: str | None = None, finalize: bool = True, kind: str = "measurement",
-                  identity: Callable[[Record], str] = Record.key,
-                  fresh: bool = False) -> Iterator[Record | Ranking]:
+                  identity: Callable[[Record], str] = Record.key) -> Iterator[Record | Ranking]:
         """Yield the slice's records as they are journaled: by the child, or by the parent for a failure.
 
         ``runner`` (load_runner) runs the slice instead of the backend named ``backend``, which still names the
@@ -177,8 +176,7 @@ class WorkerPool:
         the classification and explanation of the records to the runner (a crash record is still finalized).
         ``kind``: the kind of the records the combinations become (a failure record carries it too); a record of
         that kind whose ``identity`` is a combination's finishes it (a study whose records name what they found,
-        as the crosscheck names its algorithm, passes a coarser identity than the whole key). ``fresh``: the
-        worker ends with the slice, so the next one starts in a new process (an autotuner's fresh searches).
+        as the crosscheck names its algorithm, passes a coarser identity than the whole key).
         """
         remaining = {identity(c.record(case, backend, kind=kind)): c for c in combos}
         failures = 0
@@ -193,11 +191,9 @@ class WorkerPool:
                     self.log(f"{slice_name}: the CUDA context is unusable after the slice ({reply[1]}); "
                              "a fresh worker takes the next one")
                     self._discard()
-                elif fresh:
-                    self.close()
-                for combo in remaining.values():  # a backend that yields no record for a combo: say so
-                    yield self._journal(combo.record(case, backend, status=ERROR, device=options.device, kind=kind,
-                                                     reason="the backend returned no record for it"))
+                # a backend that yields no record for a combo: say so
+                yield from self.fail(case, list(remaining.values()), backend, ERROR,
+                                     "the backend returned no record for it", options.device, kind)
                 return
             status, reason, blame = self._failure(child, reply, killed, oom_before)
             self._discard()
@@ -213,9 +209,7 @@ class WorkerPool:
             if failures > self.retries and remaining:
                 note = (f"not measured: the worker for this case failed {failures} times "
                         f"(last: {status}: {reason})")
-                for combo in remaining.values():
-                    yield self._journal(combo.record(case, backend, status=status, device=options.device,
-                                                     kind=kind, reason=_one_line(note)))
+                yield from self.fail(case, list(remaining.values()), backend, status, note, options.device, kind)
                 remaining.clear()
 
     @staticmethod
