@@ -15,7 +15,7 @@ from faulty_backend import autotune_plan
 from harness.backends import SweepOptions
 from harness.core import cases
 from harness.core.errors import UserError
-from harness.core.records import CRASHED, OK, Record
+from harness.core.records import CRASHED, OK, TIMEOUT, Record
 from harness.run import autotune_study, sweep
 from harness.run.journal import JOURNAL_FILE, iter_journal
 
@@ -96,3 +96,13 @@ def test_resume_refuses_a_run_of_another_command(tmp_path, faults):
                       isolate=False, log=lambda msg: None)
     with pytest.raises(UserError, match="not a run of `convbench autotune`"):
         _study(tmp_path, resume=other.path)
+
+
+def test_a_hung_fresh_process_is_ended_by_the_watchdog_and_its_records_say_so(tmp_path, faults):
+    faults({"trial": "hang"})
+    journal, summary, _ = _study(tmp_path, timeout_s=2)
+    recs = _records(journal)
+    torch = [r for r in recs if r.backend == "torch"]
+    assert len(torch) == len(CASES) * 2 and all(r.status == TIMEOUT and "watchdog" in r.reason for r in torch)
+    assert all(r.status == OK for r in recs if r.backend != "torch") and len(recs) == N_RECORDS
+    assert [f["status"] for f in summary["worker_failures"]] == [TIMEOUT]

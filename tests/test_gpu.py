@@ -48,3 +48,20 @@ def test_seed_crosscheck_names_tf32_on_ampere_and_newer():
     assert rec.extra["cudnn_fma_class"] == "fp32"
     if torch.cuda.get_device_capability() >= (8, 0) and rec.extra["torch_class"] == "tf32":
         assert "TF32" in rec.explanation and rec.extra["max_abs_delta"] > 0
+
+
+def test_the_autotune_study_runs_every_stage_in_the_worker_pool(tmp_path):
+    """`convbench autotune` without the command line: the crosscheck, the cudnnFind searches and K fresh
+    cudnn.benchmark processes, each through the pool; resuming a finished study measures nothing again."""
+    from harness.run import autotune_study
+    from harness.run.journal import JOURNAL_FILE
+
+    seen = []
+    journal, summary = autotune_study.run([cases.get("seed.c8")], 2, ("NCHW",), tmp_path, on_record=seen.append,
+                                          log=lambda msg: None)
+    assert sorted((r.kind, r.backend) for r in seen) == [("autotune", "cudnn")] * 2 + [("autotune", "torch")] * 2 + [
+        ("crosscheck", "torch-vs-cudnn")]
+    assert all(r.status == OK for r in seen) and summary["k"] == 2 and "worker_failures" not in summary
+    assert all(len(r.extra["trials"]) == 2 for r in seen if r.kind == "autotune")
+    _, again = autotune_study.run([], 2, ("NCHW",), tmp_path, resume=journal.path, on_record=seen.append)
+    assert len(seen) == 5 and len((journal.path / JOURNAL_FILE).read_text().splitlines()) == 5
