@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -32,25 +31,13 @@ from typing import Any
 
 from ..backends import Combo, SweepOptions
 from ..core.cases import Case
-from ..core.records import CRASHED, ERROR, OOM, TIMEOUT, Ranking, Record
-from .finalize import classify, finalize  # noqa: F401 (classify: the pool's name for it, kept)
+from ..core.records import ERROR, Ranking, Record
+from .finalize import classify, ended, finalize, one_line, oom_kills  # noqa: F401 (classify: kept)
 from .journal import JOURNAL_FILE, Journal
-from .workerchild import _one_line, backend_names, load_runner, resolve_backend  # noqa: F401 (the pool's names)
+from .workerchild import backend_names, load_runner, resolve_backend  # noqa: F401 (the pool's names)
 
 DEFAULT_TIMEOUT_S = 600.0  # no new record for this long: the watchdog ends the worker
 DEFAULT_RETRIES = 2
-
-
-def _oom_kills() -> int | None:
-    """The cgroup's count of OOM kills (cgroup v2), to tell the kernel's OOM killer from other SIGKILLs."""
-    try:
-        for line in Path("/sys/fs/cgroup/memory.events").read_text().splitlines():
-            name, _, value = line.partition(" ")
-            if name == "oom_kill":
-                return int(value)
-    except (OSError, ValueError):
-        pass
-    return None
 
 
 class _Child:
@@ -144,7 +131,7 @@ class WorkerPool:
         if self.child is None:
             self.child = _Child(self.keep_fds, self.env)
         child = self.child
-        oom_before = _oom_kills()
+        oom_before = oom_kills()
         child.conn.send(msg)
         reply, killed, finished = None, False, False
         last = time.monotonic()
@@ -195,7 +182,7 @@ class WorkerPool:
                 yield from self.fail(case, list(remaining.values()), backend, ERROR,
                                      "the backend returned no record for it", options.device, kind)
                 return
-            status, reason, blame = self._failure(child, reply, killed, oom_before)
+            status, reason, blame = ended(reply, killed, self.timeout_s, child.proc.wait, oom_before)
             self._discard()
             failures += 1
             self.failures.append((slice_name, status, reason))
@@ -229,7 +216,7 @@ class WorkerPool:
         """Journal ``combos`` as not measured, with ``status`` and ``reason`` (what a call they needed met)."""
         for combo in combos:
             yield self._journal(combo.record(case, backend, status=status, device=device, kind=kind,
-                                             reason=_one_line(reason)))
+                                             reason=one_line(reason)))
 
     def call(self, function: str, payload: Any, name: str) -> tuple[Any, tuple[str, str] | None]:
         """``function(payload)`` (named as resolve() names it) in a fresh worker under the watchdog, which ends it
@@ -246,32 +233,11 @@ class WorkerPool:
         if reply is not None and reply[0] == "done":
             self.close()
             return reply[2], None
-        status, reason, _ = self._failure(child, reply, killed, oom_before)
+        status, reason, _ = ended(reply, killed, self.timeout_s, child.proc.wait, oom_before)
         self._discard()
         self.failures.append((name, status, reason))
         self.log(f"{name}: {status}: {reason}")
         return None, (status, reason)
-
-    def _failure(self, child: _Child, reply: tuple | None, killed: bool,
-                 oom_before: int | None) -> tuple[str, str, bool]:
-        """(status, one-line reason, whether the first unfinished combination is the culprit)."""
-        if killed:
-            return TIMEOUT, f"no record for {self.timeout_s:g} s: the watchdog killed the worker", True
-        if reply is not None and reply[0] == "failed":
-            _, status, reason, blame = reply
-            if status == CRASHED and not blame:
-                return CRASHED, "the CUDA context was corrupted", False
-            return status, reason, blame
-        rc = child.proc.wait()
-        if rc < 0:
-            sig = signal.Signals(-rc)
-            if sig == signal.SIGKILL:
-                after = _oom_kills()
-                if oom_before is not None and after is not None and after > oom_before:
-                    return OOM, "the kernel's OOM killer ended the worker (host memory exhausted)", True
-                return CRASHED, "the worker was killed (SIGKILL from outside the sweep)", True
-            return CRASHED, f"the worker died of {sig.name} ({signal.strsignal(sig) or sig.name})", True
-        return CRASHED, f"the worker exited with code {rc} in the middle of the case", True
 
 
 def _parse(d: dict[str, Any]) -> Record | Ranking:

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from ..backends import get_backend
-from ..core.records import CRASHED, ERROR, OOM, Record
-from .finalize import finalize, is_oom
+from ..core.records import CRASHED, Record
+from .finalize import finalize, one_line, raised
 from .journal import Journal
 from .slicetime import SliceClock
 
@@ -78,11 +78,6 @@ def load_runner(spec: str):
     return resolve(spec)()
 
 
-def _one_line(text: str, limit: int = 300) -> str:
-    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
 def _cuda_broken() -> str | None:
     """The error a CUDA synchronize raises when the context is corrupted; None when it is healthy or unused."""
     torch = sys.modules.get("torch")
@@ -91,7 +86,7 @@ def _cuda_broken() -> str | None:
     try:
         torch.cuda.synchronize()
     except Exception as exc:  # noqa: BLE001 - any failure here means the context cannot be trusted
-        return _one_line(f"{type(exc).__name__}: {exc}")
+        return one_line(f"{type(exc).__name__}: {exc}")
     return None
 
 
@@ -110,10 +105,7 @@ def _limit_memory(limit: int | None) -> None:
 
 def _failed(exc: BaseException) -> tuple:
     """The reply for an exception out of a runner: (failed, error or out_of_memory, one line, blame)."""
-    if isinstance(exc, MemoryError):
-        return ("failed", OOM, _one_line(f"MemoryError: {exc}" if str(exc) else "MemoryError"), True)
-    kind = OOM if is_oom(f"{type(exc).__name__} {exc}") else ERROR
-    return ("failed", kind, _one_line(f"{type(exc).__name__}: {exc}"), True)
+    return ("failed", *raised(exc), True)
 
 
 def _run_slice(msg: dict[str, Any]) -> tuple:
@@ -134,7 +126,7 @@ def _run_slice(msg: dict[str, Any]) -> tuple:
                     broken = _cuda_broken()
                 if broken:
                     rec.status = CRASHED
-                    rec.reason = _one_line(f"corrupted the CUDA context ({rec.reason or broken}); the rest of "
+                    rec.reason = one_line(f"corrupted the CUDA context ({rec.reason or broken}); the rest of "
                                            "the case continues in a fresh worker")
                 finalize(rec, by_producer=by_producer and not broken)
             journal.append(rec)
