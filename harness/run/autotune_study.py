@@ -126,9 +126,12 @@ def _resumed(run_dir: Path) -> tuple[Journal, list[Case], int, tuple[str, ...]]:
         raise UserError(f"{run_dir}: not a run of `convbench autotune` that can be resumed")
     try:
         cases = [catalogue.get(c) for c in meta.get("cases") or []]
+        k, layouts = int(opts["k"]), tuple(opts["layouts"])
     except catalogue.UnknownCase as exc:
         raise UserError(f"{run_dir}: {exc}") from None
-    return journal, cases, int(opts["k"]), tuple(opts["layouts"])
+    except (KeyError, TypeError, ValueError):
+        raise UserError(f"{run_dir}: run.json's autotune options are not K and layouts; it cannot be resumed") from None
+    return journal, cases, k, layouts
 
 
 def run(cases: list[Case], k: int, layouts, results: Path, resume: Path | None = None,
