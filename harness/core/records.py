@@ -43,10 +43,16 @@ def record_key(case: str, backend: str, direction: str, algo: str, math: str, dt
     """The key of one combination: its seven identity fields and its settings (sorted ``k=v``), joined by ``|``.
 
     The one spelling of a record's key: ``Record.key()``, the journal's resume set, collect's parsers (which
-    build no Record per line) and the store's combos all use it, so a key written anywhere matches everywhere.
+    build no Record per line), the store's combos and compare's machine-neutral key all use it, so a key
+    written anywhere matches everywhere.
     """
-    s = ",".join(f"{k}={v}" for k, v in sorted(settings.items()))
-    return "|".join((case, backend, direction, algo, math, dtype, layout, s))
+    return "|".join((case, backend, direction, algo, math, dtype, layout, settings_key(settings)))
+
+
+def settings_key(settings: dict[str, Any], omit: tuple[str, ...] = ()) -> str:
+    """A record's settings as they appear in its key: ``k=v`` sorted by name, joined by commas; ``omit`` leaves
+    out settings that only name where it ran (``device``) when lining up the same combination across hosts."""
+    return ",".join(f"{k}={v}" for k, v in sorted(settings.items()) if k not in omit)
 
 
 @dataclass
