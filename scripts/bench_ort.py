@@ -35,6 +35,8 @@ from harness.backends.ort import (  # noqa: E402
     CUDA_EP,
     OrtBackend,
     WorkerRun,
+    architectures,
+    imagenet,
     models,  # noqa: E402
     run_workers,
 )
@@ -46,7 +48,7 @@ GRID_BUDGET_S = 300.0
 
 def agreement(model: str, provider: str, search: str | None, workdir: Path) -> dict:
     built = models.build(model)
-    x = models.model_inputs(model)["image"]
+    x = imagenet.model_inputs(model)["image"]
     xp = workdir / f"{model}-x.npy"
     import numpy as np
 
@@ -64,7 +66,7 @@ def agreement(model: str, provider: str, search: str | None, workdir: Path) -> d
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=("cuda", "cpu"), default=None)
-    ap.add_argument("--models", default=",".join(models.MODELS))
+    ap.add_argument("--models", default=",".join(architectures.MODELS))
     ap.add_argument("--skip-grid", action="store_true")
     ap.add_argument("--skip-agreement", action="store_true")
     ap.add_argument("--api-log", choices=("setting", "mode"), default="setting", help="passed to the grid")

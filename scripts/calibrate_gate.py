@@ -1,7 +1,7 @@
 """Calibrates the time gate's thresholds on real A/A runs: identical software, one GPU, several runs.
 
 Every pair of the given runs (each a run directory or tarball of one; the earlier run as base, the runs before it
-as history) is compared record by record with harness.analysis.compare.time_verdict, for a few relative thresholds per
+as history) is compared record by record with harness.analysis.timechange.time_verdict, for a few relative thresholds per
 call-length band; prints, per band, the A/A deviation quantiles and, per candidate, the failing findings (slower
 or faster, which a gate would act on), listing them for the defaults. A detection-power file from scripts/gpu/detection_power.py adds, per candidate, the share of the
 injected slowdowns that the same thresholds would call slower, judged on the ratios it measured.
@@ -22,8 +22,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.analysis import compare  # noqa: E402
-from harness.analysis.compare import Thresholds, machine_identity, own_noise, time_verdict  # noqa: E402
+from harness.analysis import thresholds  # noqa: E402
+from harness.analysis.compare import machine_identity  # noqa: E402
+from harness.analysis.thresholds import Thresholds  # noqa: E402
+from harness.analysis.timechange import own_noise, time_verdict  # noqa: E402
 from harness.collect.ingest import read_runs_into  # noqa: E402
 from harness.collect.store import Store  # noqa: E402
 
@@ -89,12 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.power:
         opener = lzma.open if args.power.suffix == ".xz" else open
         power = json.load(opener(args.power))["rows"]
-    default = compare.TIME_BANDS
+    default = thresholds.TIME_BANDS
     for mid, big in CANDIDATES:
-        compare.TIME_BANDS = ((default[0][0], default[0][1]), (default[1][0], mid), (default[2][0], big))
+        thresholds.TIME_BANDS = ((default[0][0], default[0][1]), (default[1][0], mid), (default[2][0], big))
         th = Thresholds()
         failing, ambiguous, rows = judge_pairs(runs, th)
-        mark = " (the defaults)" if compare.TIME_BANDS == default else ""
+        mark = " (the defaults)" if thresholds.TIME_BANDS == default else ""
         line = (f"20-50 us {mid:.0%}, >=50 us {big:.0%}, floor {th.abs_us:g} us{mark}: A/A failing findings "
                 f"<20us {failing[0]}, 20-50us {failing[1]}, >=50us {failing[2]}; ambiguous {ambiguous}")
         if power:
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             if sum(cross) or cross_amb:
                 print(f"   across machines (reported, not gated by default): beyond the thresholds <20us {cross[0]}, "
                       f"20-50us {cross[1]}, >=50us {cross[2]}; ambiguous {cross_amb}")
-    compare.TIME_BANDS = default
+    thresholds.TIME_BANDS = default
     return 0
 
 

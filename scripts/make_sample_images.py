@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 from skimage import data
 
-from harness.backends.ort import models
+from harness.backends.ort import imagenet
 
-crops = {name: models.imagenet_crop(getattr(data, name)()) for name in models.SAMPLE_IMAGES}
-with open(models.SAMPLE_DATA, "wb") as f:
+crops = {name: imagenet.imagenet_crop(getattr(data, name)()) for name in imagenet.SAMPLE_IMAGES}
+with open(imagenet.SAMPLE_DATA, "wb") as f:
     np.savez_compressed(f, **crops)
-print(f"wrote {models.SAMPLE_DATA} ({models.SAMPLE_DATA.stat().st_size} bytes): {', '.join(crops)}")
+print(f"wrote {imagenet.SAMPLE_DATA} ({imagenet.SAMPLE_DATA.stat().st_size} bytes): {', '.join(crops)}")

@@ -11,7 +11,7 @@ from typing import Any
 
 from _fleet_data import FIXTURES
 
-from harness.analysis.compare import untrusted
+from harness.analysis.timechange import untrusted
 
 
 def unpack(name: str, dest: Path) -> Path:
@@ -22,7 +22,7 @@ def unpack(name: str, dest: Path) -> Path:
 
 
 def slowest_first(recs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The ok cuDNN measurement with trusted samples (compare.untrusted finds nothing) and the longest median: a
+    """The ok cuDNN measurement with trusted samples (timechange.untrusted finds nothing) and the longest median: a
     slowdown there is one the gate decides."""
     ok = [r for r in recs if r["kind"] == "measurement" and r["status"] == "ok" and r["backend"] == "cudnn"
           and len((r.get("time") or {}).get("samples_ms") or ()) >= 8

@@ -12,7 +12,8 @@ import json
 import pytest
 from _fleet_data import record, write_run
 
-from harness.collect import ingest as col
+from harness.collect import journals as col
+from harness.collect.discovery import dir_run
 from harness.core.records import dumps
 from harness.core.schema import SchemaError, check_record
 
@@ -99,7 +100,7 @@ def _run(tmp_path, edit=None, line=5):
         edit(recs[line])
     d = write_run(tmp_path, "m1", "img", T0, [])
     (d / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-    raw = col._dir_run(d)
+    raw = dir_run(d)
     return raw, col.journal_identity(raw)[0], recs[line]
 
 

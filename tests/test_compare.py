@@ -9,14 +9,9 @@ import pytest
 from _fleet_data import noisy, record, write_run
 
 from harness import cli
-from harness.analysis.compare import (
-    Thresholds,
-    bootstrap_median_ratio,
-    compare_records,
-    cross_machine,
-    mann_whitney_greater,
-    time_verdict,
-)
+from harness.analysis.compare import compare_records, cross_machine
+from harness.analysis.thresholds import Thresholds
+from harness.analysis.timechange import bootstrap_median_ratio, mann_whitney_greater, time_verdict
 from harness.collect.ingest import collect
 from harness.collect.store import Store
 
@@ -225,7 +220,7 @@ def test_documented_nondeterminism_flips_are_changes_not_regressions():
 
 
 def test_history_counts_isolated_excursions_not_past_steps():
-    from harness.analysis.compare import own_noise
+    from harness.analysis.timechange import own_noise
 
     def runs(*medians):
         return [{"k": {"median_ms": m}} for m in medians]

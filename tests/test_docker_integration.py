@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.deploy import baseimage, hostrun, images
+from harness.deploy import baseimage, hostrun, imagematrix, images, placement, wheels
 from harness.measurement import fingerprint
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -33,7 +33,7 @@ def client():
 @pytest.fixture(scope="module")
 def cpu_image(client):
     """The CPU row built from its wheelhouse with network none (the base image is made once and kept)."""
-    matrix = images.load_matrix()
+    matrix = imagematrix.load_matrix()
     row = matrix.rows["cpu"]
     base = matrix.bases[row.base]
     started = time.monotonic()
@@ -53,15 +53,15 @@ def test_image_is_labelled_and_runs_as_non_root(cpu_image):
     assert labels["org.convbench.torch"] == "2.13.0+cpu"
     env = dict(e.split("=", 1) for e in cpu_image.attrs["Config"]["Env"])
     assert labels["org.convbench.suite-revision"] == env["CONVBENCH_REVISION"] != "unknown"
-    lock = images.read_lock(images.load_matrix().rows["cpu"].lock_path())
+    lock = wheels.read_lock(imagematrix.load_matrix().rows["cpu"].lock_path())
     assert labels["org.convbench.lock-sha256"] == lock.sha256
-    assert cpu_image.attrs["Config"]["User"] == f"{images.CONTAINER_UID}:{images.CONTAINER_UID}"
+    assert cpu_image.attrs["Config"]["User"] == f"{imagematrix.CONTAINER_UID}:{imagematrix.CONTAINER_UID}"
     assert "convbench:cpu" in cpu_image.tags
 
 
 def test_container_cannot_write_its_root_nor_reach_a_network(client, cpu_image, tmp_path):
     """The hardened config of `convbench run`, probed from inside: uid, read-only /, writable results, no network."""
-    worker = hostrun.Worker("cpu", "probe-cpu", None)
+    worker = placement.Worker("cpu", "probe-cpu", None)
     machine_dir, user = hostrun.prepare_results(tmp_path, worker.machine)
     image = {"id": cpu_image.id, "tag": "convbench:cpu", "row": "cpu", "revision": "test"}
     probe = (
@@ -156,12 +156,12 @@ def test_the_image_runs_the_suite_as_its_main_command(client, cpu_image, tmp_pat
 def test_a_failing_container_keeps_what_the_other_measured(client, cpu_image, tmp_path):
     """Two containers in parallel: one sweeps, one is refused by the sweep (unknown case). The good run is whole."""
     results = tmp_path / "results"
-    image = hostrun.local_rows(client)["cpu"]
-    good = hostrun.Worker("w0", "ci-good", None, [image])
+    image = placement.local_rows(client)["cpu"]
+    good = placement.Worker("w0", "ci-good", None, [image])
     runner = hostrun.Runner(log=lambda _: None)
     work_good = hostrun.docker_worker(client, results, hostrun.sweep_args("quick", "torch", "/results", []))
     work_bad = hostrun.docker_worker(client, results, hostrun.sweep_args("no-such-case", "torch", "/results", []))
-    bad = hostrun.Worker("w1", "ci-bad", None, [image])
+    bad = placement.Worker("w1", "ci-bad", None, [image])
     runner.run_all([good, bad], lambda r, w: (work_good if w is good else work_bad)(r, w))
     by = {o.label: o for o in runner.outcomes}
     assert by["w0"].code == 0 and len(by["w0"].runs) == 1
@@ -174,9 +174,9 @@ def test_gpu_request_on_an_engine_without_nvidia_runtime_says_what_to_install(cl
     if "nvidia" in (client.info().get("Runtimes") or {}):
         pytest.skip("this engine has the NVIDIA runtime")
     fake_gpu = {"index": 0, "name": "any", "sm": "9.0", "uuid": "GPU-00000000-0000-0000-0000-000000000000"}
-    image = hostrun.local_rows(client)["cpu"]
+    image = placement.local_rows(client)["cpu"]
     runner = hostrun.Runner(log=lambda _: None)
-    runner.run_all([hostrun.Worker("gpu0", "ci-gpu0", fake_gpu, [image])],
+    runner.run_all([placement.Worker("gpu0", "ci-gpu0", fake_gpu, [image])],
                    hostrun.docker_worker(client, tmp_path, ["sweep", "--help"]))
     assert runner.fatal and 'could not select device driver "" with capabilities: [[gpu]]' in runner.fatal[0]
     assert "nvidia-container-toolkit" in runner.fatal[0]

@@ -10,7 +10,7 @@ import pytest
 
 from harness.cli import main
 from harness.core.errors import UserError
-from harness.deploy import hostrun
+from harness.deploy import hostrun, placement
 from harness.measurement import fingerprint
 
 P40 = {"index": 0, "name": "Tesla P40", "sm": "6.1", "uuid": "GPU-aaaaaaaa-0000-0000-0000-000000000000"}
@@ -27,7 +27,7 @@ ROWS = {
 
 def test_rows_are_skipped_on_gpus_they_cannot_run_on():
     said = []
-    workers = hostrun.plan_docker([P40, H200], ROWS, None, "host", "index", said.append)
+    workers = placement.plan_docker([P40, H200], ROWS, None, "host", "index", said.append)
     plan = {w.label: [i["row"] for i in w.images] for w in workers}
     assert plan == {"gpu0": ["cu118"], "gpu1": ["cu118", "cu130"]}
     skip = [s for s in said if s.startswith("skip row cu130 on gpu0")]
@@ -38,35 +38,35 @@ def test_rows_are_skipped_on_gpus_they_cannot_run_on():
 
 def test_no_gpu_runs_one_cpu_worker_and_says_so():
     said = []
-    workers = hostrun.plan_docker([], ROWS, None, "host", "index", said.append)
+    workers = placement.plan_docker([], ROWS, None, "host", "index", said.append)
     assert [(w.label, w.machine, [i["row"] for i in w.images]) for w in workers] == [("cpu", "host-cpu", ["cpu"])]
     assert "skip row cu118: needs a GPU" in said
     with pytest.raises(UserError, match="no GPU on this host, and row cu130 needs one"):
-        hostrun.plan_docker([], ROWS, ["cu130"], "host", "index", said.append)
+        placement.plan_docker([], ROWS, ["cu130"], "host", "index", said.append)
 
 
 def test_planning_errors_are_environment_errors():
     with pytest.raises(UserError, match="has no image on this engine") as err:
-        hostrun.plan_docker([H200], ROWS, ["cu999"], "host", "index", print)
+        placement.plan_docker([H200], ROWS, ["cu999"], "host", "index", print)
     assert err.value.code == 3
     with pytest.raises(UserError, match="nothing to run"):
-        hostrun.plan_docker([P40], {"cu130": ROWS["cu130"]}, None, "host", "index", lambda _: None)
+        placement.plan_docker([P40], {"cu130": ROWS["cu130"]}, None, "host", "index", lambda _: None)
     with pytest.raises(UserError, match="no GPU 4 on this host"):
-        hostrun.select_gpus([P40, H200], "1,4")
+        placement.select_gpus([P40, H200], "1,4")
     with pytest.raises(UserError, match="NVML indices"):
-        hostrun.select_gpus([P40], "first")
-    assert hostrun.select_gpus([P40, H200], "1") == [H200]
+        placement.select_gpus([P40], "first")
+    assert placement.select_gpus([P40, H200], "1") == [H200]
 
 
 def test_uuid_machine_names_differ_per_gpu_in_pods():
-    a = hostrun.machine_for(dict(P40, index=0), "node7", "uuid")
-    b = hostrun.machine_for(dict(H200, index=0), "node7", "uuid")
+    a = placement.machine_for(dict(P40, index=0), "node7", "uuid")
+    b = placement.machine_for(dict(H200, index=0), "node7", "uuid")
     assert a != b and a.startswith("node7-gpuaaaaaaaa")
 
 
 def test_container_is_one_gpu_unprivileged_read_only_without_network(tmp_path):
     pytest.importorskip("docker")
-    worker = hostrun.Worker("gpu1", "host-gpu1-nvidia-h200", H200, [ROWS["cu130"]])
+    worker = placement.Worker("gpu1", "host-gpu1-nvidia-h200", H200, [ROWS["cu130"]])
     cfg = hostrun.container_config(ROWS["cu130"], worker, tmp_path, "10001:10001", ["sweep"])
     assert cfg["network_mode"] == "none" and cfg["read_only"] is True and cfg["privileged"] is False
     assert cfg["cap_drop"] == ["ALL"] and "no-new-privileges" in cfg["security_opt"]
@@ -77,7 +77,7 @@ def test_container_is_one_gpu_unprivileged_read_only_without_network(tmp_path):
     env = cfg["environment"]
     assert env["CONVBENCH_MACHINE"] == worker.machine and env["CONVBENCH_IMAGE"] == "convbench:cu130"
     assert env["CONVBENCH_IMAGE_ID"] == ROWS["cu130"]["id"] and env["CONVBENCH_REVISION"] == "r1"
-    cpu = hostrun.container_config(ROWS["cpu"], hostrun.Worker("cpu", "h-cpu", None), tmp_path, "1:1", [])
+    cpu = hostrun.container_config(ROWS["cpu"], placement.Worker("cpu", "h-cpu", None), tmp_path, "1:1", [])
     assert "device_requests" not in cpu
 
 
@@ -119,8 +119,8 @@ def test_a_failing_worker_keeps_what_the_others_measured(tmp_path):
     """The Runner isolates workers: two children side by side, one aborts (SIGABRT) after journaling. The other's
     run is complete, the failed one's journal stays on disk, and the failure is an outcome, not an exception."""
     results = tmp_path / "results"
-    good = hostrun.Worker("gpu0", "h-good", None)
-    bad = hostrun.Worker("gpu1", "h-bad", None)
+    good = placement.Worker("gpu0", "h-good", None)
+    bad = placement.Worker("gpu1", "h-bad", None)
     script = ("import os, sys, pathlib;"
               "d = pathlib.Path(sys.argv[1]) / os.environ['CONVBENCH_MACHINE'] / 'run1'; d.mkdir(parents=True);"
               "(d / 'records.jsonl').write_text('{}\\n');"

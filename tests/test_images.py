@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.deploy import images
+from harness.deploy import imagematrix, images, wheels
 from harness.deploy import manifests as fleet
 
 GOOD_ROW = """
@@ -41,7 +41,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_shipped_matrix_has_the_required_stacks():
-    m = images.load_matrix()
+    m = imagematrix.load_matrix()
     by_cuda = {r.cuda: r for r in m.rows.values()}
     assert {"11.8", "13.0", ""} <= set(by_cuda)
     assert by_cuda["11.8"].cudnn.startswith("8.") and by_cuda["11.8"].torch.startswith("2.3")
@@ -69,11 +69,11 @@ def test_shipped_matrix_has_the_required_stacks():
     ('cudnn = "9.19.0.56"', 'cudnn = "9.19\\"; rm -rf /"'),
 ])
 def test_bad_rows_get_one_clear_line(tmp_path, change, message):
-    images.load_matrix(write(tmp_path, GOOD_ROW))  # the unchanged row is valid
+    imagematrix.load_matrix(write(tmp_path, GOOD_ROW))  # the unchanged row is valid
     assert change in GOOD_ROW
     bad = GOOD_ROW.replace(change, message, 1)
-    with pytest.raises(images.MatrixError) as err:
-        images.load_matrix(write(tmp_path, bad))
+    with pytest.raises(imagematrix.MatrixError) as err:
+        imagematrix.load_matrix(write(tmp_path, bad))
     line = str(err.value)
     assert "\n" not in line and "row 1 (" in line, line
 
@@ -82,10 +82,10 @@ def test_matrix_file_level_errors(tmp_path):
     for text, needle in [("[[row]\nname=", "not valid TOML"), ("", "no [[row]]"),
                          (GOOD_ROW + "\n[extra]\nx = 1\n", "unknown table"),
                          (GOOD_ROW + GOOD_ROW.split("[[row]]")[1].join(["[[row]]", ""]), "duplicate row")]:
-        with pytest.raises(images.MatrixError, match=re.escape(needle)):
-            images.load_matrix(write(tmp_path, text))
-    with pytest.raises(images.MatrixError, match="no such matrix file"):
-        images.load_matrix(tmp_path / "missing.toml")
+        with pytest.raises(imagematrix.MatrixError, match=re.escape(needle)):
+            imagematrix.load_matrix(write(tmp_path, text))
+    with pytest.raises(imagematrix.MatrixError, match="no such matrix file"):
+        imagematrix.load_matrix(tmp_path / "missing.toml")
 
 
 def test_cli_bad_matrix_exits_2_with_one_line(tmp_path, capsys):
@@ -98,7 +98,7 @@ def test_cli_bad_matrix_exits_2_with_one_line(tmp_path, capsys):
 
 
 def test_render_is_hermetic_unprivileged_and_labelled():
-    m = images.load_matrix()
+    m = imagematrix.load_matrix()
     for row in m.rows.values():
         text = images.render(m, row, "abc123", "locksha")
         assert f"FROM {m.bases[row.base].tag}" in text
@@ -115,8 +115,8 @@ def test_render_is_hermetic_unprivileged_and_labelled():
 
 
 def test_platform_args_target_the_image_not_the_host():
-    base = images.load_matrix().bases["bookworm"]
-    args = images.platform_args(base)
+    base = imagematrix.load_matrix().bases["bookworm"]
+    args = wheels.platform_args(base)
     assert args[args.index("--python-version") + 1] == "3.11"
     platforms = [args[i + 1] for i, a in enumerate(args) if a == "--platform"]
     assert "manylinux_2_36_x86_64" in platforms and "manylinux_2_28_x86_64" in platforms
@@ -124,18 +124,18 @@ def test_platform_args_target_the_image_not_the_host():
 
 
 def test_wheel_pin_normalizes_names():
-    assert images.wheel_pin("torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl") == ("torch", "2.13.0+cpu")
-    assert images.wheel_pin("typing_extensions-4.16.0-py3-none-any.whl") == ("typing-extensions", "4.16.0")
-    with pytest.raises(images.MatrixError):
-        images.wheel_pin("notawheel.tar.gz")
+    assert wheels.wheel_pin("torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl") == ("torch", "2.13.0+cpu")
+    assert wheels.wheel_pin("typing_extensions-4.16.0-py3-none-any.whl") == ("typing-extensions", "4.16.0")
+    with pytest.raises(imagematrix.MatrixError):
+        wheels.wheel_pin("notawheel.tar.gz")
 
 
 def test_committed_locks_match_their_rows():
-    m = images.load_matrix()
+    m = imagematrix.load_matrix()
     locked = [r for r in m.rows.values() if r.lock_path().exists()]
     assert any(not r.gpu for r in locked), "the CPU row must be locked (CI builds it)"
     for row in locked:
-        lock = images.read_lock(row.lock_path())
+        lock = wheels.read_lock(row.lock_path())
         assert lock.row_digest == row.digest(m.bases[row.base]), f"{row.name}: lock is stale"
         for req in row.requirements:
             name, version = req.split("==")
@@ -150,37 +150,37 @@ def _wheel(d: Path, name: str, body: bytes) -> tuple[str, str]:
 
 
 def test_verify_refuses_a_wheel_whose_hash_changed(tmp_path):
-    row = images.load_matrix().rows["cpu"]
+    row = imagematrix.load_matrix().rows["cpu"]
     a, sha_a = _wheel(tmp_path, "alpha", b"alpha wheel bytes")
     b, sha_b = _wheel(tmp_path, "beta", b"beta wheel bytes")
-    lock = images.Lock("d", {a: ("1.0", sha_a), b: ("1.0", sha_b)})
-    images.verify(tmp_path, lock, row)  # intact
+    lock = wheels.Lock("d", {a: ("1.0", sha_a), b: ("1.0", sha_b)})
+    wheels.verify(tmp_path, lock, row)  # intact
     lock_path = tmp_path / "x.txt"
     lock_path.write_text(lock.text(row, "test"))
-    assert images.read_lock(lock_path).pins == lock.pins
+    assert wheels.read_lock(lock_path).pins == lock.pins
     (tmp_path / "beta-1.0-py3-none-any.whl").write_bytes(b"tampered")
-    with pytest.raises(images.MatrixError, match="beta-1.0-py3-none-any.whl has sha256"):
-        images.verify(tmp_path, lock, row)
+    with pytest.raises(imagematrix.MatrixError, match="beta-1.0-py3-none-any.whl has sha256"):
+        wheels.verify(tmp_path, lock, row)
     (tmp_path / "beta-1.0-py3-none-any.whl").unlink()
-    with pytest.raises(images.MatrixError, match="beta==1.0 is missing"):
-        images.verify(tmp_path, lock, row)
+    with pytest.raises(imagematrix.MatrixError, match="beta==1.0 is missing"):
+        wheels.verify(tmp_path, lock, row)
     lock_path.write_text("# row-digest: d\nalpha>=1 --hash=sha256:00\n")
-    with pytest.raises(images.MatrixError, match="not a pinned, hashed requirement"):
-        images.read_lock(lock_path)
+    with pytest.raises(imagematrix.MatrixError, match="not a pinned, hashed requirement"):
+        wheels.read_lock(lock_path)
 
 
 def test_stale_lock_is_refused_before_any_download(tmp_path, monkeypatch):
-    m = images.load_matrix()
+    m = imagematrix.load_matrix()
     row = m.rows["cpu"]
-    monkeypatch.setattr(images, "LOCK_DIR", tmp_path)
+    monkeypatch.setattr(imagematrix, "LOCK_DIR", tmp_path)
     (tmp_path / "cpu.txt").write_text("# row-digest: 0000\ntorch==2.13.0+cpu --hash=sha256:" + "0" * 64 + "\n")
-    monkeypatch.setattr(images, "REPO", tmp_path)
-    with pytest.raises(images.MatrixError, match="is stale"):
-        images.wheelhouse(m, row, cache=tmp_path / "cache", log=lambda *_: None)
+    monkeypatch.setattr(wheels, "REPO", tmp_path)
+    with pytest.raises(imagematrix.MatrixError, match="is stale"):
+        wheels.wheelhouse(m, row, cache=tmp_path / "cache", log=lambda *_: None)
 
 
 def test_slurm_arrays_follow_the_architectures():
-    m = images.load_matrix()
+    m = imagematrix.load_matrix()
     files = fleet.render_slurm(m, list(m.rows.values()), results="/r", outbox="/box")
     p40 = files["slurm/convbench-p40.sbatch"]
     rows_line = next(ln for ln in p40.splitlines() if ln.startswith("ROWS=("))
@@ -195,7 +195,7 @@ def test_slurm_arrays_follow_the_architectures():
 
 def test_k8s_jobs_one_gpu_per_pod_unprivileged():
     yaml = pytest.importorskip("yaml")
-    m = images.load_matrix()
+    m = imagematrix.load_matrix()
     files = fleet.render_k8s(m, list(m.rows.values()), results="/r", outbox="/box", registry="reg.local/x")
     jobs = [d for name, text in files.items() if name != "k8s/convbench-common.yaml"
             for d in yaml.safe_load_all(text)]
@@ -207,7 +207,7 @@ def test_k8s_jobs_one_gpu_per_pod_unprivileged():
         assert c["resources"]["limits"] == {"nvidia.com/gpu": 1}
         assert c["securityContext"]["readOnlyRootFilesystem"] is True
         assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
-        assert spec["securityContext"]["runAsUser"] == images.CONTAINER_UID
+        assert spec["securityContext"]["runAsUser"] == imagematrix.CONTAINER_UID
         assert c["image"].startswith("reg.local/x/convbench:")
         row = m.rows[job["metadata"]["labels"]["convbench/row"]]
         pool = m.pools[job["metadata"]["labels"]["convbench/pool"]]

@@ -9,7 +9,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 
-from harness.backends.ort import models  # noqa: E402
+from harness.backends.ort import architectures, imagenet, models  # noqa: E402
 from harness.core import cases  # noqa: E402
 from harness.measurement import accuracy  # noqa: E402
 
@@ -62,7 +62,7 @@ def test_bn_statistics_sit_on_the_quantisation_grid(mbv2):
 @pytest.mark.parametrize("name", ["image", "random"])
 def test_onnxruntime_cpu_agrees_with_the_float64_reference(mbv2, name):
     built, params = mbv2
-    x = models.model_inputs("mobilenetv2", 1)[name]
+    x = imagenet.model_inputs("mobilenetv2", 1)[name]
     ref, source = models.reference("mobilenetv2", params, x)
     yard = models.fp32_yardstick("mobilenetv2", params, x, ref)
     sess = ort.InferenceSession(str(built.path), providers=["CPUExecutionProvider"])
@@ -75,7 +75,7 @@ def test_onnxruntime_cpu_agrees_with_the_float64_reference(mbv2, name):
 
 def test_reference_is_float64_of_a_sane_network(mbv2):
     _, params = mbv2
-    x = models.model_inputs("mobilenetv2", 1)["image"]
+    x = imagenet.model_inputs("mobilenetv2", 1)["image"]
     ref, _ = models.reference("mobilenetv2", params, x, source="builder")
     assert ref.dtype == np.float64 and ref.shape == (1, 1000)
     assert 0.01 < ref.std() < 100  # calibrated BN keeps activations O(1) through the network
@@ -85,7 +85,7 @@ def test_torchvision_module_matches_the_builder_where_torchvision_imports(mbv2):
     _, params = mbv2
     if models.torchvision_module("mobilenetv2", params) is None:
         pytest.skip("torchvision does not import beside this torch")
-    x = models.model_inputs("mobilenetv2", 1)["image"]
+    x = imagenet.model_inputs("mobilenetv2", 1)["image"]
     a, src = models.reference("mobilenetv2", params, x, source="torchvision")
     b, _ = models.reference("mobilenetv2", params, x, source="builder")
     assert src.startswith("torchvision")
@@ -107,11 +107,11 @@ def test_torch_state_copies_the_read_only_initializers_without_a_warning(mbv2):
 
 def test_preprocessing_of_a_flat_grey_image_is_exact():
     img = np.full((300, 400, 3), 128, dtype=np.uint8)
-    x = models.imagenet_preprocess(img)
+    x = imagenet.imagenet_preprocess(img)
     assert x.shape == (3, 224, 224) and x.dtype == np.float32
     for c in range(3):
-        want = (np.float32(128) / np.float32(255) - np.float32(models.IMAGENET_MEAN[c])) / np.float32(
-            models.IMAGENET_STD[c])
+        want = (np.float32(128) / np.float32(255) - np.float32(imagenet.IMAGENET_MEAN[c])) / np.float32(
+            imagenet.IMAGENET_STD[c])
         assert np.all(x[c] == want)
 
 
@@ -124,25 +124,25 @@ def test_shipped_real_image_input_is_the_bits_the_h200_fixtures_used():
     """The package's sample crops give the very input the H200 runs hashed, with no scikit-image at all."""
     import torch
 
-    for model_id in models.MODELS:
-        x = models.model_inputs(model_id, 1)["image"]
+    for model_id in architectures.MODELS:
+        x = imagenet.model_inputs(model_id, 1)["image"]
         assert accuracy.output_hash(torch.from_numpy(x)) == H200_IMAGE_INPUT_HASH
 
 
 def test_shipped_crops_equal_scikit_images_photographs():
     """Every shipped crop, not only the first: recomputed from scikit-image's photographs, bit for bit."""
     data = pytest.importorskip("skimage.data", reason="scikit-image (the test extra) holds the originals")
-    crops = models.sample_crops()
-    for name in models.SAMPLE_IMAGES:
+    crops = imagenet.sample_crops()
+    for name in imagenet.SAMPLE_IMAGES:
         assert crops[name].dtype == np.uint8 and crops[name].shape == (224, 224, 3)
-        assert np.array_equal(crops[name], models.imagenet_crop(getattr(data, name)())), name
-    x = models.model_inputs("resnet50", 3)["image"]
-    for i, name in enumerate(models.SAMPLE_IMAGES):
-        assert np.array_equal(x[i], models.imagenet_preprocess(getattr(data, name)()))
+        assert np.array_equal(crops[name], imagenet.imagenet_crop(getattr(data, name)())), name
+    x = imagenet.model_inputs("resnet50", 3)["image"]
+    for i, name in enumerate(imagenet.SAMPLE_IMAGES):
+        assert np.array_equal(x[i], imagenet.imagenet_preprocess(getattr(data, name)()))
 
 
 def test_real_images_are_the_shipped_photographs_cycled():
-    x = models.model_inputs("resnet50", 4)
+    x = imagenet.model_inputs("resnet50", 4)
     assert x["image"].shape == (4, 3, 224, 224)
     assert np.array_equal(x["image"][0], x["image"][3])  # three photographs, cycled
     assert not np.array_equal(x["image"][0], x["image"][1])
@@ -150,13 +150,13 @@ def test_real_images_are_the_shipped_photographs_cycled():
 
 
 def test_resample_rows_are_normalised():
-    m = models._resample_matrix(512, 256)
+    m = imagenet._resample_matrix(512, 256)
     assert np.allclose(m.sum(axis=1), 1) and (m >= 0).all()
 
 
 def test_unknown_model_is_a_clear_error():
-    with pytest.raises(models.UnknownModel, match="known: resnet50, mobilenetv2"):
-        models.check_model("resnet18")
+    with pytest.raises(architectures.UnknownModel, match="known: resnet50, mobilenetv2"):
+        architectures.check_model("resnet18")
 
 
 @pytest.mark.parametrize("case_id", ["quick.stem7x7", "quick.grouped", "quick.dilated"])

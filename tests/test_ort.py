@@ -183,13 +183,13 @@ def test_cpu_ep_model_records_are_complete(cpu_records):
 def test_record_hash_is_accuracy_output_hash_of_the_saved_output(cpu_records, tmp_path):
     import onnxruntime as ort
 
-    from harness.backends.ort import models
+    from harness.backends.ort import imagenet, models
 
     r = cpu_records[0]
     built = models.build("mobilenetv2", 1, tmp_path)
     assert built.sha256 == r.extra["model_sha256"]
     sess = ort.InferenceSession(str(built.path), providers=["CPUExecutionProvider"])
-    y = sess.run(None, {models.INPUT: models.model_inputs("mobilenetv2", 1)["image"]})[0]
+    y = sess.run(None, {models.INPUT: imagenet.model_inputs("mobilenetv2", 1)["image"]})[0]
     import torch
 
     assert accuracy.output_hash(torch.from_numpy(y)) == r.determinism.hash
@@ -319,13 +319,13 @@ def test_grid_command_writes_a_run_journal(tmp_path, capsys, monkeypatch):
 
 def test_grid_command_fails_when_every_record_of_a_model_failed(tmp_path, capsys, monkeypatch):
     """As it did in the images before the crops shipped: the input cannot be made, every record is an error."""
-    from harness.backends.ort import models
+    from harness.backends.ort import imagenet
 
     def no_input(*_):
         raise RuntimeError("scikit-image is needed for the real-image input")
 
     monkeypatch.setenv("CONVBENCH_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(models, "model_inputs", no_input)
+    monkeypatch.setattr(imagenet, "model_inputs", no_input)
     rc = ort_grid.main(["--out", str(tmp_path / "res"), "--device", "cpu", "--models", "mobilenetv2",
                         "--sessions", "1", "--processes", "1"])
     err = capsys.readouterr().err

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.deploy import images, stacks
+from harness.deploy import imagematrix, stacks, wheels
 from harness.measurement.digest import sha256_file
 
 
 def test_shipped_overlays_pin_the_required_stacks_and_their_locks_are_fresh():
-    m = images.load_matrix()
+    m = imagematrix.load_matrix()
     cudnn, ort = m.overlays["cudnn927"], m.overlays["ort1192"]
     assert cudnn.requirements == ["nvidia-cudnn-cu13==9.27.0.42"] and cudnn.stands_in_for == ["cu130-cudnn919-torch211"]
     assert set(ort.requirements) == {"onnxruntime-gpu==1.19.2", "nvidia-cublas-cu12==12.4.5.8",
@@ -25,7 +25,7 @@ def test_shipped_overlays_pin_the_required_stacks_and_their_locks_are_fresh():
                                      "nvidia-cuda-runtime-cu12==12.4.127"}
     assert ort.stands_in_for == ["cu124-cudnn91-torch25"]
     for ov in (cudnn, ort):
-        lock = images.overlay_lock(ov)  # present, made from these very pins
+        lock = wheels.overlay_lock(ov)  # present, made from these very pins
         assert {f"{n}=={v}" for n, (v, _) in lock.pins.items()} == {r.lower() for r in ov.requirements}
 
 
@@ -52,7 +52,7 @@ def fake_overlay(tmp_path, monkeypatch):
     house.mkdir()
     wheel = _wheel(house)
     matrix = tmp_path / "matrix.toml"
-    matrix.write_text(images.DEFAULT_MATRIX.read_text() + '''
+    matrix.write_text(imagematrix.DEFAULT_MATRIX.read_text() + '''
 [[overlay]]
 name = "fake"
 python = "3.12"
@@ -64,9 +64,9 @@ stands_in_for = ["cpu"]
 ''')
     locks = tmp_path / "locks"
     locks.mkdir()
-    monkeypatch.setattr(images, "LOCK_DIR", locks)
-    ov = images.load_matrix(matrix).overlays["fake"]
-    ov.lock_path().write_text(images.Lock(ov.digest(), {"nvidia-fake-cu13": ("1.0.0", sha256_file(wheel))})
+    monkeypatch.setattr(imagematrix, "LOCK_DIR", locks)
+    ov = imagematrix.load_matrix(matrix).overlays["fake"]
+    ov.lock_path().write_text(wheels.Lock(ov.digest(), {"nvidia-fake-cu13": ("1.0.0", sha256_file(wheel))})
                               .text(ov, "the test"))
     monkeypatch.setenv("CONVBENCH_STACKS", str(tmp_path / "stacks"))
     return matrix, house, wheel
@@ -102,7 +102,7 @@ def test_run_no_docker_runs_each_stack_in_its_own_environment(fake_overlay, tmp_
 
     matrix, house, _ = fake_overlay
     assert main(["stacks", "--matrix", str(matrix), "install", "fake", "--wheelhouse", str(house)]) == 0
-    monkeypatch.setattr(images, "DEFAULT_MATRIX", matrix)
+    monkeypatch.setattr(imagematrix, "DEFAULT_MATRIX", matrix)
     if fingerprint.gpus()[0]:
         pytest.skip("this host has a GPU; the CPU-worker path is for GPU-less hosts")
     results = tmp_path / "results"

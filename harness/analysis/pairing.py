@@ -108,7 +108,7 @@ class MachineNights:
         return self.nights[-1]
 
 
-HISTORY_RUNS = 5  # earlier runs whose spread widens a combination's time threshold (compare.HISTORY_FACTOR)
+HISTORY_RUNS = 5  # earlier runs whose spread widens a combination's time threshold (timechange.HISTORY_FACTOR)
 
 
 def history_runs(base: dict[str, Any], base_fp: dict[str, Any], runs: list[dict[str, Any]],

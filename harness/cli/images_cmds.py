@@ -81,25 +81,25 @@ def register(sub) -> None:
 
 
 def _matrix(args):
-    from ..deploy import images
+    from ..deploy import imagematrix
 
     try:
-        return images.load_matrix(args.matrix or images.DEFAULT_MATRIX)
-    except images.MatrixError as exc:
+        return imagematrix.load_matrix(args.matrix or imagematrix.DEFAULT_MATRIX)
+    except imagematrix.MatrixError as exc:
         raise UserError(str(exc)) from None
 
 
 def _rows(matrix, names):
-    from ..deploy import images
+    from ..deploy import imagematrix
 
     try:
         return matrix.select(names)
-    except images.MatrixError as exc:
+    except imagematrix.MatrixError as exc:
         raise UserError(str(exc)) from None
 
 
 def images_list(args) -> int:
-    from ..deploy import images
+    from ..deploy import imagematrix, images, wheels
 
     matrix = _matrix(args)
     try:
@@ -114,9 +114,9 @@ def images_list(args) -> int:
             lock = "not locked"
         else:
             try:
-                lk = images.read_lock(path)
+                lk = wheels.read_lock(path)
                 lock = f"{len(lk.pins)} wheels" if lk.row_digest == row.digest(base) else "stale"
-            except images.MatrixError:
+            except imagematrix.MatrixError:
                 lock = "unreadable"
         info = images.image_info(client, row) if client else None
         image = "engine not running" if client is None else "not built" if info is None else \
@@ -131,7 +131,7 @@ def images_list(args) -> int:
 
 
 def images_lock(args) -> int:
-    from ..deploy import images
+    from ..deploy import imagematrix, wheels
 
     matrix = _matrix(args)
     names = args.rows or list(matrix.rows) + list(matrix.overlays)
@@ -140,14 +140,14 @@ def images_lock(args) -> int:
         else targets
     for row in targets:
         try:
-            images.lock_row(matrix, row)
-        except images.MatrixError as exc:
+            wheels.lock_row(matrix, row)
+        except imagematrix.MatrixError as exc:
             raise UserError(str(exc), EXIT_ENVIRONMENT) from None
     return 0
 
 
 def images_render(args) -> int:
-    from ..deploy import images
+    from ..deploy import images, wheels
     from ..deploy import manifests as fleet
 
     matrix = _matrix(args)
@@ -160,7 +160,7 @@ def images_render(args) -> int:
         files = {}
         for row in rows:
             lock = row.lock_path()
-            sha = images.read_lock(lock).sha256 if lock.exists() else "unlocked"
+            sha = wheels.read_lock(lock).sha256 if lock.exists() else "unlocked"
             files[f"{row.name}/Dockerfile"] = images.render(matrix, row, revision, sha)
     for name, text in files.items():
         if args.out:
@@ -174,17 +174,17 @@ def images_render(args) -> int:
 
 
 def images_build(args) -> int:
-    from ..deploy import images
+    from ..deploy import imagematrix, images, wheels
 
     matrix = _matrix(args)
     rows = _rows(matrix, args.rows)
     try:
         client = images.engine()
         for row in rows:
-            images.build(client, matrix, row, args.wheel_cache or images.WHEEL_CACHE)
+            images.build(client, matrix, row, args.wheel_cache or wheels.WHEEL_CACHE)
     except images.EngineError as exc:
         raise UserError(str(exc), EXIT_ENVIRONMENT) from None
-    except images.MatrixError as exc:
+    except imagematrix.MatrixError as exc:
         raise UserError(str(exc)) from None
     return 0
 
@@ -214,14 +214,14 @@ def stacks_list(args) -> int:
 
 
 def stacks_download(args) -> int:
-    from ..deploy import images
+    from ..deploy import imagematrix, wheels
 
     matrix = _matrix(args)
     overlay = _overlay(matrix, args.name)
     try:
-        images.overlay_lock(overlay)
-        dest, lock = images.wheelhouse(matrix, overlay, args.wheelhouse)
-    except images.MatrixError as exc:
+        wheels.overlay_lock(overlay)
+        dest, lock = wheels.wheelhouse(matrix, overlay, args.wheelhouse)
+    except imagematrix.MatrixError as exc:
         raise UserError(str(exc), EXIT_ENVIRONMENT) from None
     print(f"{len(lock.pins)} locked wheels of {overlay.name} in {dest}; copy that folder to the GPU host and run "
           f"`convbench stacks install {overlay.name} --wheelhouse {dest}`")

@@ -27,7 +27,7 @@ from ..core.schema import (
 )
 
 # A fleet's journal repeats one shape ten million times: the same combinations, the same few statuses, numbers in
-# the same places. check_record walks every line's tree (about 5 us a line); collect.parse_journal instead checks a
+# the same places. check_record walks every line's tree (about 5 us a line); journals.parse_journal instead checks a
 # line's identity and shape against what a full check_record already passed (VERIFIED_IDS, per process), gathers
 # the values that change from line to line into columns, and checks each column at once with the rule
 # check_record applies to each of its values (check_column). A run any part of which is not plain, or a column

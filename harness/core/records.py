@@ -38,6 +38,23 @@ def wholly_failed(pairs) -> list[str]:
     return sorted(g for g, all_failed in seen.items() if all_failed)
 
 
+def record_key(case: str, backend: str, direction: str, algo: str, math: str, dtype: str, layout: str,
+               settings: dict[str, Any]) -> str:
+    """The key of one combination: its seven identity fields and its settings (sorted ``k=v``), joined by ``|``.
+
+    The one spelling of a record's key: ``Record.key()``, the journal's resume set, collect's parsers (which
+    build no Record per line), the store's combos and compare's machine-neutral key all use it, so a key
+    written anywhere matches everywhere.
+    """
+    return "|".join((case, backend, direction, algo, math, dtype, layout, settings_key(settings)))
+
+
+def settings_key(settings: dict[str, Any], omit: tuple[str, ...] = ()) -> str:
+    """A record's settings as they appear in its key: ``k=v`` sorted by name, joined by commas; ``omit`` leaves
+    out settings that only name where it ran (``device``) when lining up the same combination across hosts."""
+    return ",".join(f"{k}={v}" for k, v in sorted(settings.items()) if k not in omit)
+
+
 @dataclass
 class Timing:
     """Summary of device-timed samples; ``samples_ms`` is kept so regressions can be tested statistically."""
@@ -109,9 +126,8 @@ class Record:
 
     def key(self) -> str:
         """Identity of the combination within a run; stable across runs so they can be compared."""
-        settings = ",".join(f"{k}={v}" for k, v in sorted(self.settings.items()))
-        return "|".join((self.case, self.backend, self.direction, self.algo, self.math, self.dtype,
-                         self.layout, settings))
+        return record_key(self.case, self.backend, self.direction, self.algo, self.math, self.dtype, self.layout,
+                          self.settings)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -86,22 +86,22 @@ def ensure(client, tag: str, suite: str = "bookworm", mirror: str = "http://deb.
 
 def main(argv: list[str] | None = None) -> int:
     """Make every base the matrix names (or those given) unless the engine already has it."""
-    from . import images
+    from . import imagematrix, images
 
     parser = argparse.ArgumentParser(prog="python -m harness.deploy.baseimage", description=__doc__.splitlines()[0])
     parser.add_argument("bases", nargs="*", help="base names from the matrix (default: all)")
-    parser.add_argument("--matrix", type=Path, default=images.DEFAULT_MATRIX)
+    parser.add_argument("--matrix", type=Path, default=imagematrix.DEFAULT_MATRIX)
     args = parser.parse_args(argv)
     try:
-        matrix = images.load_matrix(args.matrix)
+        matrix = imagematrix.load_matrix(args.matrix)
         client = images.engine()
         names = args.bases or sorted(matrix.bases)
         for name in names:
             if name not in matrix.bases:
-                raise images.MatrixError(f"unknown base {name!r}; the matrix defines {', '.join(sorted(matrix.bases))}")
+                raise imagematrix.MatrixError(f"unknown base {name!r}; the matrix defines {', '.join(sorted(matrix.bases))}")
             b = matrix.bases[name]
             ensure(client, b.tag, b.suite, b.mirror, b.include)
-    except (BaseImageError, images.MatrixError, images.EngineError) as exc:
+    except (BaseImageError, imagematrix.MatrixError, images.EngineError) as exc:
         print(f"base image: error: {exc}", file=sys.stderr)
         return 3
     return 0

@@ -6,7 +6,7 @@ an image can run decides where the scheduler sends it. The templates live in doc
 
 from __future__ import annotations
 
-from .images import CONTAINER_UID, DOCKER_DIR, Matrix, MatrixError, Row
+from .imagematrix import CONTAINER_UID, DOCKER_DIR, Matrix, MatrixError, Row
 
 FLEET_DIR = DOCKER_DIR / "fleet"
 

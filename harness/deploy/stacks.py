@@ -111,12 +111,12 @@ def install(overlay, wheelhouse: Path, into: Path | None = None, log=print) -> S
     import sys
     import tempfile
 
-    from . import images
+    from . import imagematrix, wheels
 
     try:
-        lock = images.overlay_lock(overlay)
-        images.verify(Path(wheelhouse), lock, overlay)
-    except images.MatrixError as exc:
+        lock = wheels.overlay_lock(overlay)
+        wheels.verify(Path(wheelhouse), lock, overlay)
+    except imagematrix.MatrixError as exc:
         raise UserError(str(exc), EXIT_ENVIRONMENT) from None
     root = Path(into) if into else stacks_dir()
     root.mkdir(parents=True, exist_ok=True)
@@ -158,10 +158,10 @@ def resolve(spec: str, overlays=None) -> Stack:
 def resolve_all(specs: list[str]) -> list[Stack]:
     """Stacks named on a command line (`run --stacks`, `upgrade --a/--b`): declared overlays by name (from the
     image matrix, installed), ``host``, or NAME=FOLDER / FOLDER."""
-    from . import images
+    from . import imagematrix
 
     try:
-        overlays = images.load_matrix(images.DEFAULT_MATRIX).overlays
-    except images.MatrixError:
+        overlays = imagematrix.load_matrix(imagematrix.DEFAULT_MATRIX).overlays
+    except imagematrix.MatrixError:
         overlays = {}
     return [resolve(spec, overlays) for spec in specs]

@@ -31,6 +31,7 @@ from .investigations import findings, ort
 from .machine import machine_page
 from .model import MAX_ROWS, gather
 from .morning import morning, overview
+from .rankings import rankings
 from .regressions import regressions
 from .upgrade import upgrade
 
@@ -51,6 +52,7 @@ PAGES: list[tuple[str, str, str, str, Callable[[dict[str, Any]], dict[str, Any]]
     ("investigations", "investigations.html", "Investigations", "investigations.html",
      lambda g: {"fd": findings(g)}),
     ("ort", "ort.html", "onnxruntime search", "ort.html", lambda g: {"o": ort(g)}),
+    ("rankings", "rankings.html", "cuDNN's choices", "rankings.html", lambda g: {"rk": rankings(g)}),
     ("upgrade", "upgrade.html", "Stack upgrades", "upgrade.html", lambda g: {"up": upgrade(g)}),
     ("determinism", "determinism.html", "Determinism", "determinism.html", lambda g: {"det": determinism(g)}),
     ("architecture", "architecture.html", "Across hardware", "architecture.html",

@@ -23,7 +23,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from ..backends.ort import CUDA_EP, ModelOptions, OrtBackend, models
+from ..backends.ort import CUDA_EP, ModelOptions, OrtBackend, architectures
 from ..backends.ort.model_runs import ModelSubject
 from ..core.errors import UserError
 from ..core.records import OK, Record, wholly_failed
@@ -109,7 +109,7 @@ def _setting(s: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m harness.run.ort_grid", description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, help="results directory (a run directory is made inside; required to measure)")
-    ap.add_argument("--models", default=",".join(models.MODELS), help="comma-separated: resnet50, mobilenetv2")
+    ap.add_argument("--models", default=",".join(architectures.MODELS), help="comma-separated: resnet50, mobilenetv2")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--sessions", type=int, default=5, help="fresh sessions in one process per setting (>= 1)")
@@ -137,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     wanted = [m for m in args.models.split(",") if m]
     try:
         for m in wanted:
-            models.check_model(m)
-    except models.UnknownModel as exc:
+            architectures.check_model(m)
+    except architectures.UnknownModel as exc:
         print(f"ort_grid: error: {exc}", file=sys.stderr)
         return 2
     if args.sessions < 1 or args.processes < 1 or args.batch < 1:

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..analysis.compare import Finding, Thresholds, compare_records
+from ..analysis.compare import Finding, compare_records
+from ..analysis.thresholds import Thresholds
 from ..backends import SweepOptions
 from ..core.cases import Case
 from ..core.errors import EXIT_ENVIRONMENT, UserError

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.cases import Case
+from ..core.records import settings_key
 
 # A row of the table asv gets: (status, time_s, rel_l2, bitwise_stable). asv unpickles the whole table in every
 # parameter set's process (about 12,700 in the backward job), so rows are plain tuples and the key strings are
@@ -62,7 +63,7 @@ def read_table(run_dir: Path, backend: str, direction: str) -> dict:
 
 
 def param_key(rec: dict) -> tuple:
-    setting = ",".join(f"{k}={v}" for k, v in sorted(rec["settings"].items()) if k != "device") or "-"
+    setting = settings_key(rec["settings"], omit=("device",)) or "-"
     return tuple(sys.intern(part) for part in
                  (rec["case"], rec["algo"], rec["math"], rec["dtype"], rec["layout"], setting))
 

@@ -8,7 +8,7 @@ The slowdown is device-side: an extra spin kernel (torch.cuda._sleep) enqueued r
 timed region, its length set from a fit of the spin kernel's own timed duration so that it adds the fraction of
 the call's pass-1 median, then corrected once per call from a timed trial of call + spin (on 2026-11-30 the fit
 alone gave +4.75 % for +5 % and +7.8 % for +10 % on 20-50 us calls); the slowdown each call really got is
-measured (pass k median / pass 1 median) and printed beside the verdicts. Every pair is judged by harness.analysis.compare.time_verdict at the default thresholds.
+measured (pass k median / pass 1 median) and printed beside the verdicts. Every pair is judged by harness.analysis.timechange.time_verdict at the default thresholds.
 Prints the share detected per call-length band and the false alarms of the A/A pair; writes every row to --json.
 
     python3 scripts/gpu/detection_power.py [--cases default] [--json OUT]
@@ -25,7 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from harness.analysis.compare import Thresholds, time_verdict  # noqa: E402
+from harness.analysis.thresholds import Thresholds  # noqa: E402
+from harness.analysis.timechange import time_verdict  # noqa: E402
 from harness.backends import SweepOptions  # noqa: E402
 from harness.backends.cudnn import ConvSession, CudnnBackend, CudnnError, WorkspaceTooLarge  # noqa: E402
 from harness.core import cases as catalogue  # noqa: E402

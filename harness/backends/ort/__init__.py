@@ -13,7 +13,9 @@ references, hashes the outputs and assembles the records.
     engines.py     which cuDNN path a version takes, which engine each Conv node ran (from the logs)
     cudnn_log.py   parsers of cuDNN's API and frontend logs
     drift.py       spread across sessions and processes, model error in the model's own yardstick
-    models.py      the ONNX models and their inputs
+    architectures.py  ResNet-50 and MobileNetV2 written once, the ONNX and PyTorch builders, seeded weights
+    imagenet.py    the models' inputs: sample photographs preprocessed the ImageNet way, a seeded batch
+    models.py      the ONNX models built and cached, their float64 references, a single Conv per case
 """
 
 from .backend import OrtBackend

@@ -20,7 +20,7 @@ import numpy as np
 from ...core.records import ERROR, OK, SKIPPED, Determinism, Record
 from ...measurement import accuracy
 from .. import Combo
-from . import cudnn_log, models
+from . import architectures, cudnn_log, imagenet, models
 from .drift import _torch, model_accuracy, spread
 from .engines import expected_conv_path, node_algorithms, ort_version
 from .options import (
@@ -52,7 +52,7 @@ class ModelRuns:
 
     # models ----------------------------------------------------------------------------------------------------
     def model_combos(self, model_id: str, options: Any) -> list[Combo]:
-        models.check_model(model_id)
+        architectures.check_model(model_id)
         opts = ModelOptions.from_options(options)
         out = []
         for provider in self._providers(opts):
@@ -94,7 +94,7 @@ class ModelRuns:
         try:
             built = models.build(model_id, opts.batch, Path(opts.cache_dir) / "models" if opts.cache_dir else None)
             params = models.load_params(built.path)
-            inputs = models.model_inputs(model_id, opts.batch)
+            inputs = imagenet.model_inputs(model_id, opts.batch)
         except Exception as exc:  # a model that cannot be built costs this model's records
             for cs in runnable.values():
                 for c in cs:

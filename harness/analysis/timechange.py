@@ -1,0 +1,131 @@
+"""Whether one combination's time changed between two runs, decided from the stored samples.
+
+A combination is slower when the median ratio reaches a relative threshold AND the absolute difference reaches
+a floor (thresholds.py), a one-sided Mann-Whitney U test says so (p < alpha) and the bootstrap 95% interval of
+the median ratio lies above 1. Samples from one run share that run's clocks and temperature, so the test alone
+would flag real but tiny differences between two sessions; the thresholds keep the gate to differences a person
+would act on. A change beyond the thresholds on a record whose samples cannot be trusted (host-bound,
+multi-modal, too few: timing.sample_flags) is **ambiguous**, with the evidence, never slower or faster.
+Without samples (asv data) the fallback is the thresholds plus non-overlapping interquartile ranges.
+numpy only: the two tests need a rank sum, a normal tail and resampling, not scipy.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..measurement.timing import FLOOR_SAMPLES, sample_flags
+from .thresholds import Thresholds
+
+
+def _norm_sf(z: float) -> float:
+    return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+def mann_whitney_greater(base: np.ndarray, head: np.ndarray) -> tuple[float, float]:
+    """(U of head, one-sided p that head values tend to be larger): normal approximation with tie and
+    continuity corrections, adequate from about 7 samples a side (the timing policy's minimum)."""
+    a = np.asarray(base, dtype=np.float64)
+    b = np.asarray(head, dtype=np.float64)
+    n1, n2 = len(a), len(b)
+    if n1 == 0 or n2 == 0:
+        return math.nan, math.nan
+    allv = np.concatenate([a, b])
+    order = np.argsort(allv, kind="mergesort")
+    ranks = np.empty(len(allv))
+    sorted_v = allv[order]
+    # average ranks for ties
+    uniq, first, counts = np.unique(sorted_v, return_index=True, return_counts=True)
+    avg = first + (counts + 1) / 2.0
+    ranks[order] = np.repeat(avg, counts)
+    u_head = float(ranks[n1:].sum() - n2 * (n2 + 1) / 2.0)
+    n = n1 + n2
+    mu = n1 * n2 / 2.0
+    tie = float((counts**3 - counts).sum())
+    var = n1 * n2 / 12.0 * ((n + 1) - tie / (n * (n - 1))) if n > 1 else 0.0
+    if var <= 0:
+        return u_head, 1.0 if u_head <= mu else 0.0
+    z = (u_head - mu - 0.5) / math.sqrt(var)
+    return u_head, _norm_sf(z)
+
+
+def bootstrap_median_ratio(base: np.ndarray, head: np.ndarray, *, n_boot: int = 2000, conf: float = 0.95,
+                           seed: int = 0) -> tuple[float, float, float]:
+    """(median ratio head/base, low, high) with a percentile bootstrap interval (fixed seed: reproducible)."""
+    a = np.asarray(base, dtype=np.float64)
+    b = np.asarray(head, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    ma = np.median(a[rng.integers(0, len(a), (n_boot, len(a)))], axis=1)
+    mb = np.median(b[rng.integers(0, len(b), (n_boot, len(b)))], axis=1)
+    r = mb / ma
+    lo, hi = np.quantile(r, [(1 - conf) / 2, 1 - (1 - conf) / 2])
+    return float(np.median(b) / np.median(a)), float(lo), float(hi)
+
+
+def untrusted(rec: dict[str, Any]) -> list[str]:
+    """Why one side's samples cannot decide a change: the timer's own flags, or the samples' shape."""
+    flags = list((rec.get("extra") or {}).get("flags") or ())
+    samples = rec.get("samples")
+    if samples is not None and len(samples):
+        flags += [f for f in sample_flags([float(x) for x in samples]) if f not in flags]
+        if (rec.get("n") or len(samples)) >= FLOOR_SAMPLES and "few_samples" in flags:
+            flags.remove("few_samples")  # the store keeps a thinned subset; the timer took enough
+    return flags
+
+
+# A combination's own run-to-run spread widens its threshold to this many times the largest excursion seen in
+# the earlier runs of the same machine and stack: some calls switch level with where their buffers sit in device
+# memory (H200, 2026-11-30: resnet50.layer4.0.conv2 IMPLICIT_GEMM fp32 at 539.5 us in 11 placements of 12 and
+# 597.5 us in one), so a level once seen is not a regression the next time.
+HISTORY_FACTOR = 2.0
+
+
+def own_noise(key: str, base_ms: float, history: list[dict[str, dict[str, Any]]], rel: float) -> float:
+    """The largest isolated excursion of ``key``'s median in earlier runs (oldest first), relative to
+    ``base_ms``: a run that left the base's level (by more than ``rel``) between two runs at it. A level the
+    series left for good is a past change, not noise, and does not count; 0 without such an excursion."""
+    xs = [h[key]["median_ms"] for h in history if key in h and h[key].get("median_ms")] + [base_ms]
+    at_base = [abs(x / base_ms - 1) <= rel for x in xs]
+    return max((abs(xs[i] / base_ms - 1) for i in range(1, len(xs) - 1)
+                if not at_base[i] and at_base[i - 1] and at_base[i + 1]), default=0.0)
+
+
+def time_verdict(base: dict[str, Any], head: dict[str, Any], th: Thresholds,
+                 noise: float = 0.0) -> tuple[str, str, dict[str, Any]] | None:
+    """(verdict, evidence, numbers) for the timing of one combination, or None when it is the same.
+    ``noise``: the combination's own run-to-run deviation in earlier runs (own_noise)."""
+    bm, hm = base.get("median_ms"), head.get("median_ms")
+    if not bm or not hm:
+        return None
+    ratio = hm / bm
+    delta_us = (hm - bm) * 1e3
+    timer = head.get("timer") or base.get("timer")
+    rel, floor = max(th.rel(bm, timer), HISTORY_FACTOR * noise), th.floor_us(timer)
+    slower = ratio >= 1 + rel and delta_us >= floor
+    faster = ratio <= 1 / (1 + rel) and -delta_us >= floor
+    if not (slower or faster):
+        return None
+    nums: dict[str, Any] = {"ratio": ratio, "delta_us": delta_us}
+    size = (f"{ratio:.2f}x slower" if slower else f"{1 / ratio:.2f}x faster") + f" ({delta_us:+.1f} us)"
+    doubts = [f"{side} {'+'.join(fl)}" for side, fl in (("base", untrusted(base)), ("head", untrusted(head))) if fl]
+    if doubts:
+        return "ambiguous", (f"{size}, but not decided: samples are {', '.join(doubts)} "
+                             f"(thresholds {rel:.0%} and {floor:g} us)"), nums
+    sa, sb = base.get("samples"), head.get("samples")
+    if sa is not None and sb is not None and len(sa) >= 3 and len(sb) >= 3:
+        p = mann_whitney_greater(sa, sb)[1] if slower else mann_whitney_greater(sb, sa)[1]
+        r, lo, hi = bootstrap_median_ratio(sa, sb)
+        nums.update(ci=(lo, hi), p=p)
+        evidence = f"{size}, 95% CI {lo:.2f}-{hi:.2f}, Mann-Whitney p={p:.1e}, n={len(sa)}/{len(sb)}"
+        if p < th.alpha and (lo > 1.0 if slower else hi < 1.0):
+            return ("regression" if slower else "improvement"), evidence, nums
+        return "ambiguous", f"{evidence}: beyond the thresholds but not significant", nums
+    biqr, hiqr = base.get("iqr_ms") or 0.0, head.get("iqr_ms") or 0.0
+    apart = bm + biqr / 2 < hm - hiqr / 2 if slower else hm + hiqr / 2 < bm - biqr / 2
+    if apart:
+        return ("regression" if slower else "improvement"), f"{size}; no samples stored, interquartile ranges do not overlap", nums
+    return "ambiguous", f"{size}; no samples stored and the interquartile ranges overlap", nums
+

@@ -1,0 +1,263 @@
+"""The journal parser: one run directory's bytes (run.json, records.jsonl, end.json) as rows for the store.
+
+The hot path of a fleet collect (ten million lines): one JSON parse and one tuple per line, the values of plain
+lines checked per run in columns (columns.py) and anything else line by line with core/schema.py's
+check_record. A run identifies itself by (run_id, machine); its digest (hash of run.json, length of the
+append-only journal, hash of end.json) tells whether re-collecting it changes anything. A run that cannot be read
+(other schema version, malformed line) is refused as a whole with its first bad line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import operator
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from ..core import intake
+from ..core.records import OK, SCHEMA_VERSION, Accuracy, Determinism, Record, Timing
+from ..core.schema import SchemaError, check_record, check_run_header
+from . import columns as column_checks
+from .discovery import RawRun, Refused, sha1_16
+from .rows import ACC_FIELDS, DET_FIELDS, TIME_FIELDS, TOP_FIELDS, combo_row, hash64, night
+from .store import ParsedRun, samples_blob
+
+try:  # three times faster on the fleet's ten million lines; the standard library is the fallback
+    import orjson as _fastjson
+
+    _loads = _fastjson.loads
+except ImportError:  # pragma: no cover - depends on the environment
+    def _loads(line: bytes) -> Any:  # as strict as orjson: no NaN, Infinity, overflow or lone surrogates
+        d = json.loads(line, parse_constant=intake._no_constant, parse_float=intake._finite_float)
+        if b"\\u" in line:
+            intake.check_text(d, "record")
+        return d
+
+
+_COMBO_MEMO: dict[tuple, tuple] = {}
+_KINDS = frozenset(("measurement", "autotune", "crosscheck", "repro"))
+
+
+def _combo(d: dict[str, Any]) -> tuple:
+    """rows.combo_row of a record, memoised: a fleet repeats the same few thousand combinations millions of
+    times."""
+    settings = d["settings"] or {}
+    kind = d["kind"]
+    try:
+        sig = (d["case"], d["backend"], d["direction"], d["algo"], d["math"], d["dtype"], d["layout"],
+               tuple(sorted(settings.items())), kind)
+        hit = _COMBO_MEMO.get(sig)
+    except TypeError:  # a setting with an unhashable value (list, dict)
+        sig, hit = None, None
+    if hit is None:
+        vals = (d["case"], d["backend"], d["direction"], d["algo"], d["math"], d["dtype"], d["layout"])
+        if kind not in _KINDS or not all(type(v) is str and v for v in vals) or type(settings) is not dict:
+            raise ValueError(f"kind {str(kind)[:40]!r}, identity fields or settings of the wrong type "
+                             f"(kinds read: ranking, {', '.join(sorted(_KINDS))})")
+        hit = combo_row(vals, settings, kind)
+        if sig is not None and len(_COMBO_MEMO) < 200_000:
+            _COMBO_MEMO[sig] = hit
+    return hit
+
+
+def run_facts(meta: dict[str, Any]) -> dict[str, Any]:
+    fp = meta.get("fingerprint") or {}
+    gpu = fp.get("gpu") or None
+    return {"hardware": "gpu" if gpu else "cpu", "gpu_model": (gpu or {}).get("name"), "sm": (gpu or {}).get("sm"),
+            "image_id": fp.get("image_id")}
+
+
+def journal_digest(raw: RawRun) -> str:
+    return f"j:{sha1_16(raw.run_json)}:{len(raw.records)}:{sha1_16(raw.end_json)}"
+
+
+def journal_identity(raw: RawRun) -> tuple[dict[str, Any], str, str]:
+    """(run.json, run_id, machine) after checking the run's schema version."""
+    try:
+        meta = intake.loads(raw.run_json, "run.json")
+    except intake.Hostile as exc:
+        raise Refused(f"{raw.origin}: {exc}") from None
+    try:
+        check_run_header(meta)
+    except SchemaError as exc:
+        raise Refused(f"{raw.origin}: run.json: {exc}") from None
+    return meta, meta["run_id"], meta["machine"]
+
+
+_REC_FIELDS = ("schema", "kind", "case", "backend", "direction", "algo", "math", "dtype", "layout", "settings",
+               "time", "accuracy", "determinism", *TOP_FIELDS)
+_GET_REC = operator.itemgetter(*_REC_FIELDS)
+_GET_TIME, _GET_ACC, _GET_DET, _GET_TOP = (operator.itemgetter(*f) for f in (TIME_FIELDS, ACC_FIELDS, DET_FIELDS,
+                                                                           TOP_FIELDS))
+
+
+class _NotPlain(Exception):
+    """A run whose columns did not all pass check_column: it is read again, every line through check_record."""
+
+
+_PLAIN_TOP = ("status", "reason", "device", "workspace_bytes", "chosen_algo", "explanation")
+_TIME_KEYS = frozenset(f.name for f in dataclasses.fields(Timing))
+
+
+def _plain_time(t: dict[str, Any]) -> bool:
+    """A time with the optional fields a plain line may carry, all empty (nothing joins the store's extra)."""
+    return (t.keys() <= _TIME_KEYS and t.get("clock") is None and t.get("host_ms") is None
+            and t.get("flags", ()) in ((), []))
+
+
+def parse_journal(raw: RawRun, meta: dict[str, Any] | None = None) -> ParsedRun:
+    """Rows for the store from one journal. The loop is the hot path of a fleet collect (ten million lines):
+    one JSON parse and one tuple per line, everything else vectorised after it. Lines are checked against the
+    schema per run (schema.check_column); a run that does not pass so, or that is refused, is read again with
+    schema.check_record on every line, which gives the refusal its first bad line and its words."""
+    if meta is None:
+        meta = journal_identity(raw)[0]
+    try:
+        return _parse_journal(raw, meta, False)
+    except (_NotPlain, Refused):
+        return _parse_journal(raw, meta, True)
+
+
+def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
+    combos, rows, rankings = [], [], []
+    data = raw.records
+    if data and not data.endswith(b"\n") and raw.end_json is None:
+        data = data[:data.rfind(b"\n") + 1]  # a torn last line: the run was killed mid-write
+    if not data.strip(b" \t\r\n"):
+        raise Refused(f"{raw.origin}: records.jsonl is missing or holds no record (whitespace or nothing)")
+    empty: dict[str, Any] = {}
+    loads, combo, blob, memo, get_rec = _loads, _combo, samples_blob, _COMBO_MEMO, _GET_REC
+    get_time, get_acc, get_det, get_top = _GET_TIME, _GET_ACC, _GET_DET, _GET_TOP
+    none7, none6 = (None,) * 7, (None,) * 6
+    verified, plain_time, remember = column_checks.VERIFIED_IDS, _plain_time, column_checks.remember
+    tops: list[tuple] = []
+    times: list[tuple] = []
+    accs: list[tuple] = []
+    dets: list[tuple] = []
+    reductions: list[Any] = []
+    for lineno, line in enumerate(data.splitlines(), 1):
+        try:
+            if len(line) > intake.MAX_LINE_BYTES:
+                raise ValueError(f"line is over {intake.MAX_LINE_BYTES >> 20} MiB")
+            if not line.strip():
+                raise ValueError("the line is empty (a journal has one record per line)")
+            d = loads(line)
+            checked = full
+            if full:
+                check_record(d)
+            try:  # fast path: every field there, combination seen before; anything else takes the full path
+                (schema, kind, case, backend, direction, algo, math_, dtype, layout, settings, t, a, h, status,
+                 reason, device, workspace, chosen_algo, explanation, extra) = get_rec(d)
+                fast = schema == SCHEMA_VERSION and schema is not True and kind != "ranking"
+                if fast:
+                    sig = (case, backend, direction, algo, math_, dtype, layout,
+                           tuple(sorted(settings.items())) if settings else (), kind)
+                    c = memo.get(sig)
+                    if c is None:
+                        c = combo(d)
+                    tv = get_time(t) if t else none7
+                    av = get_acc(a) if a else none7
+                    hv = get_det(h) if h else none6
+                    # a plain line: an identity check_record passed before, every field there and nothing else,
+                    # no open-ended extra; its values are checked per run, in columns, after the loop
+                    if not checked and (sig in verified and len(d) == 20 and settings.__class__ is dict
+                                        and schema.__class__ is int and extra.__class__ is dict and not extra
+                                        and (t is None or (t.__class__ is dict and (len(t) == 7 or plain_time(t))))
+                                        and (a is None or (a.__class__ is dict and (len(a) == 7 or (
+                                            len(a) == 8 and "reduction" in a))))
+                                        and (h is None or (h.__class__ is dict and len(h) == 6))):
+                        checked = True
+                        tops.append((status, reason, device, workspace, chosen_algo, explanation))
+                        if t is not None:
+                            times.append(tv)
+                        if a is not None:
+                            accs.append(av)
+                            if len(a) == 8:
+                                reductions.append(a["reduction"])
+                        if h is not None:
+                            dets.append(hv)
+            except (KeyError, TypeError, AttributeError):
+                fast = False
+            if not checked:
+                check_record(d)
+                remember(d)
+            if not fast:
+                if d["schema"] != SCHEMA_VERSION or d["schema"] is True:
+                    raise Refused(f"{raw.origin}: records.jsonl line {lineno} has schema {d.get('schema')!r}; "
+                                  f"this convbench reads schema {SCHEMA_VERSION}")
+                if d["kind"] == "ranking":
+                    rankings.append((d["case"], d["direction"], d["dtype"], d["layout"], d["math"], d["source"],
+                                     d["rank"], d["algo"], d["status"], d["time_ms"], d["memory_bytes"],
+                                     d["determinism"], d["math_reported"]))
+                    continue
+                c = combo(d)
+                t, a, h = d["time"], d["accuracy"], d["determinism"]
+                try:  # one C call per part when every field is there (records.dumps writes them all)
+                    tv = get_time(t) if t else none7
+                    av = get_acc(a) if a else none7
+                    hv = get_det(h) if h else none6
+                    status, reason, device, workspace, chosen_algo, explanation, extra = get_top(d)
+                except KeyError:  # a record written by hand or by another tool: missing fields are None
+                    t, a, h = t or empty, a or empty, h or empty
+                    tv = tuple(t.get(k) for k in TIME_FIELDS)
+                    av = tuple(a.get(k) for k in ACC_FIELDS)
+                    hv = tuple(h.get(k) for k in DET_FIELDS)
+                    status, reason, device, workspace, chosen_algo, explanation, extra = (d.get(k)
+                                                                                         for k in TOP_FIELDS)
+            if t and (t.get("clock") or t.get("flags") or t.get("host_ms")):
+                # the clock the samples were taken at, the timer's flags and the host's dispatch time travel
+                # in the store's extra column
+                extra = {**(extra or empty), **{k: t[k] for k in ("clock", "flags", "host_ms") if t.get(k)}}
+            combos.append(c)
+            rows.append((status, reason, device, *tv[:6], blob(tv[6]), workspace, *av, *hv, chosen_algo,
+                         explanation, json.dumps(extra, sort_keys=True) if extra else None))
+        except Refused:
+            raise
+        except SchemaError as exc:
+            raise Refused(f"{raw.origin}: records.jsonl line {lineno}: {exc}") from None
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError) as exc:
+            raise Refused(f"{raw.origin}: records.jsonl line {lineno} is not a valid record "
+                          f"({repr(exc)[:200]})") from None
+    if not full and not _columns_pass(tops, times, accs, reductions, dets):
+        raise _NotPlain
+    if len({c[0] for c in combos}) != len(combos):  # a line written twice (a resumed run): the last one counts
+        last = {c[0]: i for i, c in enumerate(combos)}
+        keep = sorted(last.values())
+        combos, rows = [combos[i] for i in keep], [rows[i] for i in keep]
+    cols = list(zip(*rows, strict=True)) if rows else [()] * 27
+    counts = dict(Counter(cols[0]))
+    ok = np.array([s == OK for s in cols[0]], dtype=bool)
+    try:
+        med = np.array(cols[3], dtype=np.float64)  # None becomes NaN
+        err = np.array(cols[13], dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise Refused(f"{raw.origin}: records.jsonl has text where a number belongs ({exc})") from None
+    hashes = [hash64(x) for x in cols[18]]
+    chosen = list(cols[24])
+    try:
+        end = intake.loads(raw.end_json, "end.json") if raw.end_json else None
+    except intake.Hostile as exc:
+        raise Refused(f"{raw.origin}: {exc}") from None
+    run = {"run_id": meta["run_id"], "machine": meta["machine"], "image": meta.get("image") or "native",
+           "started": meta["started"], "night": night(meta["started"]),
+           "suite_revision": meta.get("suite_revision"), "source": "journal", "origin": raw.origin,
+           "digest": journal_digest(raw), "complete": int(end is not None), "n_records": len(rows),
+           "n_ok": counts.get(OK, 0), "n_rankings": len(rankings), "counts": json.dumps(counts, sort_keys=True),
+           "fingerprint": json.dumps(meta.get("fingerprint") or {}, sort_keys=True),
+           "options": json.dumps(meta.get("options") or {}, sort_keys=True),
+           "end_info": json.dumps(end, sort_keys=True) if end is not None else None, **run_facts(meta)}
+    vectors = {"ok": ok, "median": med, "norm_err": err, "hash": np.array(hashes, dtype=np.int64),
+               "chosen": chosen}
+    return ParsedRun(run, combos, rows, rankings, vectors)
+
+
+def _columns_pass(tops: list[tuple], times: list[tuple], accs: list[tuple], reductions: list[Any],
+                  dets: list[tuple]) -> bool:
+    """Every value the plain lines of a run hold passes the check check_record makes of it (columns.check_columns)."""
+    check = column_checks.check_columns
+    return (check(tops, Record, _PLAIN_TOP) and check(times, Timing, TIME_FIELDS) and check(accs, Accuracy, ACC_FIELDS)
+            and check(dets, Determinism, DET_FIELDS) and column_checks.check_column(reductions, Accuracy, "reduction"))
+

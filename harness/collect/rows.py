@@ -1,0 +1,50 @@
+"""The store's rows as both parsers (journals.py, asv_results.py) build them: a record's combination row (its
+key, identity fields, settings as JSON and kind), the order of a record's fields in its row, the output hash as
+the int64 the store's vectors keep, and a run's night.
+
+A combination's key is core.records.record_key's; a record of another kind than a measurement (autotune,
+crosscheck, repro) gets ``|kind=`` appended so that it never overwrites the measurement of the same combination.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from ..core.records import record_key
+
+
+def settings_json(settings: dict[str, Any]) -> str:
+    return json.dumps(settings, sort_keys=True, default=str)
+
+
+def combo_row(identity: tuple[str, ...], settings: dict[str, Any], kind: str) -> tuple:
+    """(key, case, backend, direction, algo, math, dtype, layout, settings_json, kind): store.ParsedRun's combo."""
+    key = record_key(*identity, settings)
+    if kind != "measurement":  # autotune / crosscheck / repro records never overwrite the measurement
+        key = f"{key}|kind={kind}"
+    return (key, *identity, settings_json(settings), kind)
+
+
+def night(started: str) -> str:
+    """The night a run belongs to: the date its start was stamped with."""
+    return started[:10]
+
+
+def hash64(h: str | None) -> int:
+    """An output hash as a signed 64-bit integer (its first 16 hex digits; other text hashed to 8 bytes)."""
+    if not h:
+        return 0
+    try:
+        v = int(h[:16], 16)
+    except ValueError:
+        v = int.from_bytes(hashlib.blake2b(h.encode(), digest_size=8).digest(), "big")
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+# record fields in the order of the store's records row (store.RECORD_COLUMNS)
+TIME_FIELDS = ("median_ms", "iqr_ms", "min_ms", "n", "timer", "mode", "samples_ms")
+ACC_FIELDS = ("max_abs", "rel_l2", "max_norm_err", "nan", "inf", "unwritten", "precision_class")
+DET_FIELDS = ("hash", "hash_algo", "repeats", "repeat_equal", "fresh_handle_equal", "distinct_outputs")
+TOP_FIELDS = ("status", "reason", "device", "workspace_bytes", "chosen_algo", "explanation", "extra")
