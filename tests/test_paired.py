@@ -153,3 +153,76 @@ def test_two_gpu_upgrade_is_confirmed_by_the_swap():
     assert [j["counts"]["bits:change"] for j in judged.values()] == [121, 121]
     agreement = paired.confirm(judged)
     assert agreement["legs"] == 2 and agreement["confirmed"] / agreement["findings"] > 0.9
+
+
+def _studies(name: str) -> dict[str, dict[str, dict[str, list[dict]]]]:
+    """{study: {gpu: {role: records}}}: a catalogue measured in several calls is several studies."""
+    store = Store(":memory:")
+    read_runs_into(store, [FIXTURES / f"{name}.tar.gz"])
+    out: dict[str, dict[str, dict[str, list[dict]]]] = {}
+    for run in store.runs():
+        p = store.run_json(run["id"])["options"]["paired"]
+        out.setdefault(p["study"], {}).setdefault(p["gpu"], {})[p["role"]] = store.records(run["id"])
+    return out
+
+
+def test_two_gpu_backward_upgrade_in_full():
+    """cuDNN 9.19 -> 9.27, backward default catalogue (26 cases in three calls), on both H200s of one host,
+    swapped (2026-11-30/12-01): no status changed, the same 250 outputs changed bits on each GPU, seed.c8's
+    backward-data ALGO_1 became TF32-class on both, and the swap confirms most verdicts."""
+    studies = _studies("h200x2-upgrade-cudnn927-bwd")
+    assert len(studies) == 3
+    bits = {"0": 0, "1": 0}
+    both, confirmed, findings = 0, 0, 0
+    tf32 = {"0": set(), "1": set()}
+    for legs in studies.values():
+        assert sorted(legs) == ["0", "1"]
+        judged = {gpu: paired.judge(s["A"], s["B"]) for gpu, s in legs.items()}
+        for gpu, j in judged.items():
+            assert not any(f.kind == "availability" for f in j["findings"])
+            assert not any(f.kind == "determinism" and f.verdict == "regression" for f in j["findings"])
+            bits[gpu] += j["counts"].get("bits:change", 0)
+            both += j["both_ok"]
+            tf32[gpu] |= {(f.case, f.direction, f.algo, f.math) for f in j["findings"] if f.kind == "accuracy"
+                          and f.backend == "cudnn" and f.base == "fp32" and f.head == "tf32"}
+        agreement = paired.confirm(judged)
+        confirmed += agreement["confirmed"]
+        findings += agreement["findings"]
+    assert bits == {"0": 250, "1": 250} and both == 2 * 5080
+    assert tf32["0"] == tf32["1"] == {("seed.c8", "bwd_data", "ALGO_1", m)
+                                      for m in ("DEFAULT", "TENSOR_OP", "TENSOR_OP_ALLOW_CONVERSION")}
+    assert confirmed / findings > 0.9
+
+
+def test_cudnn8_on_the_h200_reproduces_the_fconv2d_report():
+    """cuDNN 8.9.2 (with cuBLAS 12) through the ctypes binding against the host's 9.19, forward, cudnn backend, on
+    both H200s (2026-11-30 23:21 UTC): every status is the same; on the report's case (1x64x512x512,
+    64x64x3x3, fp32) IMPLICIT_PRECOMP_GEMM under DEFAULT math is TF32-class with max |delta| 0.04 against the
+    fp64 reference, as on the RTX 3090, while FMA math stays fp32-class."""
+    (legs,) = _studies("h200x2-upgrade-cudnn89-fwd").values()
+    for sides in legs.values():
+        judged = paired.judge(sides["A"], sides["B"])
+        assert judged["combinations"] == 4992 and judged["both_ok"] == 1956
+        assert not any(f.kind == "availability" for f in judged["findings"])
+        assert {(f.case, f.math, f.base, f.head) for f in judged["findings"] if f.kind == "accuracy"} == {
+            ("seed.c4", m, "tf32", "fp32") for m in ("DEFAULT", "TENSOR_OP", "TENSOR_OP_ALLOW_CONVERSION")}
+        b = {r["key"]: r for r in sides["B"]}
+        seed = "seed.c64|cudnn|fwd|IMPLICIT_PRECOMP_GEMM|{}|fp32|NCHW|"
+        assert b[seed.format("DEFAULT")]["precision_class"] == "tf32"
+        assert 0.03 < b[seed.format("DEFAULT")]["max_abs"] < 0.05
+        assert b[seed.format("FMA")]["precision_class"] == "fp32" and b[seed.format("FMA")]["max_abs"] < 1e-3
+
+
+def test_the_cudnn8_side_names_every_library_it_mapped():
+    """B's process mapped cuDNN 8.9 and cuBLAS 12 from the overlay and torch's own cuDNN 9 beside them."""
+    store = Store(":memory:")
+    read_runs_into(store, [FIXTURES / "h200x2-upgrade-cudnn89-fwd.tar.gz"])
+    for run in store.runs():
+        fp = store.run_json(run["id"])["fingerprint"]
+        if fp["stack"] != "cudnn89":
+            assert fp["libraries"]["cudnn"]["version"] == "9.19.0" and "libcudnn.so.8" not in fp["mapped"]
+            continue
+        assert fp["libraries"]["cudnn"] == {"path": "/tmp/stack-cudnn89/nvidia/cudnn/lib/libcudnn.so.8",
+                                            "version": "8.9.2", "version_int": 8902}
+        assert fp["mapped"]["libcublasLt.so.12"]["wheel"] == "nvidia_cublas_cu12-12.4.5.8"
+        assert fp["mapped"]["libcudnn.so.9"]["wheel"] == "nvidia_cudnn_cu13-9.19.0.56"
