@@ -31,7 +31,7 @@ from .fingerprints import fingerprints
 from .fmt import fmt_err, fmt_time, minute, settings_str, slug
 from .investigations import findings, ort
 from .machine import machine_page
-from .model import MAX_ROWS, gather
+from .model import MAX_ROWS, finish, gather
 from .morning import morning, overview
 from .regressions import regressions
 from .upgrade import upgrade
@@ -100,39 +100,48 @@ def _pool(store: Store, workers: int | None) -> Any:
     return mp.get_context("fork").Pool(workers)
 
 
+# pages that need no judgement: drawn while the pool's processes judge
+NEEDS_NO_JUDGEMENT = frozenset(("investigations", "ort", "upgrade", "determinism", "runs"))
+
+
 def _build(store: Store, out: Path, title: str, workers: int | None = None) -> list[Path]:
     (out / "machines").mkdir()
     (out / "changes").mkdir()
     pool = _pool(store, workers)
     try:
-        g = gather(store, title, pool)
+        g = gather(store, title, pool, False)  # positional: tests stand in for gather with (*args)
+        env = environment()
+        generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        common = {"title": title, "generated": generated, "machines": g["machines"], "images": g["images"],
+                  "store_path": store.path, "nav": [(p[0], p[1], p[2]) for p in PAGES]}
+        written: list[tuple[tuple, Path]] = []  # (place in the manifest, path): pages, changes, machines
+
+        def page(rank: tuple, template: str, path: Path, root: str, **ctx: Any) -> None:
+            html = env.get_template(template).render(**common, root=root, **ctx)
+            path.write_text(html, encoding="utf-8")
+            written.append((rank, path))
+
+        for i, (page_id, file, _, template, context) in enumerate(PAGES):
+            if page_id in NEEDS_NO_JUDGEMENT:
+                page((0, i), template, out / file, "", page_id=page_id, **context(g))
+        for i, m in enumerate(g["machines"]):
+            page((2, i), "machine.html", out / "machines" / f"{m.slug}.html", "../", page_id="machine",
+                 mp=machine_page(g, m))
+        finish(g)  # waits for the judgements
     finally:
         if pool is not None:
             pool.terminate()
             pool.join()
-    env = environment()
-    generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    common = {"title": title, "generated": generated, "machines": g["machines"], "images": g["images"],
-              "store_path": store.path, "nav": [(p[0], p[1], p[2]) for p in PAGES]}
-    written: list[Path] = []
-
-    def page(template: str, path: Path, root: str, **ctx: Any) -> None:
-        html = env.get_template(template).render(**common, root=root, **ctx)
-        path.write_text(html, encoding="utf-8")
-        written.append(path)
-
-    for page_id, file, _, template, context in PAGES:
-        page(template, out / file, "", page_id=page_id, **context(g))
+    for i, (page_id, file, _, template, context) in enumerate(PAGES):
+        if page_id not in NEEDS_NO_JUDGEMENT:
+            page((0, i), template, out / file, "", page_id=page_id, **context(g))
     blocks = {b["key"] + "|" + b["source"]: b for b in morning(g)["blocks"]}
-    for m, comps in g["nightly"]:
+    for i, (m, comps) in enumerate(g["nightly"]):
         if comps:
             block = blocks[m.key + "|" + m.source]
-            page("changes.html", out / "changes" / f"{block['slug']}.html", "../", page_id="changes",
+            page((1, i), "changes.html", out / "changes" / f"{block['slug']}.html", "../", page_id="changes",
                  ch=changes_page(block, comps))
-    for m in g["machines"]:
-        page("machine.html", out / "machines" / f"{m.slug}.html", "../", page_id="machine",
-             mp=machine_page(g, m))
-    return written
+    return [path for _, path in sorted(written, key=lambda x: x[0])]
 
 
 __all__ = ["build", "gather", "slug", "fmt_err", "fmt_time", "Finding", "PAGES"]

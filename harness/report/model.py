@@ -116,9 +116,9 @@ def current_records(store: Store, runs: list[dict[str, Any]], vectors: dict[int,
     return out
 
 
-def gather(store: Store, title: str, pool: Any = None) -> dict[str, Any]:
+def gather(store: Store, title: str, pool: Any = None, complete: bool = True) -> dict[str, Any]:
     """The model of every page. ``pool`` (a multiprocessing pool forked before the store was read): the
-    judgements run in its processes."""
+    judgements run in its processes. ``complete=False``: without the judgements yet (``finish(g)`` adds them)."""
     runs = store.runs()
     info = store.run_jsons()  # fingerprint and options: stacks, studies
     combos = store.combos()
@@ -150,7 +150,6 @@ def gather(store: Store, title: str, pool: Any = None) -> dict[str, Any]:
         runs_of[(r["machine"], r["image"])].append(r)
     plan = _nightly_plan(runs, info)
     pairs = _transition_pairs(machines, latest)
-    verdicts: dict[tuple, list[Any]] = {}  # one compare_records per pair of record sets, shared by the pages
     # the judgements (60% of a fleet report's CPU) run in the pool's processes while this one reads and draws
     pending = _judge_in(pool, store, _judgements(plan, pairs, runs_of, all_vectors)) if pool is not None else None
     memo: dict[int, list[dict[str, Any]]] = {}
@@ -162,6 +161,25 @@ def gather(store: Store, title: str, pool: Any = None) -> dict[str, Any]:
             s = _series(store, m.name, img, rs, all_vectors)
             s.changes = changepoint.detect_matrix(s.median) if len(rs) >= 2 * changepoint.MIN_SIZE else {}
             series.append(s)
+    steps_up: Counter = Counter()
+    for s in series:
+        for _col, chs in s.changes.items():
+            steps_up[(s.machine, s.image)] += sum(c.ratio > 1 for c in chs)
+    g = {"title": title, "runs": runs, "combos": combos, "names": names, "machines": machines, "minfo": minfo,
+         "images": images_order, "latest": latest, "series": series, "steps_up": steps_up, "store": store,
+         "current": current, "info": info, "plan": plan,
+         "_judging": (pending, plan, pairs, runs_of, all_vectors, memo)}
+    if complete:
+        finish(g)
+    return g
+
+
+def finish(g: dict[str, Any]) -> None:
+    """The part of the model made of judgements (nightly comparisons, image transitions, their counts), once the
+    pool's processes have made theirs: gather(complete=False) leaves it for after the pages that need none."""
+    pending, plan, pairs, runs_of, all_vectors, memo = g.pop("_judging")
+    store, info, latest, current = g["store"], g["info"], g["latest"], g["current"]
+    verdicts: dict[tuple, list[Any]] = {}  # one compare_records per pair of record sets, shared by the pages
     if pending is not None:
         for part in pending.get():
             verdicts.update(part)
@@ -185,15 +203,8 @@ def gather(store: Store, title: str, pool: Any = None) -> dict[str, Any]:
     regressed: Counter = Counter()
     for t in transitions:
         regressed[(t["machine"], t["head"]["image"])] += sum(f.verdict == "regression" for f in t["findings"])
-    steps_up: Counter = Counter()
-    for s in series:
-        for _col, chs in s.changes.items():
-            steps_up[(s.machine, s.image)] += sum(c.ratio > 1 for c in chs)
+    g.update(transitions=transitions, regressed=regressed, nightly=nightly)
 
-    return {"title": title, "runs": runs, "combos": combos, "names": names, "machines": machines, "minfo": minfo,
-            "images": images_order, "latest": latest, "series": series, "transitions": transitions,
-            "regressed": regressed, "steps_up": steps_up, "store": store, "current": current,
-            "nightly": nightly, "info": info}
 
 
 @dataclass
