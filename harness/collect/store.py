@@ -24,6 +24,7 @@ import json
 import operator
 import os
 import sqlite3
+import struct
 import sys
 import time
 from array import array
@@ -48,6 +49,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 STORE_SCHEMA = 2  # 2: records packed per run (run_records) instead of one SQLite row each
 DEFAULT_STORE = "convbench.sqlite"
 _LITTLE = sys.byteorder == "little" and array("d").itemsize == 8
+_PACKERS: dict[int, Any] = {}  # struct packers of n little-endian float64, by n
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -131,6 +133,7 @@ _NUM_POS = [_POS[c] for c in NUMBER_COLUMNS]
 _TXT_POS = [_POS[c] for c in TEXT_COLUMNS]
 _SAMPLES_POS = _POS["samples"]
 _GET_TEXTS = operator.itemgetter(*_TXT_POS)
+_FIRST = operator.itemgetter(0)
 _COMBO_COLUMNS = ("key", "case_id", "backend", "direction", "algo", "math", "dtype", "layout", "settings", "kind")
 RANKING_COLUMNS = ("run", "case_id", "direction", "dtype", "layout", "math", "source", "rank", "algo", "status",
                    "time_ms", "memory_bytes", "determinism", "math_reported")
@@ -222,6 +225,14 @@ def samples_blob(samples: Sequence[float] | None) -> bytes | None:
     in the samples of a long kernel to the same value; readers tell the width from the blob's length."""
     if not samples:
         return None
+    try:  # a packer per length: half the cost of array("d") (0.11 against 0.23 us for 8 samples)
+        return _PACKERS[len(samples)](*samples)
+    except KeyError:
+        if len(samples) <= 4096:
+            _PACKERS[len(samples)] = struct.Struct(f"<{len(samples)}d").pack
+            return samples_blob(samples)
+    except struct.error:  # not all numbers: array's TypeError or OverflowError says what, as it did
+        pass
     if _LITTLE:
         return array("d", samples).tobytes()  # ten times cheaper than numpy for a few dozen values
     return np.asarray(samples, dtype="<f8").tobytes()
@@ -254,7 +265,7 @@ def pack_records(combo_ids: list[int], rows: list[tuple]) -> tuple:
         raise UnpackableRecord(f"a record has a non-numeric value where a number belongs ({bad[:80]})") from None
     texts = _dumps_texts(list(map(_GET_TEXTS, rows)))  # tuples are JSON arrays: the same bytes, one C call a row
     blobs = cols[_SAMPLES_POS]
-    counts = np.fromiter((len(b) // 8 if b else 0 for b in blobs), dtype="<i4", count=n)
+    counts = np.array([len(b) if b else 0 for b in blobs], dtype="<i4") // 8
     return (n, np.asarray(combo_ids, dtype="<i4").tobytes(), numbers.astype("<f8").tobytes(), texts,
             counts.tobytes(), b"".join(b for b in blobs if b))
 
@@ -445,17 +456,23 @@ class Store:
         cur = self.db.execute(f"INSERT INTO runs ({','.join(RUN_COLUMNS)}) VALUES "
                               f"({','.join('?' * len(RUN_COLUMNS))})", [run[c] for c in RUN_COLUMNS])
         run_pk = cur.lastrowid
-        by_key = {c[0]: c for c in parsed.combos}
-        self._ids("combos", self._combo_ids, by_key, by_key)
-        combo_ids = [self._combo_ids[c[0]] for c in parsed.combos]
+        try:  # every combination already known (all but a fleet's first runs): one C loop
+            combo_ids = list(map(self._combo_ids.__getitem__, map(_FIRST, parsed.combos)))
+        except KeyError:
+            by_key = {c[0]: c for c in parsed.combos}
+            self._ids("combos", self._combo_ids, by_key, by_key)
+            combo_ids = [self._combo_ids[c[0]] for c in parsed.combos]
         self.db.execute("INSERT INTO run_records VALUES (?,?,?,?,?,?,?)", (run_pk, *pack_records(combo_ids,
                                                                                       parsed.records)))
         if parsed.rankings:
             self.db.executemany(f"INSERT INTO rankings VALUES ({','.join('?' * len(RANKING_COLUMNS))})",
                                 [(run_pk, *r) for r in parsed.rankings])
         chosen_names = parsed.vectors["chosen"]
-        self._ids("names", self._name_ids, [n for n in chosen_names if n], {})
-        chosen = np.array([self._name_ids[n] if n else -1 for n in chosen_names], dtype="<i4")
+        try:
+            chosen = np.array([self._name_ids[n] if n else -1 for n in chosen_names], dtype="<i4")
+        except KeyError:  # a name not seen yet
+            self._ids("names", self._name_ids, [n for n in chosen_names if n], {})
+            chosen = np.array([self._name_ids[n] if n else -1 for n in chosen_names], dtype="<i4")
         v = parsed.vectors
         self.db.execute("INSERT INTO run_vectors VALUES (?,?,?,?,?,?,?)", (
             run_pk, np.asarray(combo_ids, dtype="<i4").tobytes(), v["ok"].astype("u1").tobytes(),
