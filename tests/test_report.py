@@ -488,3 +488,20 @@ def test_judges_in_a_pool_give_the_same_pages(tmp_path, monkeypatch):
     for name, text in pages[0].items():
         assert text == pages[2][name], name
     assert "regression" in pages[2][next(p for p in pages[2] if p.name == "regressions.html")]
+
+
+def test_a_failed_pool_leaves_the_judging_to_the_report(tmp_path, monkeypatch):
+    """A pool process that cannot judge (here: every judgement raises there) costs nothing but time: the report
+    judges in its own process and the pages are the same."""
+    from harness.report import model
+
+    db = _fleet(tmp_path)
+    with Store(db, create=False) as s:
+        build(s, tmp_path / "one", workers=0)
+    monkeypatch.setattr(model, "_judge_group", lambda args: (_ for _ in ()).throw(RuntimeError("judge died")))
+    with Store(db, create=False) as s:
+        written = build(s, tmp_path / "pool", workers=2)
+    for p in written:
+        rel = p.relative_to(tmp_path / "pool")
+        strip = lambda t: re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", "", t)  # noqa: E731
+        assert strip(p.read_text()) == strip((tmp_path / "one" / rel).read_text()), rel

@@ -109,7 +109,10 @@ def _pool(store: Store, workers: int | None) -> Any:
         workers = (os.cpu_count() or 1) if big else 0
     if workers < 1 or store.path == ":memory:":
         return None
-    return mp.get_context("fork").Pool(workers)
+    try:
+        return mp.get_context("fork").Pool(workers)
+    except (OSError, ValueError):  # no fork here, or no room for a process: judged in this one
+        return None
 
 
 # pages that need no judgement: drawn while the pool's processes judge

@@ -181,7 +181,11 @@ def finish(g: dict[str, Any]) -> None:
     store, info, latest, current = g["store"], g["info"], g["latest"], g["current"]
     verdicts: dict[tuple, list[Any]] = {}  # one compare_records per pair of record sets, shared by the pages
     if pending is not None:
-        for part in pending.get():
+        try:
+            parts = pending.get()
+        except Exception:  # noqa: BLE001 - a pool that failed (a process killed, a store it could not open):
+            parts = []  # this process judges instead, and an error of the judgement itself is raised here
+        for part in parts:
             verdicts.update(part)
     nightly = nightly_comparisons(store, plan, info, all_vectors, memo, verdicts)
     th = Thresholds()
