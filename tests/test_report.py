@@ -465,3 +465,43 @@ def test_long_tables_are_folded_so_pages_stay_short(tmp_path):
     assert fold.index('<table id="across"') < fold.index("</details>")
     assert fold[:fold.index("</details>")].count("<tr>") == 31  # the header and every row, inside the fold
     assert '<details id="autotune-fold">' not in det  # nothing chosen: no table, nothing folded
+
+
+def test_judges_in_a_pool_give_the_same_pages(tmp_path, monkeypatch):
+    """The judgements a fleet report makes in a pool of processes (store.path read again by each) give the very
+    pages the report makes in one process, and this process then judges nothing itself."""
+    from harness.report import model
+
+    db = _fleet(tmp_path)
+    pages = {}
+    judged_here = []
+    real = model.compare_records
+    monkeypatch.setattr(model, "compare_records", lambda *a, **k: judged_here.append(1) or real(*a, **k))
+    for workers in (0, 2):
+        judged_here.clear()
+        with Store(db, create=False) as s:
+            written = build(s, tmp_path / f"site{workers}", workers=workers)
+        assert (len(judged_here) > 0) == (workers == 0)
+        pages[workers] = {p.relative_to(tmp_path / f"site{workers}"): re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", "",
+                                                                            p.read_text()) for p in written}
+    assert pages[0].keys() == pages[2].keys() and len(pages[0]) > 5
+    for name, text in pages[0].items():
+        assert text == pages[2][name], name
+    assert "regression" in pages[2][next(p for p in pages[2] if p.name == "regressions.html")]
+
+
+def test_a_failed_pool_leaves_the_judging_to_the_report(tmp_path, monkeypatch):
+    """A pool process that cannot judge (here: every judgement raises there) costs nothing but time: the report
+    judges in its own process and the pages are the same."""
+    from harness.report import model
+
+    db = _fleet(tmp_path)
+    with Store(db, create=False) as s:
+        build(s, tmp_path / "one", workers=0)
+    monkeypatch.setattr(model, "_judge_group", lambda args: (_ for _ in ()).throw(RuntimeError("judge died")))
+    with Store(db, create=False) as s:
+        written = build(s, tmp_path / "pool", workers=2)
+    for p in written:
+        rel = p.relative_to(tmp_path / "pool")
+        strip = lambda t: re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", "", t)  # noqa: E731
+        assert strip(p.read_text()) == strip((tmp_path / "one" / rel).read_text()), rel

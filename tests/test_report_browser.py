@@ -381,3 +381,98 @@ def test_a_combinations_history_is_drawn_from_the_pickers(browser, tmp_path):
     assert after != before or n_algos == 1
     assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH
     _keep(page.screenshot(tmp_path / "p.png"), "machine-combination-history.png")
+
+
+# ---- a fleet: many machines fold, runs are paged per machine ------------------------------------------------------
+
+def _many_machines(tmp_path, n=27):
+    """``n`` machines (more than a table shows open), two nights each, the second 2x slower on one combination; every
+    machine has a documented non-deterministic record (torch backward, deterministic=False), one machine (m05) an
+    undocumented one as well."""
+    import datetime as dt
+
+    from _fleet_data import noisy, record, write_run
+
+    t0 = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
+    r = tmp_path / "r"
+    for i in range(n):
+        for night in range(2):
+            slow = 2.0 if night else 1.0
+            recs = [record("a", median=slow, samples=noisy(slow, seed=10 * i + night)),
+                    record("t", backend="torch", direction="bwd_data", settings={"deterministic": False},
+                           repeat_equal=False, distinct=2, samples=noisy(1.0, seed=night))]
+            if i == 5:
+                recs.append(record("u", repeat_equal=False, distinct=2, samples=noisy(1.0, seed=night)))
+            write_run(r, f"m{i:02d}", "cu12", t0 + dt.timedelta(days=night, minutes=i), recs)
+    db = tmp_path / "s.sqlite"
+    assert not collect(db, [r]).refused
+    return db
+
+
+def test_a_fleet_index_answers_on_its_first_screen_and_folds_the_rest(browser, tmp_path, monkeypatch):
+    """27 machines with a regression each: the index opens with one line per machine (the first ones on the first
+    screen at 1440 x 900), shows three machines' findings and folds the others' (a permalink opens the fold), and is
+    less than half as tall as with every fold open; runs.html lists the machines and each machine's runs are on a
+    page of their own (over RUNS_ON_ONE_PAGE runs); the determinism summary puts the one undocumented machine first
+    and folds the documented ones. Every page is clean, under 0.5 s, and every link resolves."""
+    import harness.report
+
+    monkeypatch.setattr(harness.report, "RUNS_ON_ONE_PAGE", 20)
+    db = _many_machines(tmp_path)
+    site = tmp_path / "site"
+    with Store(db) as s:
+        build(s, site)
+        n_runs = len(s.runs())
+    page = browser.open((site / "index.html").as_uri(), width=WIDTH, height=HEIGHT)
+    assert page.errors == []
+    rows = page.evaluate("Array.from(document.querySelectorAll('#nightly tbody tr')).map(r => "
+                         "[r.cells[0].innerText, r.getBoundingClientRect().top])")
+    assert len(rows) == 27 and sorted(r[0] for r in rows) == [f"m{i:02d}" for i in range(27)]
+    assert rows[0][1] < HEIGHT and page.evaluate("document.getElementById('status').getBoundingClientRect().top") < 200
+    assert "regression" in page.evaluate("document.querySelector('#nightly tbody tr').innerText") or \
+        "slower" in page.evaluate("document.querySelector('#nightly tbody tr').innerText")
+    assert page.evaluate("document.querySelectorAll('div.machine').length") == 27
+    assert page.evaluate("document.querySelectorAll('#more-fold div.machine').length") == 24
+    assert page.evaluate("document.getElementById('more-fold').open") is False
+    folded = page.evaluate("document.documentElement.scrollHeight")
+    page.evaluate("document.querySelectorAll('details').forEach(d => { d.open = true; })")
+    assert folded * 2 < page.evaluate("document.documentElement.scrollHeight")
+    _keep(browser.open((site / "index.html").as_uri(), width=WIDTH, height=HEIGHT).screenshot(tmp_path / "i.png"),
+          "fleet-index.png")
+    last = rows[-1][0]
+    slug_of_last = re.search(rf'<a href="#(m-[^"]+)">{last}</a>', (site / "index.html").read_text()).group(1)
+    page = browser.open((site / "index.html").as_uri() + "#" + slug_of_last, width=WIDTH, height=HEIGHT)
+    assert page.evaluate("document.getElementById('more-fold').open") is True
+
+    runs = browser.open((site / "runs.html").as_uri(), width=WIDTH, height=HEIGHT)
+    assert runs.evaluate("document.querySelectorAll('#runs-by-machine tbody tr').length") == 27
+    assert runs.evaluate("document.querySelectorAll('#runs').length") == 0
+    pages = sorted((site / "runs").glob("*.html"))
+    assert len(pages) == 27
+    listed = 0
+    for p in pages:
+        rp = browser.open(p.as_uri(), width=WIDTH, height=HEIGHT)
+        listed += rp.evaluate("document.querySelectorAll('#runs tbody tr').length")
+    assert listed == n_runs
+
+    det = browser.open((site / "determinism.html").as_uri(), width=WIDTH, height=HEIGHT)
+    summary = det.evaluate("Array.from(document.querySelectorAll('#detsum tbody tr')).map(r => "
+                           "[r.cells[0].textContent, r.classList.contains('warn')])")
+    assert summary[0] == ["m05", True] and all(not warn for _, warn in summary[1:]) and len(summary) == 27
+    assert det.evaluate("document.getElementById('detsum-fold').open") is False
+    assert "1 of 27 machine/image pairs" in det.evaluate("document.body.innerText")
+    _keep(det.screenshot(tmp_path / "d.png"), "fleet-determinism.png")
+
+    for page_file, href in _links(site):
+        target, _, frag = href.partition("#")
+        target = target.partition("?")[0]
+        dest = (page_file.parent / target).resolve() if target else page_file
+        assert dest.is_file(), (page_file.name, href)
+        if frag:
+            assert f'id="{frag}"' in dest.read_text(), (page_file.name, href)
+    for html in sorted(site.glob("**/*.html")):
+        page = browser.open(html.as_uri(), width=WIDTH, height=HEIGHT)
+        name = str(html.relative_to(site))
+        assert page.errors == [] and page.dialogs == [], name
+        assert page.load_seconds < 0.5, (name, page.load_seconds)
+        assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH, name

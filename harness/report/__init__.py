@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import datetime as dt
 import gc
+import multiprocessing as mp
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,7 @@ from .fingerprints import fingerprints
 from .fmt import fmt_err, fmt_time, minute, settings_str, slug
 from .investigations import findings, ort
 from .machine import machine_page
-from .model import MAX_ROWS, gather
+from .model import MAX_ROWS, MachineInfo, finish, gather
 from .morning import morning, overview
 from .rankings import rankings
 from .regressions import regressions
@@ -38,12 +40,24 @@ from .upgrade import upgrade
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 
 
-def _runs(g: dict[str, Any]) -> dict[str, Any]:
+RUNS_ON_ONE_PAGE = 1000  # more runs than this: runs.html lists the machines, each machine's runs on a page of its own
+
+
+def _runs(g: dict[str, Any], machine: MachineInfo | None = None) -> dict[str, Any]:
+    """runs.html (every run, or for a fleet the machines with a page of runs each) or runs/<machine>.html."""
     from ..analysis.pairing import stack_line
 
-    runs = g["runs"][-20 * MAX_ROWS:]
-    return {"runs": runs, "left_out": max(0, len(g["runs"]) - 20 * MAX_ROWS), "minfo": g["minfo"],
-            "stacks": {r["id"]: stack_line(g["info"][r["id"]]["fingerprint"]) for r in runs}}
+    everything = g["runs"] if machine is None else machine.runs
+    if machine is None and len(everything) > RUNS_ON_ONE_PAGE:  # 18 250 runs were 9.9 MB and 8 s to load
+        by_machine = [{"m": m, "n": len(m.runs), "first": m.runs[0]["started"], "last": m.runs[-1]["started"],
+                       "incomplete": sum(1 for r in m.runs if not r["complete"])} for m in g["machines"]]
+        return {"runs": [], "left_out": 0, "minfo": g["minfo"], "stacks": {}, "by_machine": by_machine,
+                "n_runs": len(everything), "one_page": RUNS_ON_ONE_PAGE, "machine": None}
+    cap = 20 * MAX_ROWS if machine is None else MAX_ROWS  # a machine page anchors its newest MAX_ROWS runs
+    runs = everything[-cap:]
+    return {"runs": runs, "left_out": max(0, len(everything) - cap), "minfo": g["minfo"],
+            "stacks": {r["id"]: stack_line(g["info"][r["id"]]["fingerprint"]) for r in runs}, "by_machine": None,
+            "n_runs": len(everything), "one_page": RUNS_ON_ONE_PAGE, "machine": machine}
 
 
 # (page id, file, title in the navigation, template, context of the model); the order is the navigation's
@@ -71,45 +85,84 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def build(store: Store, out: str | Path, *, title: str = "convbench fleet report") -> list[Path]:
-    """Render every page into a fresh folder and swap it in as ``out`` (output.py); returns the paths written."""
+POOL_FROM_RUNS = 200  # a store of this many runs or more is judged in a pool of processes (one per CPU)
+
+
+def build(store: Store, out: str | Path, *, title: str = "convbench fleet report",
+          workers: int | None = None) -> list[Path]:
+    """Render every page into a fresh folder and swap it in as ``out`` (output.py); returns the paths written.
+    ``workers``: processes that judge the comparisons beside this one (default: one per CPU for a store of
+    POOL_FROM_RUNS runs or more, none for a smaller one, where starting them costs more than they save)."""
     # gather holds millions of long-lived objects that the default thresholds traverse again and again: 29% of
     # a 10^7-record report's CPU time went to the cyclic collector (measured 2026-11-29: 9.9 -> 7.7 s, same RSS)
     thresholds = gc.get_threshold()
     gc.set_threshold(50_000, 20, 100)
     try:
-        return output.replace(out, lambda folder: _build(store, folder, title))
+        return output.replace(out, lambda folder: _build(store, folder, title, workers))
     finally:
         gc.set_threshold(*thresholds)
 
 
-def _build(store: Store, out: Path, title: str) -> list[Path]:
+def _pool(store: Store, workers: int | None) -> Any:
+    """The judges' pool, forked now, while this process holds little (a fork shares its memory, and the
+    benchmark counts what it shares once per process), or None."""
+    if workers is None:
+        big = store.path != ":memory:" and store.db.execute("SELECT count(*) FROM runs").fetchone()[0] >= POOL_FROM_RUNS
+        workers = (os.cpu_count() or 1) if big else 0
+    if workers < 1 or store.path == ":memory:":
+        return None
+    try:
+        return mp.get_context("fork").Pool(workers)
+    except (OSError, ValueError):  # no fork here, or no room for a process: judged in this one
+        return None
+
+
+# pages that need no judgement: drawn while the pool's processes judge
+NEEDS_NO_JUDGEMENT = frozenset(("investigations", "ort", "upgrade", "determinism", "runs"))
+
+
+def _build(store: Store, out: Path, title: str, workers: int | None = None) -> list[Path]:
     (out / "machines").mkdir()
     (out / "changes").mkdir()
-    g = gather(store, title)
-    env = environment()
-    generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    common = {"title": title, "generated": generated, "machines": g["machines"], "images": g["images"],
-              "store_path": store.path, "nav": [(p[0], p[1], p[2]) for p in PAGES]}
-    written: list[Path] = []
+    pool = _pool(store, workers)
+    try:
+        g = gather(store, title, pool, False)  # positional: tests stand in for gather with (*args)
+        env = environment()
+        generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        common = {"title": title, "generated": generated, "machines": g["machines"], "images": g["images"],
+                  "store_path": store.path, "nav": [(p[0], p[1], p[2]) for p in PAGES]}
+        written: list[tuple[tuple, Path]] = []  # (place in the manifest, path): pages, changes, machines
 
-    def page(template: str, path: Path, root: str, **ctx: Any) -> None:
-        html = env.get_template(template).render(**common, root=root, **ctx)
-        path.write_text(html, encoding="utf-8")
-        written.append(path)
+        def page(rank: tuple, template: str, path: Path, root: str, **ctx: Any) -> None:
+            html = env.get_template(template).render(**common, root=root, **ctx)
+            path.write_text(html, encoding="utf-8")
+            written.append((rank, path))
 
-    for page_id, file, _, template, context in PAGES:
-        page(template, out / file, "", page_id=page_id, **context(g))
+        for i, (page_id, file, _, template, context) in enumerate(PAGES):
+            if page_id in NEEDS_NO_JUDGEMENT:
+                page((0, i), template, out / file, "", page_id=page_id, **context(g))
+        for i, m in enumerate(g["machines"]):
+            page((2, i), "machine.html", out / "machines" / f"{m.slug}.html", "../", page_id="machine",
+                 mp=machine_page(g, m))
+        if len(g["runs"]) > RUNS_ON_ONE_PAGE:  # runs.html then lists the machines: a page of runs for each
+            (out / "runs").mkdir()
+            for i, m in enumerate(g["machines"]):
+                page((3, i), "runs.html", out / "runs" / f"{m.slug}.html", "../", page_id="runs", **_runs(g, m))
+        finish(g)  # waits for the judgements
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+    for i, (page_id, file, _, template, context) in enumerate(PAGES):
+        if page_id not in NEEDS_NO_JUDGEMENT:
+            page((0, i), template, out / file, "", page_id=page_id, **context(g))
     blocks = {b["key"] + "|" + b["source"]: b for b in morning(g)["blocks"]}
-    for m, comps in g["nightly"]:
+    for i, (m, comps) in enumerate(g["nightly"]):
         if comps:
             block = blocks[m.key + "|" + m.source]
-            page("changes.html", out / "changes" / f"{block['slug']}.html", "../", page_id="changes",
+            page((1, i), "changes.html", out / "changes" / f"{block['slug']}.html", "../", page_id="changes",
                  ch=changes_page(block, comps))
-    for m in g["machines"]:
-        page("machine.html", out / "machines" / f"{m.slug}.html", "../", page_id="machine",
-             mp=machine_page(g, m))
-    return written
+    return [path for _, path in sorted(written, key=lambda x: x[0])]
 
 
 __all__ = ["build", "gather", "slug", "fmt_err", "fmt_time", "Finding", "PAGES"]

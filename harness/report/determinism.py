@@ -35,14 +35,17 @@ def determinism(g: dict[str, Any]) -> dict[str, Any]:
         checked = [x for x in recs if x["repeat_equal"] is not None]
         repro = [x for x in cur if x["kind"] == "repro"]
         fpe = Counter((x["extra"] or {}).get("fresh_process_equal") for x in repro)
+        causes = [documented_cause(x) for x in nd]
+        expected_nd = sum(c is not None for c in causes)
         summary.append({"machine": machine, "label": g["minfo"][machine].label, "image": img,
                         "runs": list(dict.fromkeys(x["run"]["run_id"] for x in cur)),
                         "ok": len(recs), "checked": len(checked), "nondeterministic": len(nd),
+                        "expected": expected_nd, "unexpected": len(nd) - expected_nd,
                         "repro": len(repro), "repro_equal": fpe.get(True, 0), "repro_differs": fpe.get(False, 0),
                         "repro_unknown": len(repro) - fpe.get(True, 0) - fpe.get(False, 0)})
-        for x in nd:
+        for x, cause in zip(nd, causes, strict=True):
             within.append({"machine": machine, "image": img, "rec": x, "settings": settings_str(x["settings"]),
-                           "cause": documented_cause(x)})
+                           "cause": cause})
         for x in repro:
             if (x["extra"] or {}).get("fresh_process_equal") is False:
                 repro_diff.append({"machine": machine, "image": img, "rec": x,
@@ -80,7 +83,11 @@ def determinism(g: dict[str, Any]) -> dict[str, Any]:
     for w in within:
         if w["cause"] is not None:
             expected.setdefault(w["cause"], []).append(w)
-    return {"summary": summary, "within": unexpected[:MAX_ROWS], "within_left_out": max(0, len(unexpected) - MAX_ROWS),
+    for row in summary:  # what nothing documents stands out; documented non-determinism is neutral
+        row["stands_out"] = bool(row["unexpected"] or row["repro_differs"])
+    summary.sort(key=lambda row: not row["stands_out"])  # stable: machine and image order within each group
+    return {"summary": summary, "standing_out": [row for row in summary if row["stands_out"]],
+            "n_expected": sum(row["expected"] for row in summary), "within": unexpected[:MAX_ROWS], "within_left_out": max(0, len(unexpected) - MAX_ROWS),
             "expected": [{"cause": cause, "n": len(ws), "machines": sorted({w["machine"] for w in ws}),
                           "rows": ws[:MAX_EXPECTED], "left_out": max(0, len(ws) - MAX_EXPECTED)}
                          for cause, ws in sorted(expected.items(), key=lambda kv: -len(kv[1]))],

@@ -22,10 +22,10 @@ def offered(g: dict[str, Any]) -> list[dict[str, Any]]:
     if "fp_offered" in g:
         return g["fp_offered"]
     named: set[int] = set()
-    for _m, comps in g["nightly"]:
-        for c in comps:
-            named.add(c.comparison.base.runs[-1]["id"])
-            named.add(c.comparison.head.runs[-1]["id"])
+    for _m, comps in g["plan"]:  # the morning's comparisons, known before they are judged
+        for c, _ in comps:
+            named.add(c.base.runs[-1]["id"])
+            named.add(c.head.runs[-1]["id"])
     keep: dict[int, dict[str, Any]] = {}
     for m in g["machines"]:
         before = None

@@ -116,8 +116,11 @@ def current_records(store: Store, runs: list[dict[str, Any]], vectors: dict[int,
     return out
 
 
-def gather(store: Store, title: str) -> dict[str, Any]:
+def gather(store: Store, title: str, pool: Any = None, complete: bool = True) -> dict[str, Any]:
+    """The model of every page. ``pool`` (a multiprocessing pool forked before the store was read): the
+    judgements run in its processes. ``complete=False``: without the judgements yet (``finish(g)`` adds them)."""
     runs = store.runs()
+    info = store.run_jsons()  # fingerprint and options: stacks, studies
     combos = store.combos()
     names = store.names()
     fps: dict[int, dict[str, Any]] = {}
@@ -132,7 +135,7 @@ def gather(store: Store, title: str) -> dict[str, Any]:
     for m in sorted(by_machine):
         rs = by_machine[m]
         known = [r for r in rs if r["hardware"] != "unknown"] or rs  # asv results record no hardware
-        fp = store.run_json(known[-1]["id"])["fingerprint"]
+        fp = info[known[-1]["id"]]["fingerprint"]
         fps[known[-1]["id"]] = fp
         imgs = list(dict.fromkeys(r["image"] for r in rs))
         machines.append(MachineInfo(m, slug(m), known[-1]["hardware"], hardware_label(known[-1], fp), imgs, rs,
@@ -145,11 +148,12 @@ def gather(store: Store, title: str) -> dict[str, Any]:
     runs_of: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in runs:
         runs_of[(r["machine"], r["image"])].append(r)
+    plan = _nightly_plan(runs, info)
+    pairs = _transition_pairs(machines, latest)
+    # the judgements (60% of a fleet report's CPU) run in the pool's processes while this one reads and draws
+    pending = _judge_in(pool, store, _judgements(plan, pairs, runs_of, all_vectors)) if pool is not None else None
     memo: dict[int, list[dict[str, Any]]] = {}
     current = {key: current_records(store, runs_of[key], all_vectors, memo) for key in latest}
-    info = {r["id"]: store.run_json(r["id"]) for r in runs}  # fingerprint and options: stacks, studies
-    verdicts: dict[tuple, list[Any]] = {}  # one compare_records per pair of record sets, shared by the pages
-    nightly = nightly_comparisons(store, runs, info, all_vectors, memo, verdicts)
     series: list[Series] = []
     for m in machines:
         for img in m.images:
@@ -157,38 +161,54 @@ def gather(store: Store, title: str) -> dict[str, Any]:
             s = _series(store, m.name, img, rs, all_vectors)
             s.changes = changepoint.detect_matrix(s.median) if len(rs) >= 2 * changepoint.MIN_SIZE else {}
             series.append(s)
-    del all_vectors, memo
+    steps_up: Counter = Counter()
+    for s in series:
+        for _col, chs in s.changes.items():
+            steps_up[(s.machine, s.image)] += sum(c.ratio > 1 for c in chs)
+    g = {"title": title, "runs": runs, "combos": combos, "names": names, "machines": machines, "minfo": minfo,
+         "images": images_order, "latest": latest, "series": series, "steps_up": steps_up, "store": store,
+         "current": current, "info": info, "plan": plan,
+         "_judging": (pending, plan, pairs, runs_of, all_vectors, memo)}
+    if complete:
+        finish(g)
+    return g
+
+
+def finish(g: dict[str, Any]) -> None:
+    """The part of the model made of judgements (nightly comparisons, image transitions, their counts), once the
+    pool's processes have made theirs: gather(complete=False) leaves it for after the pages that need none."""
+    pending, plan, pairs, runs_of, all_vectors, memo = g.pop("_judging")
+    store, info, latest, current = g["store"], g["info"], g["latest"], g["current"]
+    verdicts: dict[tuple, list[Any]] = {}  # one compare_records per pair of record sets, shared by the pages
+    if pending is not None:
+        try:
+            parts = pending.get()
+        except Exception:  # noqa: BLE001 - a pool that failed (a process killed, a store it could not open):
+            parts = []  # this process judges instead, and an error of the judgement itself is raised here
+        for part in parts:
+            verdicts.update(part)
+    nightly = nightly_comparisons(store, plan, info, all_vectors, memo, verdicts)
+    th = Thresholds()
+    del memo
 
     # image transitions on each machine: latest run of an image vs latest run of the image that followed it
-    th = Thresholds()
     transitions = []
-    pairs = []
-    for m in machines:
-        # asv results and the suite's own journals are two views, not two images: each is compared with its kind
-        for source in ("journal", "asv"):
-            imgs = [i for i in m.images if latest[(m.name, i)]["source"] == source]
-            pairs.extend((m, a, b) for a, b in zip(imgs[:-1], imgs[1:], strict=True))
     for m, a, b in pairs:
         rb, rh = latest[(m.name, a)], latest[(m.name, b)]
-        findings = judged(current[(m.name, a)], current[(m.name, b)], th, verdicts)
+        findings = judged(current[(m.name, a)], current[(m.name, b)], th, verdicts,
+                          key=_key(runs_of[(m.name, a)], runs_of[(m.name, b)], (), all_vectors))
         for f in findings:
             f.machine, f.base_run, f.head_run = m.name, rb["run_id"], rh["run_id"]
         transitions.append({"machine": m.name, "slug": m.slug, "label": m.label, "base": rb, "head": rh,
                             "findings": findings})
+    del all_vectors
 
     # per-(machine, image) regression counts for the overview
     regressed: Counter = Counter()
     for t in transitions:
         regressed[(t["machine"], t["head"]["image"])] += sum(f.verdict == "regression" for f in t["findings"])
-    steps_up: Counter = Counter()
-    for s in series:
-        for _col, chs in s.changes.items():
-            steps_up[(s.machine, s.image)] += sum(c.ratio > 1 for c in chs)
+    g.update(transitions=transitions, regressed=regressed, nightly=nightly)
 
-    return {"title": title, "runs": runs, "combos": combos, "names": names, "machines": machines, "minfo": minfo,
-            "images": images_order, "latest": latest, "series": series, "transitions": transitions,
-            "regressed": regressed, "steps_up": steps_up, "store": store, "current": current,
-            "nightly": nightly, "info": info}
 
 
 @dataclass
@@ -204,33 +224,126 @@ class NightlyComparison:
     head_fp: dict[str, Any]
 
 
+def _transition_pairs(machines: list[MachineInfo], latest: dict[tuple[str, str], dict[str, Any]]) -> list[tuple]:
+    """(machine, image, next image) of every image transition: the latest run of an image against the latest run
+    of the image that followed it on the same machine."""
+    pairs = []
+    for m in machines:
+        # asv results and the suite's own journals are two views, not two images: each is compared with its kind
+        for source in ("journal", "asv"):
+            imgs = [i for i in m.images if latest[(m.name, i)]["source"] == source]
+            pairs.extend((m, a, b) for a, b in zip(imgs[:-1], imgs[1:], strict=True))
+    return pairs
+
+
+def _nightly_plan(runs: list[dict[str, Any]], info: dict[int, dict[str, Any]]) -> list[tuple[Any, list[tuple]]]:
+    """Every machine's nights (pairing.py) with, for each of its comparisons, the earlier runs of the base's
+    machine and stack that the gate reads as history."""
+    out = []
+    for m in pairing.machines(runs, info):
+        comps = []
+        for c in m.comparisons:
+            earlier = pairing.history_runs(c.base.runs[-1], info[c.base.runs[-1]["id"]]["fingerprint"],
+                                           [r for n in m.nights for r in n.runs],
+                                           lambda r: info[r["id"]]["fingerprint"])
+            comps.append((c, earlier))
+        out.append((m, comps))
+    return out
+
+
+def _side(runs: list[dict[str, Any]], vectors: dict[int, dict[str, np.ndarray]]) -> tuple[int, ...]:
+    """The ids of the runs ``current_records`` takes records from, found from the vectors alone."""
+    seen: set[int] = set()
+    ids = []
+    for r in reversed(runs):
+        v = vectors.get(r["id"])
+        if v is None or not len(v["combo"]):
+            continue
+        new = set(v["combo"].tolist()) - seen
+        if new:
+            ids.append(r["id"])
+            seen |= new
+    return tuple(sorted(ids))
+
+
+def _key(base: list[dict[str, Any]], head: list[dict[str, Any]], history: Any,
+         vectors: dict[int, dict[str, np.ndarray]]) -> tuple:
+    """What a judgement is kept under: the runs each side's records come from (base, head, each history run)."""
+    return (_side(base, vectors), _side(head, vectors), *(_side([r], vectors) for r in history))
+
+
 def judged(base: list[dict[str, Any]], head: list[dict[str, Any]], th: Thresholds,
-           verdicts: dict[tuple, list[Any]], history: list[list[dict[str, Any]]] = ()) -> list[Any]:
+           verdicts: dict[tuple, list[Any]], history: Any = (), *, key: tuple | None = None) -> list[Any]:
     """``compare_records`` of two record sets (with the history of the base's machine and stack, as the gate
     has it), once per pair of the runs they come from: a machine's previous stack is usually its previous image,
-    and the two pages share the one judgement."""
-    key = tuple(tuple(sorted({x["run"]["id"] for x in side})) for side in (base, head, *history))
+    and the two pages share the one judgement. ``history`` may be a callable that reads it, called only when the
+    judgement is not already known."""
+    if key is None:
+        key = tuple(tuple(sorted({x["run"]["id"] for x in side})) for side in (base, head, *history))
     if key not in verdicts:
-        verdicts[key] = compare_records(base, head, th, history)
+        verdicts[key] = compare_records(base, head, th, history() if callable(history) else history)
     return verdicts[key]
 
 
-def nightly_comparisons(store: Store, runs: list[dict[str, Any]], info: dict[int, dict[str, Any]],
+def _judgements(plan: list[tuple[Any, list[tuple]]], pairs: list[tuple], runs_of: dict[tuple[str, str], list],
+                vectors: dict[int, dict[str, np.ndarray]]) -> list[list[tuple]]:
+    """Every judgement the report makes, (key, base runs, head runs, history runs), in groups of one machine
+    (whose runs they share)."""
+    groups: dict[str, dict[tuple, tuple]] = defaultdict(dict)
+    for m, comps in plan:
+        for c, earlier in comps:
+            key = _key(c.base.runs, c.head.runs, earlier, vectors)
+            groups[m.name].setdefault(key, (key, c.base.runs, c.head.runs, earlier))
+    for m, a, b in pairs:
+        key = _key(runs_of[(m.name, a)], runs_of[(m.name, b)], (), vectors)
+        groups[m.name].setdefault(key, (key, runs_of[(m.name, a)], runs_of[(m.name, b)], []))
+    return [list(g.values()) for g in groups.values()]
+
+
+_judge_store: Store | None = None
+
+
+def _judge_group(args: tuple[str, list[tuple]]) -> dict[tuple, list[Any]]:
+    """In a pool process: the judgements of one group, reading the records from its own connection to the
+    store. A judgement whose runs this connection does not see as the report's does (a run replaced by a collect
+    meanwhile) is left out: the report then makes it itself."""
+    global _judge_store
+    path, group = args
+    if _judge_store is None or _judge_store.path != path:
+        _judge_store = Store(path, create=False, verify=False)
+    ids = sorted({r["id"] for _, b, h, e in group for r in (*b, *h, *e)})
+    vectors = _judge_store.vectors(ids)
+    memo: dict[int, list[dict[str, Any]]] = {}
+    th = Thresholds()
+    out = {}
+    for key, b, h, e in group:
+        if _key(b, h, e, vectors) != key:
+            continue
+        base, head = current_records(_judge_store, b, vectors, memo), current_records(_judge_store, h, vectors, memo)
+        out[key] = compare_records(base, head, th, [current_records(_judge_store, [r], vectors, memo) for r in e])
+    return out
+
+
+def _judge_in(pool: Any, store: Store, groups: list[list[tuple]]) -> Any:
+    """The judgements of ``groups`` started in ``pool``, biggest groups first; ``.get()`` waits for them."""
+    groups = sorted(groups, key=len, reverse=True)
+    return pool.map_async(_judge_group, [(store.path, g) for g in groups], chunksize=1)
+
+
+def nightly_comparisons(store: Store, plan: list[tuple[Any, list[tuple]]], info: dict[int, dict[str, Any]],
                         vectors: dict[int, dict[str, np.ndarray]], memo: dict[int, list[dict[str, Any]]],
                         verdicts: dict[tuple, list[Any]]) -> list[tuple[pairing.MachineNights, list[NightlyComparison]]]:
     """Every machine's nights (pairing.py) with, for each of its comparisons, the findings of its latest night."""
     th = Thresholds()
     out = []
-    for m in pairing.machines(runs, info):
+    for m, comps in plan:
         done = []
-        for c in m.comparisons:
+        for c, earlier in comps:
             base = current_records(store, c.base.runs, vectors, memo)
             head = current_records(store, c.head.runs, vectors, memo)
-            earlier = pairing.history_runs(c.base.runs[-1], info[c.base.runs[-1]["id"]]["fingerprint"],
-                                           [r for n in m.nights for r in n.runs],
-                                           lambda r: info[r["id"]]["fingerprint"])
-            history = [current_records(store, [r], vectors, memo) for r in earlier]
-            fs = judged(base, head, th, verdicts, history)
+            fs = judged(base, head, th, verdicts,
+                        lambda earlier=earlier: [current_records(store, [r], vectors, memo) for r in earlier],
+                        key=_key(c.base.runs, c.head.runs, earlier, vectors))
             for f in fs:
                 f.machine, f.base_run, f.head_run = m.name, c.base.runs[-1]["run_id"], c.head.runs[-1]["run_id"]
             done.append(NightlyComparison(m, c, fs, {x["key"]: x for x in base}, {x["key"]: x for x in head},

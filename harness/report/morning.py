@@ -20,6 +20,10 @@ from .fmt import minute, settings_str, slug
 from .model import NightlyComparison
 
 TOP = 5  # findings per comparison on the index; the machine's changes page has them all
+# more machines with findings than this: the index opens with one line per machine (the answer on the first
+# screen), shows the first OPEN_BLOCKS machines' findings and folds the others' (a 50-machine fleet's index was
+# 35 000 px tall); a permalink to a machine opens its fold
+OPEN_BLOCKS = 3
 # what matters most first: a gate failure, then an undecided time, then what stopped running
 ORDER = {"regression": 0, "ambiguous": 1, "improvement": 3, "change": 4}
 
@@ -96,7 +100,11 @@ def morning(g: dict[str, Any]) -> dict[str, Any]:
                        "n_findings": sum(c["n"] for c in cs), "n_nights": len(m.nights)})
     blocks.sort(key=lambda b: (-b["n_failing"], -b["n_findings"], b["source"] != "journal", b["name"]))
     last = max((b["night"] for b in blocks), default=None)
+    loud = [b for b in blocks if b["n_findings"]]
     return {"blocks": blocks, "night": last, "n_failing": sum(b["n_failing"] for b in blocks),
+            "loud": loud, "open": loud if len(loud) <= OPEN_BLOCKS else loud[:OPEN_BLOCKS],
+            "folded": [] if len(loud) <= OPEN_BLOCKS else loud[OPEN_BLOCKS:],
+            "quiet": [b for b in blocks if not b["n_findings"]],
             "machines_failing": sum(1 for b in blocks if b["n_failing"]), "thresholds": th}
 
 
