@@ -135,12 +135,12 @@ def machines(runs: list[dict[str, Any]], info: dict[int, dict[str, Any]]) -> lis
         fp = meta.get("fingerprint") or {}
         mk = (machine_key(r, fp), r["source"])
         sk = stack_key(fp)
-        lines[sk] = (stack_line(fp), stack_fields(fp))
+        lines[(mk, sk)] = (stack_line(fp), stack_fields(fp))  # the stack line names this machine's GPU
         grouped[mk].setdefault((r["night"], sk), []).append(r)
         names[mk] = r["machine"]
     out = []
     for mk, by_night in grouped.items():
-        nights = [Night(n, sk, lines[sk][0], rs, lines[sk][1]) for (n, sk), rs in by_night.items()]
+        nights = [Night(n, sk, lines[(mk, sk)][0], rs, lines[(mk, sk)][1]) for (n, sk), rs in by_night.items()]
         nights.sort(key=lambda n: (n.night, n.runs[-1]["started"]))
         m = MachineNights(mk[0], names[mk], mk[1], nights)
         head = nights[-1]

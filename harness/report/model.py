@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from ..analysis import changepoint, pairing
-from ..analysis.compare import Thresholds, compare_records
+from ..analysis.compare import compare_records
+from ..analysis.thresholds import Thresholds
 from ..collect.store import Store
 from .fmt import hardware_label, settings_str, slug
 

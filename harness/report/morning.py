@@ -14,7 +14,8 @@ from collections import Counter
 from typing import Any
 
 from ..analysis import pairing
-from ..analysis.compare import Thresholds, gate
+from ..analysis.compare import gate
+from ..analysis.thresholds import Thresholds
 from ..core.records import OK, SKIPPED
 from .fmt import minute, settings_str, slug
 from .model import NightlyComparison
