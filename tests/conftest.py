@@ -27,3 +27,12 @@ def pytest_collection_modifyitems(config, items):
             reason = reason or _cuda_reason() or ""
             if reason:
                 item.add_marker(pytest.mark.skip(reason=f"needs a CUDA GPU: {reason}"))
+
+
+@pytest.fixture
+def faults(monkeypatch):
+    """Turn on the fault-injecting test backends with a plan {case: fault} (crash, hang, raise, ...)."""
+    def use(plan: dict[str, str]):
+        monkeypatch.setenv("CONVBENCH_TEST_BACKENDS", "1")
+        monkeypatch.setenv("CONVBENCH_FAULTS", ",".join(f"{c}={f}" for c, f in plan.items()))
+    return use

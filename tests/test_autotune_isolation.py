@@ -26,14 +26,6 @@ LAYOUTS = ("NCHW",)
 N_RECORDS = len(CASES) * 4 + 1
 
 
-@pytest.fixture
-def faults(monkeypatch):
-    def use(plan: dict[str, str]):
-        monkeypatch.setenv("CONVBENCH_TEST_BACKENDS", "1")
-        monkeypatch.setenv("CONVBENCH_FAULTS", ",".join(f"{c}={f}" for c, f in plan.items()))
-    return use
-
-
 def _study(tmp_path, **kw):
     seen: list[Record] = []
     journal, summary = autotune_study.run([cases.get(c) for c in CASES], K, LAYOUTS, tmp_path / "res",

@@ -264,6 +264,26 @@ def _links(site):
             yield html, href
 
 
+def _assert_site_sound(browser, site: Path, each=None) -> None:
+    """Every link resolves (file and anchor); every page opens without errors in < 0.5 s, no wider than WIDTH.
+    ``each(name, page)`` then runs on every opened page (screenshots)."""
+    for page_file, href in _links(site):
+        target, _, frag = href.partition("#")
+        target = target.partition("?")[0]  # a permalink's query names runs to show (fingerprints.html?a=&b=)
+        dest = (page_file.parent / target).resolve() if target else page_file
+        assert dest.is_file(), (page_file.name, href)
+        if frag:
+            assert f'id="{frag}"' in dest.read_text(), (page_file.name, href)
+    for html in sorted(site.glob("**/*.html")):
+        page = browser.open(html.as_uri(), width=WIDTH, height=HEIGHT)
+        name = str(html.relative_to(site))
+        assert page.errors == [] and page.dialogs == [], name
+        assert page.load_seconds < 0.5, (name, page.load_seconds)
+        assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH, name
+        if each:
+            each(name, page)
+
+
 def test_every_page_clean_narrow_fast_and_linked(browser, tmp_path):
     """Every page of a store of all the fixtures plus a next night on a new cuDNN and a night of another H200 host:
     no console error, nothing wider than 1440 px, loaded in under 0.5 s, every link and permalink resolves, the two
@@ -287,21 +307,11 @@ def test_every_page_clean_narrow_fast_and_linked(browser, tmp_path):
     assert "vs previous stack" in index and "cuDNN 9.19.0 -&gt; 9.20.0" in index
     arch = (site / "architecture.html").read_text()
     assert re.search(r"Same GPU, different hosts: NVIDIA H200 on [2-4] machines", arch) and "h200-host-b" in arch
-    for page_file, href in _links(site):
-        target, _, frag = href.partition("#")
-        target = target.partition("?")[0]  # a permalink's query names runs to show (fingerprints.html?a=&b=)
-        dest = (page_file.parent / target).resolve() if target else page_file
-        assert dest.is_file(), (page_file.name, href)
-        if frag:
-            assert f'id="{frag}"' in dest.read_text(), (page_file.name, href)
-    for html in sorted(site.glob("**/*.html")):
-        page = browser.open(html.as_uri(), width=WIDTH, height=HEIGHT)
-        name = str(html.relative_to(site))
-        assert page.errors == [] and page.dialogs == [], name
-        assert page.load_seconds < 0.5, (name, page.load_seconds)
-        assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH, name
+    def shoot(name, page):
         tall = page.evaluate("document.documentElement.scrollHeight") > 15000  # Chromium's capture limit
         _keep(page.screenshot(tmp_path / "p.png", full_page=not tall), "page-" + name.replace("/", "-") + ".png")
+
+    _assert_site_sound(browser, site, each=shoot)
 
     # the new cuDNN night's two fingerprints side by side, from its changes page's permalink: only the two
     # runs' columns are shown, only fields that differ, the cuDNN version among them
@@ -463,16 +473,4 @@ def test_a_fleet_index_answers_on_its_first_screen_and_folds_the_rest(browser, t
     assert "1 of 27 machine/image pairs" in det.evaluate("document.body.innerText")
     _keep(det.screenshot(tmp_path / "d.png"), "fleet-determinism.png")
 
-    for page_file, href in _links(site):
-        target, _, frag = href.partition("#")
-        target = target.partition("?")[0]
-        dest = (page_file.parent / target).resolve() if target else page_file
-        assert dest.is_file(), (page_file.name, href)
-        if frag:
-            assert f'id="{frag}"' in dest.read_text(), (page_file.name, href)
-    for html in sorted(site.glob("**/*.html")):
-        page = browser.open(html.as_uri(), width=WIDTH, height=HEIGHT)
-        name = str(html.relative_to(site))
-        assert page.errors == [] and page.dialogs == [], name
-        assert page.load_seconds < 0.5, (name, page.load_seconds)
-        assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH, name
+    _assert_site_sound(browser, site)

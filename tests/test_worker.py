@@ -29,14 +29,6 @@ FAULT_PLAN = {  # case -> injected fault -> the status its combination must end 
 }
 
 
-@pytest.fixture
-def faults(monkeypatch):
-    def use(plan: dict[str, str]):
-        monkeypatch.setenv("CONVBENCH_TEST_BACKENDS", "1")
-        monkeypatch.setenv("CONVBENCH_FAULTS", ",".join(f"{c}={f}" for c, f in plan.items()))
-    return use
-
-
 def _measurements(journal) -> list[Record]:
     return [Record.from_dict(d) for d in iter_journal(journal.path / JOURNAL_FILE) if d["kind"] == "measurement"]
 
