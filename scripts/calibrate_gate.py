@@ -61,7 +61,7 @@ def judge_pairs(runs, th: Thresholds, same_machine: bool = True) -> tuple[list[i
         past = [runs[k][2] for k in range(i) if runs[k][1] == runs[i][1]]
         for key in a.keys() & b.keys():
             noise = own_noise(key, a[key]["median_ms"], past, th.rel(a[key]["median_ms"])) if past else 0.0
-            v = time_verdict(a[key], b[key], th, noise)
+            v = time_verdict(a[key], b[key], th, noise, [p[key] for p in past if key in p])
             if v and v[0] in ("regression", "improvement"):
                 failing[band_of(a[key]["median_ms"])] += 1
                 rows.append((runs[i][0], runs[j][0], key, round(v[2]["ratio"], 3)))

@@ -2,7 +2,8 @@
 
 It lives beside the tests, not in the package, and is loaded (harness.run.worker) only when
 CONVBENCH_TEST_BACKENDS=1. Each case gets four combinations (algos ``ok0``, ``ok1``, the fault, ``ok2``); the fault for a case comes from CONVBENCH_FAULTS, e.g. ``quick.seed=segv,quick.grouped=hang``
-(cases not named there get ``ok3`` instead of a fault). The faults are real: a SIGSEGV delivered by the kernel
+(cases not named there get ``ok3`` instead of a fault). Its ``ok2`` computes different bits in every process
+(its output hash names the process), so a test can see a cross-process difference. The faults are real: a SIGSEGV delivered by the kernel
 (a read of address 0), a hang, an allocation loop that exhausts the address-space limit, a raised out-of-memory
 error as PyTorch raises it for a device, an abort, and on a GPU an out-of-bounds store by a real kernel.
 """
@@ -17,7 +18,7 @@ from collections.abc import Iterable, Iterator
 
 from harness.backends import Combo, SweepOptions
 from harness.core.cases import Case
-from harness.core.records import ERROR, OK, Record, Timing
+from harness.core.records import ERROR, OK, Determinism, Record, Timing
 
 ENABLE_ENV = "CONVBENCH_TEST_BACKENDS"
 PLAN_ENV = "CONVBENCH_FAULTS"
@@ -109,6 +110,7 @@ def _cuda_illegal_address() -> None:
 
 class FaultyBackend:
     name = "faulty"
+    replicable = True  # its slices can be timed in a second process (harness/run/replicas.py)
 
     def available(self) -> str | None:
         return None
@@ -129,8 +131,17 @@ class FaultyBackend:
                 continue
             ms = (time.perf_counter() - t0) * 1e3
             rec.status = OK
-            rec.time = Timing(median_ms=ms, iqr_ms=0.0, n=1, mode="hot", timer="perf_counter", min_ms=ms)
+            samples = [ms] + [self._timed(combo.algo) for _ in range(7)]
+            rec.time = Timing(median_ms=sorted(samples)[4], iqr_ms=0.0, n=len(samples), mode="hot",
+                              timer="perf_counter", min_ms=min(samples), samples_ms=samples)
+            rec.determinism = Determinism(hash=f"{combo.algo}-{os.getpid() if combo.algo == 'ok2' else 0}",
+                                          hash_algo="test", repeats=0, repeat_equal=None, fresh_handle_equal=None)
             yield rec
+
+    def _timed(self, algo: str) -> float:
+        t0 = time.perf_counter()
+        self._do(algo)
+        return (time.perf_counter() - t0) * 1e3
 
     def _do(self, algo: str) -> None:
         if algo.startswith("ok"):

@@ -121,7 +121,7 @@ def compare_records(base: Iterable[dict[str, Any]], head: Iterable[dict[str, Any
             continue
         noise = own_noise(key, rb["median_ms"], past, th.rel(rb["median_ms"], rb.get("timer"))) \
             if past and rb["median_ms"] else 0.0
-        tv = time_verdict(rb, rh, th, noise)
+        tv = time_verdict(rb, rh, th, noise, [run[key] for run in past if key in run])
         if tv:
             verdict, evidence, nums = tv
             out.append(_finding("time", verdict, rh, fmt_time(rb["median_ms"]), fmt_time(rh["median_ms"]),

@@ -93,10 +93,23 @@ def own_noise(key: str, base_ms: float, history: list[dict[str, dict[str, Any]]]
                 if not at_base[i] and at_base[i - 1] and at_base[i + 1]), default=0.0)
 
 
-def time_verdict(base: dict[str, Any], head: dict[str, Any], th: Thresholds,
-                 noise: float = 0.0) -> tuple[str, str, dict[str, Any]] | None:
+def process_levels(rec: dict[str, Any]) -> list[float]:
+    """The medians of the processes a record was timed in (run/replicas.py), when there were several."""
+    pm = [x for x in (rec.get("extra") or {}).get("process_medians_ms") or () if x]
+    return pm if len(pm) >= 2 else []
+
+
+def process_spread(recs: list[dict[str, Any]]) -> tuple[float, list[float]]:
+    """The largest gap between the processes of one run among ``recs`` (max/min - 1) and those processes'
+    medians; (0, []) without replicas."""
+    return max(((max(pm) / min(pm) - 1, pm) for pm in map(process_levels, recs) if pm), default=(0.0, []))
+
+
+def time_verdict(base: dict[str, Any], head: dict[str, Any], th: Thresholds, noise: float = 0.0,
+                 past: list[dict[str, Any]] = ()) -> tuple[str, str, dict[str, Any]] | None:
     """(verdict, evidence, numbers) for the timing of one combination, or None when it is the same.
-    ``noise``: the combination's own run-to-run deviation in earlier runs (own_noise)."""
+    ``noise``: the combination's own run-to-run deviation in earlier runs (own_noise); ``past``: its records in
+    those runs, whose processes' levels count with the two sides' own (a change within them is ambiguous)."""
     bm, hm = base.get("median_ms"), head.get("median_ms")
     if not bm or not hm:
         return None
@@ -110,6 +123,11 @@ def time_verdict(base: dict[str, Any], head: dict[str, Any], th: Thresholds,
         return None
     nums: dict[str, Any] = {"ratio": ratio, "delta_us": delta_us}
     size = (f"{ratio:.2f}x slower" if slower else f"{1 / ratio:.2f}x faster") + f" ({delta_us:+.1f} us)"
+    spread, levels = process_spread([base, head, *past])
+    if max(ratio, 1 / ratio) <= 1 + spread:
+        return "ambiguous", (f"{size}, within the {spread:.1%} between two processes of one run "
+                             f"({' and '.join(f'{x * 1e3:.1f}' for x in levels)} us): which level a fresh "
+                             "process lands on, not a change"), nums
     doubts = [f"{side} {'+'.join(fl)}" for side, fl in (("base", untrusted(base)), ("head", untrusted(head))) if fl]
     if doubts:
         return "ambiguous", (f"{size}, but not decided: samples are {', '.join(doubts)} "

@@ -45,6 +45,10 @@ class SweepOptions:
     workspace_limit: int = 8 << 30  # bytes; an algorithm asking for more is recorded, not run
     rankings: bool = True  # also record cuDNN's own Find / Get_v7 rankings
     device: str = "cuda"
+    # Processes each combination is timed in (run/replicas.py; the commands ask for 2 on CUDA): a fresh process
+    # can put a call at a level of its own. A driver sets 1 where it does not replicate.
+    processes: int = 1
+    timing_only: bool = False  # a replica's pass: one checked run (its output's hash) and the timing, nothing else
 
 
 class Backend(Protocol):

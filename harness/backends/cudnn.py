@@ -67,6 +67,7 @@ class WorkspaceTooLarge(Exception):
 
 class CudnnBackend:
     name = "cudnn"
+    replicable = True  # times a combination alone when asked (SweepOptions.timing_only): run/replicas.py
 
     def __init__(self, library: str | None = None):
         self.library = library
@@ -115,7 +116,8 @@ class CudnnBackend:
                 for c in todo:
                     yield c.record(case, self.name, status=UNSUPPORTED_ARCH, reason=reason, device="cuda")
                 continue
-            yield from ConvSession(self.cudnn, case, direction, dtype, layout, options).run(todo)
+            yield from ConvSession(self.cudnn, case, direction, dtype, layout, options,
+                                   reference=not options.timing_only).run(todo)
             torch.cuda.empty_cache()
 
 
@@ -166,7 +168,7 @@ class ConvSession:
         self._placements: list[tuple[Conv, dict]] = []  # (conv on copied operands, {"ws": tensor | None, ...})
         free, _ = torch.cuda.mem_get_info()
         self.ws_limit = min(options.workspace_limit, int(free * 0.8))
-        self.timer = CudaTimer(options.timing)
+        self.timer = CudaTimer(options.timing.share(options.processes))
 
     def workspace(self, nbytes: int) -> int:
         """Device pointer of a workspace of at least ``nbytes``, grown (never shrunk) as algorithms need."""
@@ -262,6 +264,8 @@ class ConvSession:
             rec.status, rec.reason = exc.status, str(exc)
             return rec
         self.stream.synchronize()
+        if self.options.timing_only:
+            return self._time(rec, algo_id, ws, ws_bytes, accuracy.output_hash(self.out))
         rec.accuracy = accuracy.measure(self.out, self.ref, self.scale, self.dtype,
                                         accuracy.reduction_length(self.case, self.direction))
         self.first.copy_(self.out)
@@ -298,6 +302,14 @@ class ConvSession:
         rec.determinism = Determinism(hash=first_hash, hash_algo=accuracy.HASH_ALGO, repeats=repeats,
                                       repeat_equal=repeat_equal, fresh_handle_equal=fresh_equal,
                                       distinct_outputs=len(hashes))
+        return self._time(rec, algo_id, ws, ws_bytes)
+
+    def _time(self, rec: Record, algo_id: int, ws: int, ws_bytes: int, output_hash: str | None = None) -> Record:
+        """Time the bound call on every placement; with ``output_hash`` (a replica's pass) the record carries
+        that hash alone as its determinism, for the merge to tell whether two processes computed the same bits."""
+        if output_hash is not None:
+            rec.determinism = Determinism(hash=output_hash, hash_algo=accuracy.HASH_ALGO, repeats=0,
+                                          repeat_equal=None, fresh_handle_equal=None)
         rec.time = self.timer(self.placed_calls(algo_id, ws, ws_bytes))
         rec.extra["placement_medians_ms"] = self.timer.placement_medians_ms
         rec.status = OK
@@ -329,7 +341,7 @@ class ConvSession:
                 if rec.workspace_bytes is not None and rec.status == OK:
                     max_ws[c.math] = max(max_ws.get(c.math, 0), rec.workspace_bytes)
                 yield rec
-            if self.options.rankings:
+            if self.options.rankings and not self.options.timing_only:
                 for math in dict.fromkeys(c.math for c in combos):
                     yield from self.rankings(math, max_ws.get(math, 0))
         finally:

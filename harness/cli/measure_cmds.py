@@ -15,6 +15,7 @@ from ..core.records import DIRECTIONS, DTYPES, LAYOUTS
 from ..deploy import resources
 from ..measurement.timing import TimingPolicy
 from ..run import asvselect
+from ..run.replicas import DEFAULT_PROCESSES
 from ..run.worker import DEFAULT_TIMEOUT_S
 
 DEFAULT_RESULTS = Path(os.environ.get("CONVBENCH_RESULTS", "results"))
@@ -63,6 +64,9 @@ def add_sweep_arguments(p) -> None:
                    help="device time spent sampling one combination (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=2, help="in-place repeats checked bitwise (default: 2)")
     p.add_argument("--no-rankings", action="store_true", help="skip cuDNN's own Find/Get_v7 rankings")
+    p.add_argument("--processes", type=int, choices=(1, 2), default=DEFAULT_PROCESSES,
+                   help="processes each cuDNN combination is timed in, each with its share of the budget "
+                        "(default: %(default)s; with isolated workers on CUDA only)")
 
 
 def sweep_setup(args) -> tuple[list, SweepOptions]:
@@ -82,7 +86,8 @@ def sweep_setup(args) -> tuple[list, SweepOptions]:
         raise UserError(f"--cases {args.cases!r} selects no case; `convbench cases` lists them")
     options = SweepOptions(directions=args.directions, dtypes=args.dtypes, layouts=args.layouts,
                            timing=TimingPolicy(cold=args.cold, budget_ms=args.budget_ms), repeats=args.repeats,
-                           rankings=not args.no_rankings, device="cuda" if gpu else "cpu")
+                           rankings=not args.no_rankings, device="cuda" if gpu else "cpu",
+                           processes=args.processes)
     return cases, options
 
 
@@ -264,7 +269,8 @@ def bench(args) -> int:
     swept = [f"{b}:{d}" for b in wanted for d in directions]
     backends = ["cudnn", "torch"]
     _, _, libraries = sweep_mod.load_backends(backends)
-    options = SweepOptions(device="cuda" if gpu else "cpu", directions=directions or ("fwd",))
+    options = SweepOptions(device="cuda" if gpu else "cpu", directions=directions or ("fwd",),
+                           processes=DEFAULT_PROCESSES)
     results = args.results.resolve()
     journal = sweep_mod.new_journal(results, options, cases, backends, libraries)
     t0 = time.perf_counter()

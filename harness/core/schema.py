@@ -43,6 +43,7 @@ EXTRA_TYPES: dict[str, Any] = {
     "sweep_hash": str | None, "documented_nondeterministic": bool, "wall_ms": float | None,
     "clock": dict[str, Any] | None, "flags": list[str], "host_ms": float | None,
     "session_create_ms_drift": list[float], "first_inference_ms_drift": list[float],
+    "process_medians_ms": list[float], "placement_medians_ms": list[float], "replica": str | None,
 }
 CLOCK_TYPES: dict[str, Any] = {"sm_mhz_min": float | None, "sm_mhz_max": float | None, "slowdowns": list[str]}
 _ENUMS = {"direction": DIRECTIONS, "dtype": DTYPES, "layout": LAYOUTS}

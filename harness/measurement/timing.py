@@ -14,11 +14,12 @@ After each batch NVML reads the SM clock and its slowdown reasons, so a time mea
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..core.records import Timing
 from .clocks import DeviceClock, during
@@ -42,6 +43,16 @@ class TimingPolicy:
     cold: bool = False  # flush L2 before each repetition (outside the timed region)
     keep_samples: int = 64  # samples stored in the record (evenly thinned); the summary uses all
 
+    def share(self, k: int) -> TimingPolicy:
+        """This policy's sampling split over ``k`` processes (run/replicas.py): each takes 1/k of the budget and
+        of the samples, to a noise target sqrt(k) looser, and keeps every sample, so that ``pooled`` summarises
+        the k processes' samples together as one policy's worth."""
+        if k <= 1:
+            return self
+        most = max(FLOOR_SAMPLES, self.max_samples // k)
+        return replace(self, budget_ms=self.budget_ms / k, min_samples=max(FLOOR_SAMPLES, -(-self.min_samples // k)),
+                       max_samples=most, noise_target=self.noise_target * math.sqrt(k), keep_samples=most)
+
 
 def median_rel_stderr(samples: list[float]) -> float:
     """Relative standard error of the median, from a robust sigma (IQR / 1.349) and 1.2533 sigma/sqrt(n)."""
@@ -58,10 +69,31 @@ def summarize(samples: list[float], mode: str, timer: str, keep: int, clock: dic
               host_ms: float | None = None, host_bound: bool = False) -> Timing:
     med = statistics.median(samples)
     q1, _, q3 = statistics.quantiles(samples, n=4) if len(samples) >= 4 else (med, med, med)
-    step = max(1, len(samples) // keep)
-    return Timing(median_ms=med, iqr_ms=q3 - q1, n=len(samples), mode=mode, timer=timer,
-                  min_ms=min(samples), samples_ms=[round(s, 6) for s in samples[::step][:keep]], clock=clock,
+    n = len(samples)
+    # evenly spread over the whole series (a pooled one is one process's samples after another's)
+    kept = samples if n <= keep else [samples[i * n // keep] for i in range(keep)]
+    return Timing(median_ms=med, iqr_ms=q3 - q1, n=n, mode=mode, timer=timer,
+                  min_ms=min(samples), samples_ms=[round(s, 6) for s in kept], clock=clock,
                   host_ms=None if host_ms is None else round(host_ms, 6), flags=sample_flags(samples, host_bound))
+
+
+def pooled(timings: Sequence[Timing], keep: int) -> Timing:
+    """One combination's timings from several processes as one: every sample pooled and summarised again
+    (each must have kept all its samples: TimingPolicy.share), the host's dispatch time as their median, the
+    clock range over all of them, a host-bound batch in any of them flagged."""
+    samples = [s for t in timings for s in t.samples_ms]
+    clocks = [t.clock for t in timings if t.clock]
+    clock = None
+    if clocks:
+        lows = [c["sm_mhz_min"] for c in clocks if c.get("sm_mhz_min") is not None]
+        highs = [c["sm_mhz_max"] for c in clocks if c.get("sm_mhz_max") is not None]
+        clock = {"sm_mhz_min": min(lows, default=None), "sm_mhz_max": max(highs, default=None),
+                 "slowdowns": sorted({r for c in clocks for r in c.get("slowdowns") or ()})}
+    hosts = [t.host_ms for t in timings if t.host_ms is not None]
+    first = timings[0]
+    return summarize(samples, first.mode, first.timer, keep, clock,
+                     host_ms=statistics.median(hosts) if hosts else None,
+                     host_bound=any("host_bound" in t.flags for t in timings))
 
 
 # Below this many samples a rank test is not worth running (the normal approximation of Mann-Whitney's U

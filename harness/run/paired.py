@@ -30,7 +30,7 @@ from ..backends import SweepOptions
 from ..core.cases import Case
 from ..core.errors import EXIT_ENVIRONMENT, UserError
 from ..deploy.stacks import Stack
-from . import worker
+from . import replicas, worker
 from .journal import Journal
 from .sweep import _options_dict, lock_run
 
@@ -73,6 +73,7 @@ class Leg:
     gpu: str
     journals: dict[str, Journal] = field(default_factory=dict)
     pools: dict[str, worker.WorkerPool] = field(default_factory=dict)
+    replicas: dict[str, worker.WorkerPool] = field(default_factory=dict)  # each stack's second timing process
     locks: list[int] = field(default_factory=list)
 
 
@@ -105,6 +106,9 @@ def run(stacks: dict[str, Stack], cases: list[Case], backend_names: list[str], o
             leg.journals[role] = Journal.create(results, fp, meta)
             leg.locks.append(lock_run(leg.journals[role].path))
             leg.pools[role] = worker.WorkerPool(leg.journals[role], keep_fds=(leg.locks[-1],), log=log, env=env)
+            if options.processes > 1:
+                leg.replicas[role] = worker.WorkerPool(leg.journals[role], keep_fds=(leg.locks[-1],), log=log,
+                                                       env=env)
             log(f"study {study}: GPU {gpu} stack {role}={st.name}: run {leg.journals[role].path.name}, "
                 f"cuDNN {fp['libraries'].get('cudnn', {}).get('version')}")
         legs.append(leg)
@@ -126,7 +130,7 @@ def run(stacks: dict[str, Stack], cases: list[Case], backend_names: list[str], o
             raise errors[0]
     finally:
         for leg in legs:
-            for pool in leg.pools.values():
+            for pool in [*leg.pools.values(), *leg.replicas.values()]:
                 pool.close()
             for fd in leg.locks:
                 os.close(fd)
@@ -141,7 +145,8 @@ def _measure_leg(leg: Leg, cases: list[Case], backend_names: list[str], options:
         for role in order:
             for name, backend in backends.items():
                 combos = backend.combos(case, options)
-                for rec in leg.pools[role].run_slice(name, case, combos, options):
+                for rec in replicas.measure_slice(leg.pools[role], leg.replicas.get(role), name, backend, case,
+                                                  combos, options):
                     if rec.kind == "measurement":
                         counts[role][rec.status] += 1
         log(f"GPU {leg.gpu} {case.id}: " + ", ".join(f"{r} {sum(counts[r].values())}" for r in order))

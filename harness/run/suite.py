@@ -38,9 +38,10 @@ def sweep_direction(cases: list[Case], backend: str, direction: str, results_roo
     from ..backends import SweepOptions
     from ..backends.cudnn import cuda_unavailable_reason
     from . import sweep
+    from .replicas import DEFAULT_PROCESSES
 
     gpu = cuda_unavailable_reason() is None
-    opts = SweepOptions(directions=(direction,), device="cuda" if gpu else "cpu")
+    opts = SweepOptions(directions=(direction,), device="cuda" if gpu else "cpu", processes=DEFAULT_PROCESSES)
     return sweep.run(cases, [backend], opts, results_root).path
 
 

@@ -24,7 +24,7 @@ from ..core.cases import Case
 from ..core.errors import UserError
 from ..core.records import OK, wholly_failed
 from ..measurement import fingerprint
-from . import worker
+from . import replicas, worker
 from .finalize import finalize
 from .journal import JOURNAL_FILE, RUN_FILE, Journal, iter_journal
 from .slicetime import SliceClock
@@ -129,6 +129,8 @@ def run(cases: list[Case], backend_names: list[str], options: SweepOptions, resu
     lock = lock_run(journal.path)
     pool = worker.WorkerPool(journal, timeout_s=timeout_s, retries=retries, memory_limit=memory_limit,
                              keep_fds=(lock,), log=log) if isolate else None
+    replica_pool = worker.WorkerPool(journal, timeout_s=timeout_s, memory_limit=memory_limit, keep_fds=(lock,),
+                                     log=log) if isolate and options.processes > 1 else None
     try:
         counts: Counter[str] = Counter()
         t0 = time.perf_counter()
@@ -143,10 +145,10 @@ def run(cases: list[Case], backend_names: list[str], options: SweepOptions, resu
                 if not combos:
                     continue
                 n_before = sum(counts.values())
-                if pool is not None and not unavailable[name]:
-                    made = pool.run_slice(name, case, combos, options)  # journaled by the worker already
+                if pool is not None and not unavailable[name]:  # journaled by the worker already
+                    made = replicas.measure_slice(pool, replica_pool, name, backend, case, combos, options)
                 else:
-                    made = _in_process(journal, backend, case, combos, options)
+                    made = _in_process(journal, backend, case, combos, replicas.effective(options, backend, False))
                 for rec in made:
                     if rec.kind == "measurement":
                         counts[rec.status] += 1
@@ -154,16 +156,19 @@ def run(cases: list[Case], backend_names: list[str], options: SweepOptions, resu
                         on_record(rec)
                 log(f"{name} {case.id}: {sum(counts.values()) - n_before} records "
                     f"({time.perf_counter() - t0:.0f} s so far)")
-        if pool is not None:
-            pool.close()
+        pools = [p for p in (pool, replica_pool) if p is not None]
+        for p in pools:
+            p.close()
         if shared is None:
             summary = summarize(journal, cuda, time.perf_counter() - t0)
-            if pool is not None:
-                summary["worker_failures"] = [{"slice": s, "status": st, "reason": r} for s, st, r in pool.failures]
+            if pools:
+                summary["worker_failures"] = [{"slice": s, "status": st, "reason": r}
+                                              for p in pools for s, st, r in p.failures]
             journal.finish(summary)
     finally:
-        if pool is not None:
-            pool.close()
+        for p in (pool, replica_pool):
+            if p is not None:
+                p.close()
         os.close(lock)
     return journal
 

@@ -155,7 +155,8 @@ class WorkerPool:
 
     def run_slice(self, backend: str, case: Case, combos: list[Combo], options: SweepOptions,
                   runner: str | None = None, finalize: bool = True, kind: str = "measurement",
-                  identity: Callable[[Record], str] = Record.key) -> Iterator[Record | Ranking]:
+                  identity: Callable[[Record], str] = Record.key,
+                  replicas: dict[str, Record] | None = None) -> Iterator[Record | Ranking]:
         """Yield the slice's records as they are journaled: by the child, or by the parent for a failure.
 
         ``runner`` (load_runner) runs the slice instead of the backend named ``backend``, which still names the
@@ -163,7 +164,8 @@ class WorkerPool:
         the classification and explanation of the records to the runner (a crash record is still finalized).
         ``kind``: the kind of the records the combinations become (a failure record carries it too); a record of
         that kind whose ``identity`` is a combination's finishes it (a study whose records name what they found,
-        as the crosscheck names its algorithm, passes a coarser identity than the whole key).
+        as the crosscheck names its algorithm, passes a coarser identity than the whole key). ``replicas``: the
+        same combinations timed in another process (``replicate``), by key, pooled into the records (replicas.py).
         """
         remaining = {identity(c.record(case, backend, kind=kind)): c for c in combos}
         failures = 0
@@ -171,7 +173,9 @@ class WorkerPool:
             reply, killed, child, oom_before = yield from self._finished(self._watch(
                 {"run_dir": str(self.journal.path), "backend": backend, "case": case,
                  "combos": list(remaining.values()), "options": options, "memory_limit": self.memory_limit,
-                 "runner": runner, "finalize": finalize}), remaining, kind, identity)
+                 "runner": runner, "finalize": finalize,
+                 "replicas": {k: r for k, r in (replicas or {}).items() if k in remaining}}),
+                remaining, kind, identity)
             slice_name = f"{backend} {case.id}"
             if reply is not None and reply[0] == "done":
                 if reply[1]:
@@ -198,6 +202,29 @@ class WorkerPool:
                         f"(last: {status}: {reason})")
                 yield from self.fail(case, list(remaining.values()), backend, status, note, options.device, kind)
                 remaining.clear()
+
+    def replicate(self, backend: str, case: Case, combos: list[Combo], options: SweepOptions) -> dict[str, Record]:
+        """The slice run in this pool's worker and handed back, not journaled: a replica's timing pass
+        (replicas.py), by record key. A worker that fails costs the replica only: the failure is logged and
+        counted, and the combinations it had not handed back are timed in the main process alone."""
+        watch = self._watch({"run_dir": str(self.journal.path), "backend": backend, "case": case, "combos": combos,
+                             "options": options, "memory_limit": self.memory_limit, "collect": True})
+        while True:
+            try:
+                next(watch)  # a replica journals nothing
+            except StopIteration as stop:
+                reply, killed, child, oom_before = stop.value
+                break
+        if reply is not None and reply[0] == "done":
+            if reply[1]:
+                self._discard()
+            return {rec.key(): rec for rec in reply[2] if isinstance(rec, Record)}
+        status, reason, _ = ended(reply, killed, self.timeout_s, child.proc.wait, oom_before)
+        self._discard()
+        name = f"{backend} {case.id} (replica)"
+        self.failures.append((name, status, reason))
+        self.log(f"{name}: {status}: {reason}; the slice is timed in one process")
+        return {}
 
     @staticmethod
     def _finished(watch, remaining: dict[str, Combo], kind: str, identity: Callable[[Record], str]):

@@ -22,6 +22,7 @@ from ..backends import get_backend
 from ..core.records import CRASHED, Record
 from .finalize import finalize, one_line, raised
 from .journal import Journal
+from .replicas import merge
 from .slicetime import SliceClock
 
 # Messages of errors after which the CUDA context is unusable (sticky errors): the worker must be replaced.
@@ -112,11 +113,14 @@ def _run_slice(msg: dict[str, Any]) -> tuple:
     """Measure one slice, journaling each record; the reply says how it ended."""
     if msg.get("call"):
         return _run_call(msg)
+    if msg.get("collect"):
+        return _collect(msg)
     journal = Journal(Path(msg["run_dir"]))
     backend = load_runner(msg["runner"]) if msg.get("runner") else resolve_backend(msg["backend"])
     by_producer = not msg.get("finalize", True)
     _limit_memory(msg.get("memory_limit"))
     clock = SliceClock(msg["backend"], msg["case"].id)
+    replicas = msg.get("replicas") or {}
     try:
         for rec in backend.run(msg["case"], msg["combos"], msg["options"]):
             clock.tick(rec)
@@ -128,6 +132,8 @@ def _run_slice(msg: dict[str, Any]) -> tuple:
                     rec.status = CRASHED
                     rec.reason = one_line(f"corrupted the CUDA context ({rec.reason or broken}); the rest of "
                                            "the case continues in a fresh worker")
+                if rec.key() in replicas:
+                    merge(rec, replicas[rec.key()], msg["options"].timing.keep_samples)
                 finalize(rec, by_producer=by_producer and not broken)
             journal.append(rec)
             if broken:
@@ -142,6 +148,17 @@ def _run_slice(msg: dict[str, Any]) -> tuple:
     if broken:  # the last record was fine, yet the context is not: do not hand it another slice
         return ("done", broken)
     return ("done", None)
+
+
+def _collect(msg: dict[str, Any]) -> tuple:
+    """A replica's pass (WorkerPool.replicate): the slice's records handed back in the reply, not journaled."""
+    backend = resolve_backend(msg["backend"])
+    _limit_memory(msg.get("memory_limit"))
+    try:
+        made = [rec for rec in backend.run(msg["case"], msg["combos"], msg["options"]) if isinstance(rec, Record)]
+    except Exception as exc:  # noqa: BLE001 - a backend must not raise; when one does, the replica says so
+        return _failed(exc)
+    return ("done", _cuda_broken(), made)
 
 
 def _run_call(msg: dict[str, Any]) -> tuple:

@@ -1,0 +1,70 @@
+"""Each combination timed in two processes of one run, pooled into one record.
+
+A fresh process can put a call at a level of its own that no placement of its operands inside the process moves:
+on the H200 x2 A/A study of 2026-11-30 (docs/performance.md) `resnet50.layer3.0.conv2.n32` GEMM bf16 NCHW ran
+0.415, 0.445, 0.448 and 0.422 ms in four processes, each tight over its five placements (0.3 % apart), and such
+per-process levels (GEMM fp16/bf16, FFT_TILING on the seed cases, 4-7 %) were every failing finding left in the
+forward A/A pairs. A run that times each combination in one process draws one level and a compare of two runs
+reads the draw as a change. So the sweep's worker pool runs each slice twice: first in a second worker process,
+timing only (``SweepOptions.timing_only``: one checked run for its output's hash, then the timer), whose records
+come back to the parent and are not journaled; then in the main worker, which measures everything and, before it
+journals a record, pools the replica's samples into it (``merge``). Each process samples half the budget
+(``TimingPolicy.share``), so the sweep costs a second session per slice, not twice the sampling. The record keeps
+each process's median (``extra.process_medians_ms``): a compare reads their spread as the call's own level noise
+(analysis/timechange.py), and ``extra.fresh_process_equal`` says whether the two processes computed the same bits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+from ..backends import Combo, SweepOptions
+from ..core.cases import Case
+from ..core.records import OK, Ranking, Record
+from ..measurement.timing import pooled
+
+DEFAULT_PROCESSES = 2  # what `convbench sweep`, `bench` and `upgrade` ask for on CUDA (--processes)
+
+
+def effective(options: SweepOptions, backend: Any, isolated: bool) -> SweepOptions:
+    """The options a backend's slices run with: its processes only where the pool replicates them (isolated
+    workers on CUDA, a backend that can time alone), else one."""
+    if options.processes > 1 and isolated and options.device == "cuda" and getattr(backend, "replicable", False):
+        return options
+    return replace(options, processes=1) if options.processes != 1 else options
+
+
+def replica_options(options: SweepOptions) -> SweepOptions:
+    """A replica's pass: timing only, no rankings."""
+    return replace(options, timing_only=True, rankings=False)
+
+
+def merge(rec: Record, replica: Record | None, keep: int) -> Record:
+    """``rec`` (the main process's) with the replica's timing pooled in, in place; a replica that did not time
+    the combination leaves ``rec`` timed in one process, and says why in ``extra.replica``."""
+    if replica is None or rec.status != OK or rec.time is None:
+        return rec
+    if replica.status != OK or replica.time is None:
+        rec.extra["replica"] = f"{replica.status}: {replica.reason or 'no timing'}"
+        return rec
+    rec.extra["process_medians_ms"] = [round(rec.time.median_ms, 6), round(replica.time.median_ms, 6)]
+    placements = rec.extra.get("placement_medians_ms")
+    if placements is not None and replica.extra.get("placement_medians_ms") is not None:
+        rec.extra["placement_medians_ms"] = placements + replica.extra["placement_medians_ms"]
+    if rec.determinism is not None and replica.determinism is not None:
+        rec.extra["fresh_process_equal"] = rec.determinism.hash == replica.determinism.hash
+    rec.time = pooled([rec.time, replica.time], keep)
+    return rec
+
+
+def measure_slice(pool: Any, replicas: Any, name: str, backend: Any, case: Case, combos: list[Combo],
+                  options: SweepOptions) -> Iterator[Record | Ranking]:
+    """One slice through the worker pool, timed in ``options.processes`` processes when ``replicas`` (a second
+    pool) is given and the backend can be replicated; yields the records as they are journaled."""
+    options = effective(options, backend, replicas is not None)
+    timed: dict[str, Record] = {}
+    if options.processes > 1:
+        timed = replicas.replicate(name, case, combos, replica_options(options))
+    yield from pool.run_slice(name, case, combos, options, replicas=timed or None)

@@ -1,0 +1,144 @@
+"""A combination timed in two processes of one run (harness/run/replicas.py): the split of the budget, the pooled
+record, a replica that fails, and the compare reading the processes' levels as noise."""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+
+from harness.analysis.compare import compare_records
+from harness.analysis.thresholds import Thresholds
+from harness.analysis.timechange import time_verdict
+from harness.backends import SweepOptions
+from harness.core import cases
+from harness.core.records import CRASHED, OK, Determinism, Record, Timing
+from harness.measurement.timing import FLOOR_SAMPLES, TimingPolicy, pooled
+from harness.run import replicas, sweep, worker
+from harness.run.journal import JOURNAL_FILE, iter_journal
+
+
+def test_each_process_samples_its_share_and_keeps_every_sample():
+    p = TimingPolicy()
+    half = p.share(2)
+    assert half.budget_ms == p.budget_ms / 2 and half.min_samples == p.min_samples // 2
+    assert half.max_samples == p.max_samples // 2 == half.keep_samples  # nothing thinned before the pooling
+    assert abs(half.noise_target - p.noise_target * 2 ** 0.5) < 1e-12
+    assert p.share(1) is p and TimingPolicy(min_samples=4).share(2).min_samples == FLOOR_SAMPLES
+
+
+def _timing(samples, **kw) -> Timing:
+    return Timing(median_ms=statistics.median(samples), iqr_ms=0.0, n=len(samples), mode="hot", timer="cuda_event",
+                  min_ms=min(samples), samples_ms=list(samples), **kw)
+
+
+def test_pooled_summarises_both_processes_samples_as_one():
+    a = _timing([1.0] * 40, host_ms=0.03, clock={"sm_mhz_min": 1980, "sm_mhz_max": 1980, "slowdowns": []})
+    b = _timing([1.1] * 40, host_ms=0.05, flags=["host_bound"],
+                clock={"sm_mhz_min": 1755, "sm_mhz_max": 1980, "slowdowns": ["power_cap"]})
+    t = pooled([a, b], keep=64)
+    assert t.n == 80 and len(t.samples_ms) == 64  # all 80 summarised, 64 kept from both alike
+    assert t.samples_ms.count(1.0) == t.samples_ms.count(1.1) == 32
+    assert t.min_ms == 1.0 and 1.0 <= t.median_ms <= 1.1
+    assert t.host_ms == 0.04 and "host_bound" in t.flags
+    assert t.clock == {"sm_mhz_min": 1755, "sm_mhz_max": 1980, "slowdowns": ["power_cap"]}
+
+
+def _rec(samples, hash_="h", status=OK) -> Record:
+    rec = Record(case="quick.seed", backend="cudnn", direction="fwd", algo="GEMM", math="DEFAULT", dtype="fp16",
+                 layout="NCHW", status=status, device="cuda")
+    if status == OK:
+        rec.time = _timing(samples)
+        rec.determinism = Determinism(hash=hash_, hash_algo="x", repeats=2, repeat_equal=True,
+                                      fresh_handle_equal=True)
+        rec.extra["placement_medians_ms"] = [statistics.median(samples)]
+    return rec
+
+
+def test_merge_keeps_each_process_median_and_whether_they_computed_the_same_bits():
+    rec = replicas.merge(_rec([0.415] * 40), _rec([0.445] * 40, hash_="other"), keep=64)
+    assert rec.extra["process_medians_ms"] == [0.415, 0.445]
+    assert rec.extra["placement_medians_ms"] == [0.415, 0.445]
+    assert rec.extra["fresh_process_equal"] is False and rec.time.n == 80
+    same = replicas.merge(_rec([0.4] * 40), _rec([0.4] * 40), keep=64)
+    assert same.extra["fresh_process_equal"] is True
+    failed = replicas.merge(_rec([0.4] * 40), Record(**{**_rec([1.0]).__dict__, "status": CRASHED, "time": None,
+                                                        "reason": "the worker died of SIGSEGV"}), keep=64)
+    assert "process_medians_ms" not in failed.extra and failed.time.n == 40
+    assert failed.extra["replica"] == "crashed: the worker died of SIGSEGV"
+
+
+def _stored(levels, rng, n=40) -> dict:
+    """A record as the store returns it, timed in len(levels) processes at those levels (ms)."""
+    samples = np.concatenate([lv * (1 + 0.001 * rng.standard_normal(n)) for lv in levels])
+    return {"key": "k", "case_id": "quick.seed", "backend": "cudnn", "direction": "fwd", "algo": "GEMM",
+            "math": "DEFAULT", "dtype": "bf16", "layout": "NCHW", "settings": {}, "status": OK, "median_ms": float(np.median(samples)), "timer": "cuda_event",
+            "samples": samples, "n": len(samples), "extra": {"process_medians_ms": list(levels)}}
+
+
+def test_a_change_within_the_levels_of_one_runs_processes_is_ambiguous_not_a_regression():
+    rng = np.random.default_rng(1)
+    th = Thresholds()
+    # base: one process at each level (GEMM bf16 on the H200: 0.415 and 0.445 ms); head: both at the upper one
+    v = time_verdict(_stored([0.400, 0.440], rng), _stored([0.440, 0.445], rng), th)
+    assert v[0] == "ambiguous" and "between two processes of one run (400.0 and 440.0 us)" in v[1]
+    # the same ratio with both runs' processes agreeing is a regression
+    assert time_verdict(_stored([0.420, 0.421], rng), _stored([0.442, 0.443], rng), th)[0] == "regression"
+    # a level two processes of an earlier run showed counts too (compare's history)
+    past = [[_stored([0.40, 0.44], rng)]]
+    found = compare_records([_stored([0.40, 0.401], rng)], [_stored([0.44, 0.441], rng)], th, history=past)
+    assert [(f.kind, f.verdict) for f in found] == [("time", "ambiguous")]
+    # a change larger than the levels is decided
+    assert time_verdict(_stored([0.40, 0.41], rng), _stored([0.46, 0.461], rng), th)[0] == "regression"
+
+
+def _pools(tmp_path):
+    journal = sweep.new_journal(tmp_path, SweepOptions(device="cpu"), cases.select("quick.seed"), ["faulty"], {})
+    lock = sweep.lock_run(journal.path)
+    logs: list[str] = []
+    main = worker.WorkerPool(journal, keep_fds=(lock,), log=logs.append, timeout_s=30)
+    replica = worker.WorkerPool(journal, keep_fds=(lock,), log=logs.append, timeout_s=30)
+    return journal, main, replica, logs
+
+
+def test_a_slice_is_timed_in_two_worker_processes_and_journaled_once(tmp_path, faults):
+    faults({})
+    journal, main, replica, _ = _pools(tmp_path)
+    case = cases.select("quick.seed")[0]
+    backend = worker.resolve_backend("faulty")
+    options = SweepOptions(device="cuda", processes=2)  # the test backend never touches a GPU
+    with main, replica:
+        made = list(replicas.measure_slice(main, replica, "faulty", backend, case, backend.combos(case, options),
+                                           options))
+    recs = [Record.from_dict(d) for d in iter_journal(journal.path / JOURNAL_FILE)]
+    assert [r.key() for r in recs] == [r.key() for r in made] and len(recs) == 4  # the replica journals nothing
+    for r in recs:
+        assert r.status == OK and r.time.n == 16 and len(r.extra["process_medians_ms"]) == 2, r
+    # the two processes computed the same bits, except where the test backend's output names its process
+    assert {r.algo: r.extra["fresh_process_equal"] for r in recs} == {"ok0": True, "ok1": True, "ok3": True,
+                                                                       "ok2": False}
+
+
+def test_a_replica_that_crashes_costs_the_replica_only(tmp_path, faults):
+    faults({"quick.seed": "segv"})
+    journal, main, replica, logs = _pools(tmp_path)
+    case = cases.select("quick.seed")[0]
+    backend = worker.resolve_backend("faulty")
+    options = SweepOptions(device="cuda", processes=2)
+    with main, replica:
+        list(replicas.measure_slice(main, replica, "faulty", backend, case, backend.combos(case, options), options))
+    by = {r.algo: r for r in (Record.from_dict(d) for d in iter_journal(journal.path / JOURNAL_FILE))}
+    assert by["segv"].status == CRASHED and "SIGSEGV" in by["segv"].reason  # the main process's own crash record
+    assert all(by[a].status == OK and "process_medians_ms" not in by[a].extra for a in ("ok0", "ok1", "ok2"))
+    assert replica.failures[0][0] == "faulty quick.seed (replica)" and "SIGSEGV" in replica.failures[0][2]
+    assert any("timed in one process" in line for line in logs)
+
+
+def test_a_driver_replicates_only_isolated_cuda_slices_of_a_backend_that_can_time_alone():
+    cudnn_like = type("B", (), {"replicable": True})()
+    asked = SweepOptions(device="cuda", processes=2)
+    assert replicas.effective(asked, cudnn_like, True).processes == 2
+    assert replicas.effective(asked, cudnn_like, False).processes == 1  # in this process: one
+    assert replicas.effective(asked, object(), True).processes == 1  # torch, onnxruntime: one
+    assert replicas.effective(SweepOptions(device="cpu", processes=2), cudnn_like, True).processes == 1
+    assert replicas.replica_options(asked).timing_only and not replicas.replica_options(asked).rankings
