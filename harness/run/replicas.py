@@ -42,20 +42,23 @@ def replica_options(options: SweepOptions) -> SweepOptions:
 
 
 def merge(rec: Record, replica: Record | None, keep: int) -> Record:
-    """``rec`` (the main process's) with the replica's timing pooled in, in place; a replica that did not time
-    the combination leaves ``rec`` timed in one process, and says why in ``extra.replica``."""
-    if replica is None or rec.status != OK or rec.time is None:
+    """``rec`` (the main process's, all its samples kept) with the replica's timing pooled in, in place, and
+    thinned to ``keep`` samples; a replica that did not time the combination leaves ``rec`` timed in one
+    process, and says why in ``extra.replica``."""
+    if rec.status != OK or rec.time is None:
         return rec
-    if replica.status != OK or replica.time is None:
+    timings = [rec.time]
+    if replica is not None and (replica.status != OK or replica.time is None):
         rec.extra["replica"] = f"{replica.status}: {replica.reason or 'no timing'}"
-        return rec
-    rec.extra["process_medians_ms"] = [round(rec.time.median_ms, 6), round(replica.time.median_ms, 6)]
-    placements = rec.extra.get("placement_medians_ms")
-    if placements is not None and replica.extra.get("placement_medians_ms") is not None:
-        rec.extra["placement_medians_ms"] = placements + replica.extra["placement_medians_ms"]
-    if rec.determinism is not None and replica.determinism is not None:
-        rec.extra["fresh_process_equal"] = rec.determinism.hash == replica.determinism.hash
-    rec.time = pooled([rec.time, replica.time], keep)
+    elif replica is not None:
+        timings.append(replica.time)
+        rec.extra["process_medians_ms"] = [round(t.median_ms, 6) for t in timings]
+        placements = rec.extra.get("placement_medians_ms")
+        if placements is not None and replica.extra.get("placement_medians_ms") is not None:
+            rec.extra["placement_medians_ms"] = placements + replica.extra["placement_medians_ms"]
+        if rec.determinism is not None and replica.determinism is not None:
+            rec.extra["fresh_process_equal"] = rec.determinism.hash == replica.determinism.hash
+    rec.time = pooled(timings, keep)
     return rec
 
 

@@ -132,8 +132,8 @@ def _run_slice(msg: dict[str, Any]) -> tuple:
                     rec.status = CRASHED
                     rec.reason = one_line(f"corrupted the CUDA context ({rec.reason or broken}); the rest of "
                                            "the case continues in a fresh worker")
-                if rec.key() in replicas:
-                    merge(rec, replicas[rec.key()], msg["options"].timing.keep_samples)
+                if getattr(msg["options"], "processes", 1) > 1:  # timed with a share of the budget: pool
+                    merge(rec, replicas.get(rec.key()), msg["options"].timing.keep_samples)
                 finalize(rec, by_producer=by_producer and not broken)
             journal.append(rec)
             if broken:

@@ -1,17 +1,22 @@
 """Detection power and false alarms of the time gate, measured on the GPU with a known injected slowdown.
 
 For a set of real cuDNN forward calls (default cases, several algorithms, math types, dtypes, layouts), four
-passes, each timing every call once with the suite's own timer (harness.measurement.timing.CudaTimer), as four nightly
-runs would:
+passes, each timing every call once as a nightly run does (its five placements, ``TimingPolicy().share(2)``), as
+four nightly runs would:
   1. base;  2. +5 %;  3. +10 %;  4. base again (the A/A pair with pass 1).
+A run times each combination in two processes (harness/run/replicas.py), so the script runs its passes twice, in
+two processes one after the other (``--part 1``, ``--part 2``), and ``--judge`` pools each call's two timings
+per pass (harness.measurement.timing.pooled, with both processes' medians) before judging them with
+harness.analysis.timechange.time_verdict at the default thresholds, as a compare of two runs does.
 The slowdown is device-side: an extra spin kernel (torch.cuda._sleep) enqueued right after the call inside its
 timed region, its length set from a fit of the spin kernel's own timed duration so that it adds the fraction of
 the call's pass-1 median, then corrected once per call from a timed trial of call + spin (on 2026-11-30 the fit
 alone gave +4.75 % for +5 % and +7.8 % for +10 % on 20-50 us calls); the slowdown each call really got is
-measured (pass k median / pass 1 median) and printed beside the verdicts. Every pair is judged by harness.analysis.timechange.time_verdict at the default thresholds.
+measured (pass k median / pass 1 median) and printed beside the verdicts.
 Prints the share detected per call-length band and the false alarms of the A/A pair; writes every row to --json.
 
-    python3 scripts/gpu/detection_power.py [--cases default] [--json OUT]
+    python3 scripts/gpu/detection_power.py --part 1 --json p1.json; ... --part 2 --json p2.json
+    python3 scripts/gpu/detection_power.py --judge p1.json p2.json --json detection-power.json
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -30,16 +36,12 @@ from harness.analysis.timechange import time_verdict  # noqa: E402
 from harness.backends import SweepOptions  # noqa: E402
 from harness.backends.cudnn import ConvSession, CudnnBackend, CudnnError, WorkspaceTooLarge  # noqa: E402
 from harness.core import cases as catalogue  # noqa: E402
-from harness.measurement.timing import CudaTimer, TimingPolicy  # noqa: E402
+from harness.core.records import Timing  # noqa: E402
+from harness.measurement.timing import CudaTimer, TimingPolicy, pooled  # noqa: E402
 
 CALLS = (("IMPLICIT_PRECOMP_GEMM", "DEFAULT"), ("IMPLICIT_PRECOMP_GEMM", "FMA"), ("IMPLICIT_GEMM", "FMA"),
          ("GEMM", "DEFAULT"))
 BANDS = ((0.020, 0.050, 0.10, 0.90), (0.050, float("inf"), 0.05, 0.95))  # (lo ms, hi ms, slowdown, target)
-
-
-def as_record(t) -> dict:
-    return {"median_ms": t.median_ms, "samples": t.samples_ms, "n": t.n, "timer": t.timer,
-            "extra": {"flags": t.flags}}
 
 
 def fit_spin(torch, timer) -> tuple[float, float]:
@@ -51,21 +53,21 @@ def fit_spin(torch, timer) -> tuple[float, float]:
     return my - slope * mx, slope
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", default="default")
-    ap.add_argument("--json", type=Path)
-    args = ap.parse_args(argv)
+PASSES = (("base", 0.0), ("plus5", 0.05), ("plus10", 0.10), ("base2", 0.0))
+
+
+def measure(cases: str) -> dict:
+    """Every call's timing in each pass, in this process (one of a run's two)."""
     import torch
 
     options = SweepOptions()
     cudnn = CudnnBackend().cudnn
-    timer = CudaTimer(TimingPolicy())
-    a0, per_cycle = fit_spin(torch, timer)
+    timer = CudaTimer(TimingPolicy().share(2))
+    a0, per_cycle = fit_spin(torch, CudaTimer(TimingPolicy()))
     print(f"spin kernel: {a0 * 1e3:.2f} us + {per_cycle * 1e6:.3f} us per 1000 cycles")
     calls = []
     t0 = time.perf_counter()
-    for case in catalogue.select(args.cases):
+    for case in catalogue.select(cases):
         for dtype in ("fp32", "fp16"):
             for layout in ("NCHW", "NHWC"):
                 try:
@@ -75,45 +77,59 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 for algo, math in CALLS:
                     try:
-                        fn = session.call(algo, math)
-                        fn()
+                        session.call(algo, math)()
                     except (CudnnError, WorkspaceTooLarge):
                         continue
                     calls.append({"case": case.id, "dtype": dtype, "layout": layout, "algo": algo, "math": math,
                                   "session": session})
     passes: dict[str, list] = {}
-    for name, frac in (("base", 0.0), ("plus5", 0.05), ("plus10", 0.10), ("base2", 0.0)):
+    for name, frac in PASSES:
         out = []
         for i, c in enumerate(calls):
             # bound again right before timing: binding sets the session's math type and may grow (reallocate)
             # its workspace, which would leave an earlier bound call pointing at freed memory
-            fn = c["session"].call(c["algo"], c["math"])
+            session = c["session"]
+            fns = session.placed_calls(*session.bind(c["algo"], c["math"]))
             if frac:
                 base_ms = passes["base"][i].median_ms
                 want = frac * base_ms
                 cycles = max(0, int((want - a0) / per_cycle))
-                got = timer(lambda f=fn, cy=cycles: (f(), torch.cuda._sleep(cy))).median_ms - base_ms
+                got = timer([lambda f=f, cy=cycles: (f(), torch.cuda._sleep(cy)) for f in fns]).median_ms - base_ms
                 cycles = max(0, cycles + int((want - got) / per_cycle))  # one correction from the trial
-
-                def fn(f=fn, cy=cycles):
-                    f()
-                    torch.cuda._sleep(cy)
-            out.append(timer(fn))
+                fns = [lambda f=f, cy=cycles: (f(), torch.cuda._sleep(cy)) for f in fns]
+            out.append(timer(fns))
         passes[name] = out
         print(f"pass {name}: {len(out)} calls ({time.perf_counter() - t0:.0f} s so far)")
+    return {"spin": [a0, per_cycle],
+            "calls": [{k: c[k] for k in ("case", "dtype", "layout", "algo", "math")} for c in calls],
+            "passes": {name: [asdict(t) for t in ts] for name, ts in passes.items()}}
+
+
+def as_record(timings: list) -> dict:
+    """The stored form compare reads, of one call's timings pooled over the processes that measured it."""
+    t = pooled(timings, TimingPolicy().keep_samples)
+    return {"median_ms": t.median_ms, "samples": t.samples_ms, "n": t.n, "timer": t.timer,
+            "extra": {"flags": t.flags, "process_medians_ms": [x.median_ms for x in timings]}}
+
+
+def judge(parts: list[dict]) -> dict:
+    """Each call's passes pooled over the parts (processes) and judged: base against +5 %, +10 % and base2."""
     th = Thresholds()
+    calls = parts[0]["calls"]
+    if any(p["calls"] != calls for p in parts):
+        raise SystemExit("the parts did not time the same calls (another catalogue or GPU?)")
+    timed = {name: [[Timing(**p["passes"][name][i]) for p in parts] for i in range(len(calls))]
+             for name, _ in PASSES}
     rows = []
     for i, c in enumerate(calls):
-        base = as_record(passes["base"][i])
-        row = {k: c[k] for k in ("case", "dtype", "layout", "algo", "math")}
-        row["base_ms"] = base["median_ms"]
-        row["flags"] = passes["base"][i].flags
-        row["host_ms"] = passes["base"][i].host_ms
+        base = as_record(timed["base"][i])
+        row = dict(c, base_ms=base["median_ms"], flags=base["extra"]["flags"],
+                   process_medians_ms=base["extra"]["process_medians_ms"])
         for name in ("plus5", "plus10", "base2"):
-            head = as_record(passes[name][i])
+            head = as_record(timed[name][i])
             v = time_verdict(base, head, th)
             row[name] = {"ratio": head["median_ms"] / base["median_ms"], "verdict": v[0] if v else "same",
-                         "flags": passes[name][i].flags}
+                         "flags": head["extra"]["flags"], "process_medians_ms": head["extra"]["process_medians_ms"]}
         rows.append(row)
     summary = {}
     for lo, hi, size, target in BANDS:
@@ -124,7 +140,10 @@ def main(argv: list[str] | None = None) -> int:
         got = [r[key]["ratio"] for r in band]
         summary[f"{lo * 1e3:.0f}-{hi * 1e3:.0f}us +{size:.0%}"] = {
             "calls": len(band), "detected": hit, "ambiguous": amb, "share": hit / len(band) if band else None,
-            "target": target, "injected_ratio_median": statistics.median(got) if got else None}
+            "target": target, "injected_ratio_median": statistics.median(got) if got else None,
+            "missed": [{k: r[k] for k in ("case", "dtype", "layout", "algo", "math", "base_ms")}
+                       | {"ratio": r[key]["ratio"], "verdict": r[key]["verdict"]}
+                       for r in band if r[key]["verdict"] != "regression"]}
     aa = [r for r in rows if r["base2"]["verdict"] in ("regression", "improvement")]
     summary["aa_false_alarms"] = {"calls": len(rows), "regressions": sum(r["base2"]["verdict"] == "regression"
                                                                           for r in rows),
@@ -133,10 +152,23 @@ def main(argv: list[str] | None = None) -> int:
                                   "rows": [{k: r[k] for k in ("case", "dtype", "layout", "algo", "math", "base_ms")}
                                            | {"ratio": r["base2"]["ratio"]} for r in aa]}
     summary["flags_in_base"] = sum(bool(r["flags"]) for r in rows)
-    for k, v in summary.items():
-        print(k, json.dumps(v)[:300])
-    if args.json:
-        args.json.write_text(json.dumps({"summary": summary, "spin": [a0, per_cycle], "rows": rows}, indent=1))
+    return {"summary": summary, "spin": [p["spin"] for p in parts], "rows": rows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default="default")
+    ap.add_argument("--part", type=int, help="measure one process's passes")
+    ap.add_argument("--judge", nargs="+", type=Path, help="pool the parts' passes and judge them")
+    ap.add_argument("--json", type=Path, required=True)
+    args = ap.parse_args(argv)
+    if args.judge:
+        out = judge([json.loads(p.read_text()) for p in args.judge])
+        for k, v in out["summary"].items():
+            print(k, json.dumps(v)[:400])
+    else:
+        out = measure(args.cases)
+    args.json.write_text(json.dumps(out, indent=1 if args.judge else None))
     return 0
 
 

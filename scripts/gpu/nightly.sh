@@ -78,8 +78,20 @@ probe)
     p.sort_stats('cumulative').print_stats(45)" "$OUT/bwd-sweep.prof" > "$OUT/bwd-sweep-profile.txt"
   grep -A32 "Ordered by: internal" "$OUT/bwd-sweep-profile.txt" | cut -c1-150
   ;;
-power)
-  t timeout 400 python3 scripts/gpu/detection_power.py --json "$OUT/detection-power.json" 2>&1 | tail -12
+power)  # two processes one after the other on each GPU (a run's two), the GPUs in parallel
+  for g in ${POWER_GPUS:-0}; do
+    ( for part in 1 2; do
+        t env CUDA_VISIBLE_DEVICES=$g timeout ${POWER_TIMEOUT:-270} python3 scripts/gpu/detection_power.py \
+          --part $part --json "$OUT/power-gpu$g-part$part.json" >> "$OUT/power-gpu$g.log" 2>&1
+      done ) &
+  done
+  wait
+  for g in ${POWER_GPUS:-0}; do
+    tail -n 4 "$OUT/power-gpu$g.log"
+    python3 scripts/gpu/detection_power.py --judge "$OUT"/power-gpu$g-part1.json "$OUT"/power-gpu$g-part2.json \
+      --json "$OUT/detection-power-gpu$g.json" | cut -c1-300
+    python3 -c "import lzma, os, sys; [(open(p + '.xz', 'wb').write(lzma.compress(open(p, 'rb').read())), os.remove(p)) for p in sys.argv[1:]]" "$OUT"/power-gpu$g-part*.json
+  done
   ;;
 aa|upgrade)
   b=host; [ "$stage" = upgrade ] && b=${STACK_B:?STACK_B=NAME=/tmp/stack-NAME}
