@@ -139,6 +139,22 @@ def test_a_driver_replicates_only_isolated_cuda_slices_of_a_backend_that_can_tim
     asked = SweepOptions(device="cuda", processes=2)
     assert replicas.effective(asked, cudnn_like, True).processes == 2
     assert replicas.effective(asked, cudnn_like, False).processes == 1  # in this process: one
-    assert replicas.effective(asked, object(), True).processes == 1  # torch, onnxruntime: one
+    assert replicas.effective(asked, object(), True).processes == 1  # onnxruntime: one
     assert replicas.effective(SweepOptions(device="cpu", processes=2), cudnn_like, True).processes == 1
     assert replicas.replica_options(asked).timing_only and not replicas.replica_options(asked).rankings
+
+
+def test_a_torch_timing_pass_computes_the_same_bits_and_no_accuracy():
+    from harness.backends.pytorch import TorchBackend
+
+    case = cases.select("quick.seed")[0]
+    backend = TorchBackend()
+    full_opts = SweepOptions(device="cpu", dtypes=("fp32",), layouts=("NCHW",),
+                             timing=TimingPolicy(budget_ms=2.0, min_samples=8))
+    combos = backend.combos(case, full_opts)
+    full = list(backend.run(case, combos, full_opts))
+    timed = list(backend.run(case, combos, replicas.replica_options(full_opts)))
+    assert [r.status for r in timed] == [OK] * len(full)
+    for f, t in zip(full, timed, strict=True):
+        assert t.accuracy is None and t.time.n >= 3 and t.time.median_ms > 0
+        assert t.determinism.hash == f.determinism.hash  # same inputs, same kernel, same bits

@@ -57,6 +57,9 @@ def _math_name(dtype: str, tf32: bool | None) -> str:
 
 class TorchBackend:
     name = "torch"
+    # times a combination alone when asked (SweepOptions.timing_only): with cudnn.benchmark each process searches
+    # anew, and on the H200 (2026-12-01) one such search landed 12 % slower in one process (run/replicas.py)
+    replicable = True
 
     def available(self) -> str | None:
         try:
@@ -89,7 +92,7 @@ class TorchBackend:
         cuda = self._on_cuda(options)
         device = "cuda" if cuda else "cpu"
         sm = torch.cuda.get_device_capability() if cuda else None
-        timer = CudaTimer(options.timing) if cuda else HostTimer(options.timing)
+        timer = CudaTimer(options.timing.share(options.processes)) if cuda else HostTimer(options.timing)
         cache: dict[tuple[str, str, str], tuple] = {}
         for combo in combos:
             rec = combo.record(case, self.name, device=device)
@@ -106,7 +109,7 @@ class TorchBackend:
             key = (combo.direction, combo.dtype, combo.layout)
             if key not in cache:
                 cache.clear()
-                cache[key] = self.prepare(case, *key, device)
+                cache[key] = self.prepare(case, *key, device, reference=not options.timing_only)
             t0 = time.perf_counter()
             try:
                 with conv_settings(settings.get("tf32"), settings.get("benchmark"), settings.get("deterministic")):
@@ -119,8 +122,9 @@ class TorchBackend:
         if cuda:
             torch.cuda.empty_cache()
 
-    def prepare(self, case: Case, direction: str, dtype: str, layout: str, device: str):
-        """(call, float64 reference, bound, reduction length) for one case, direction, dtype and layout."""
+    def prepare(self, case: Case, direction: str, dtype: str, layout: str, device: str, reference: bool = True):
+        """(call, float64 reference, bound, reduction length) for one case, direction, dtype and layout; without
+        ``reference`` (a replica's timing pass) the reference and bound are None."""
         import torch
         import torch.nn.functional as F
 
@@ -128,7 +132,7 @@ class TorchBackend:
         tdt = accuracy.torch_dtype(dtype)
         host = accuracy.host_inputs(case, direction)
         ops = {k: torch.from_numpy(v).to(device, tdt).contiguous(memory_format=fmt) for k, v in host.items()}
-        ref, scale = accuracy.reference(case, direction, ops, device)
+        ref, scale = accuracy.reference(case, direction, ops, device) if reference else (None, None)
         kw = dict(stride=case.stride, padding=case.pad, dilation=case.dilation, groups=case.groups)
         if direction == "fwd":
             def call():
@@ -149,6 +153,15 @@ class TorchBackend:
 
         call, ref, scale, reduction = prepared
         sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+        if options.timing_only:  # a replica: its output's hash, to tell whether two processes agree, and the time
+            with torch.no_grad():
+                out = call()
+                sync()
+                rec.determinism = Determinism(hash=accuracy.output_hash(out), hash_algo=accuracy.HASH_ALGO,
+                                              repeats=0, repeat_equal=None, fresh_handle_equal=None)
+                rec.time = timer(call)
+            rec.status = OK
+            return
         with torch.no_grad():
             if device == "cuda":
                 # Poison the block the caching allocator will hand the output: an unwritten element shows.
