@@ -5,7 +5,8 @@ a floor (thresholds.py), a one-sided Mann-Whitney U test says so (p < alpha) and
 the median ratio lies above 1. Samples from one run share that run's clocks and temperature, so the test alone
 would flag real but tiny differences between two sessions; the thresholds keep the gate to differences a person
 would act on. A change beyond the thresholds on a record whose samples cannot be trusted (host-bound,
-multi-modal, too few: timing.sample_flags) is **ambiguous**, with the evidence, never slower or faster.
+multi-modal, too few: timing.sample_flags) is **ambiguous**, with the evidence, never slower or faster; so is a
+change within the gap between two processes of one run (run/replicas.py: the level a fresh process lands on).
 Without samples (asv data) the fallback is the thresholds plus non-overlapping interquartile ranges.
 numpy only: the two tests need a rank sum, a normal tail and resampling, not scipy.
 """
