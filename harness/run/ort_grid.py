@@ -59,7 +59,9 @@ class ModelRunner:
     name = "ort"
 
     def run(self, subject: ModelSubject, combos: Iterable[Combo], options: Any) -> Iterator[Record]:
-        return model_records(OrtBackend(processes=FreshProcesses()), subject.model, combos, options)
+        backend = OrtBackend()
+        backend.processes = FreshProcesses(log=backend.log)  # a failed session process is said on stderr too
+        return model_records(backend, subject.model, combos, options)
 
 
 def slice_timeout(opts: ModelOptions, n_combos: int) -> float:

@@ -11,9 +11,9 @@ same status, so a case whose every combination hangs costs (retries + 1) timeout
 
 One worker process serves slice after slice (a torch import and a CUDA context cost seconds); it is
 replaced only after a failure; ``call`` runs one function in a fresh worker under the same watchdog and
-judgement (the autotuner's fresh cudnn.benchmark processes). The worker's side is workerchild.py. The child
-dies with the sweep (PR_SET_PDEATHSIG) and holds the run lock with it, so a ``kill -9`` of the sweep never
-leaves a writer behind for ``--resume`` to race.
+judgement (the autotuner's fresh cudnn.benchmark processes; onnxruntime's session processes, fresh.py). The
+worker's side is workerchild.py. The child dies with the sweep (PR_SET_PDEATHSIG) and holds the run lock with
+it, so a ``kill -9`` of the sweep never leaves a writer behind for ``--resume`` to race.
 """
 
 from __future__ import annotations
