@@ -143,3 +143,16 @@ def test_a_crashed_session_process_is_a_record_and_resume_measures_only_what_the
     recs = [Record.from_dict(json.loads(line)) for line in lines]
     assert [r.status for r in recs] == [CRASHED, OK] and len({r.key() for r in recs}) == 2
     assert json.loads((journal.parent / "end.json").read_text())["by_status"] == {CRASHED: 1, OK: 1}
+
+
+def test_a_crashed_drift_process_among_others_is_named_and_the_others_measure(tmp_path, faults, monkeypatch):
+    faults({"drift-00-p1": "abort"})
+    rc, journal = _faulty_grid(monkeypatch, tmp_path, "--out", str(tmp_path / "res"), "--no-isolate",
+                               "--processes", "2")
+    assert rc == 0
+    recs = [Record.from_dict(d) for d in iter_journal(journal)]
+    assert len(recs) == 2 and {r.status for r in recs} == {OK}
+    for r in recs:  # the second process is part of the measurement: its loss is said, the first one's data stands
+        (problem,) = r.extra["problems"]
+        assert "drift-00-p1" in problem and "crashed" in problem and "SIGABRT" in problem
+        assert r.extra["drift"]["image"]["fresh_process"]["n"] == 1

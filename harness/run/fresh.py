@@ -32,14 +32,13 @@ from .worker import DEFAULT_TIMEOUT_S, WorkerPool
 class FreshProcesses:
     """Runs each job's ``function(job)`` in a fresh worker of the pool (backends/ort/sessions.SessionProcesses)."""
 
-    def __init__(self, memory_limit: int | None = None, log: Callable[[str], None] | None = None):
-        self.memory_limit = memory_limit
-        self.log = log
+    def __init__(self, log: Callable[[str], None] | None = None):
+        self.log = log  # where the pool says that a process failed (its status and reason)
 
     def __call__(self, runs: list[Any], parallel: int, timeout_s: float = DEFAULT_TIMEOUT_S,
                  on_done: Callable[[Any], None] | None = None) -> None:
         def one(run: Any) -> None:
-            pool = WorkerPool(None, timeout_s=timeout_s, memory_limit=self.memory_limit, env=run.env, log=self.log)
+            pool = WorkerPool(None, timeout_s=timeout_s, env=run.env, log=self.log)
             run.started = time.monotonic()
             try:
                 run.result, run.failure = pool.call(run.function, run.job, name=run.name)
