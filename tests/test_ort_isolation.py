@@ -156,3 +156,15 @@ def test_a_crashed_drift_process_among_others_is_named_and_the_others_measure(tm
         (problem,) = r.extra["problems"]
         assert "drift-00-p1" in problem and "crashed" in problem and "SIGABRT" in problem
         assert r.extra["drift"]["image"]["fresh_process"]["n"] == 1
+
+
+def test_a_crashed_timing_process_leaves_the_drift_records_without_a_time_and_says_why(tmp_path, faults,
+                                                                                       monkeypatch):
+    faults({"timing-CPUExecutionProvider": "segv"})
+    rc, journal = _faulty_grid(monkeypatch, tmp_path, "--out", str(tmp_path / "res"), "--no-isolate")
+    assert rc == 0
+    recs = [Record.from_dict(d) for d in iter_journal(journal)]
+    assert len(recs) == 2 and {r.status for r in recs} == {OK} and all(r.time is None for r in recs)
+    for r in recs:
+        assert r.reason.startswith("timing process (timing-CPUExecutionProvider) crashed") and "SIGSEGV" in r.reason
+        assert r.determinism.distinct_outputs == 1  # the drift processes measured

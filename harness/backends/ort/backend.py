@@ -275,6 +275,6 @@ class OrtBackend(ModelRuns):
                                determinism=det, chosen_algo=chosen if provider == CUDA_EP else "MLAS (CPU EP)",
                                explanation=expl, extra=dict(extra))
                 if t is None:
-                    rec.reason = "timing worker failed: " + str((tr or {}).get("reason") or (
-                        failed(timing, "timing process") if timing.failure else "no result"))[:500]
+                    rec.reason = (failed(timing, "timing process") if timing.failure else "timing worker failed: "
+                                  + str((tr or {}).get("reason") or "no result"))[:500]
                 yield rec

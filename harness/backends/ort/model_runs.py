@@ -321,8 +321,8 @@ class ModelRuns:
                        chosen_algo=(algos or {}).get("chosen_summary") if provider == CUDA_EP else "MLAS (CPU EP)",
                        explanation=explanation, extra=dict(extra))
             if t is None:
-                rec.reason = "timing worker failed: " + ((tcfg or {}).get("reason") or (
-                    failed(timing_run, "timing process") if timing_run.failure else "no result"))[:500]
+                rec.reason = (failed(timing_run, "timing process") if timing_run.failure else "timing worker failed: "
+                              + ((tcfg or {}).get("reason") or "no result"))[:500]
             yield rec
 
     def _algo_summary(self, node_info: list[dict], samples: list[dict]) -> dict[str, Any]:
