@@ -38,9 +38,9 @@ from harness.backends.ort import (  # noqa: E402
     architectures,
     imagenet,
     models,  # noqa: E402
-    run_workers,
 )
 from harness.backends.ort.options import _provider_options  # noqa: E402
+from harness.run.fresh import FreshProcesses  # noqa: E402
 
 AGREEMENT = 0.05
 GRID_BUDGET_S = 300.0
@@ -54,12 +54,14 @@ def agreement(model: str, provider: str, search: str | None, workdir: Path) -> d
 
     np.save(xp, x)
     po = {} if provider == CPU_EP else _provider_options(search, 1, 1)
-    w = WorkerRun({"mode": "profile_agreement", "model": str(built.path), "provider": provider,
+    w = WorkerRun({"model": str(built.path), "provider": provider,
                    "inputs": {"image": str(xp)}, "timing_policy": {"min_samples": 20, "max_samples": 200},
-                   "configs": [{"key": "k", "provider_options": po, "sessions": 1}]})
-    run_workers([(w, f"agree-{model}-{search or 'cpu'}", False)], workdir, 1, 600)
+                   "configs": [{"key": "k", "provider_options": po, "sessions": 1}]},
+                  name=f"agree-{model}-{search or 'cpu'}", function="harness.backends.ort.worker:profile_agreement")
+    w.prepare(workdir)
+    FreshProcesses()([w], 1, 600)
     if w.failure:
-        return {"error": w.failure[1]}
+        return {"error": f"{w.failure[0]}: {w.failure[1]}"}
     return w.result
 
 

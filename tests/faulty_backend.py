@@ -216,3 +216,19 @@ class FaultyTuner:
                                                        repeat_equal=len(set(hashes)) == 1, fresh_handle_equal=None,
                                                        distinct_outputs=len(set(hashes))),
                                extra={"winners": winners, "trials": [], "near_ties": [], "max_abs_spread": 0.5})
+
+
+# --- onnxruntime's session processes (harness.backends.ort.sessions), on the CPU EP ------------------------------
+
+ORT_SESSION = "faulty_backend:faulty_session"  # ModelOptions.session_function: the pool loads it when ENABLE_ENV=1
+
+
+def faulty_session(job: dict) -> dict:
+    """One onnxruntime session process: the fault planned for its name (CONVBENCH_FAULTS=drift-00-p0=segv), else
+    the real one (harness.backends.ort.worker.session_process)."""
+    from harness.backends.ort.worker import session_process
+
+    fault = plan().get(job["name"])
+    if fault:
+        FaultyBackend()._do(fault)
+    return session_process(job)

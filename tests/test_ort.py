@@ -1,4 +1,5 @@
-"""The onnxruntime backend on the CPU EP (the whole worker path), the cuDNN log parser and the grid command."""
+"""The onnxruntime backend on the CPU EP (the whole session-process path), the cuDNN log parser and the grid
+command."""
 
 from __future__ import annotations
 
@@ -24,12 +25,12 @@ from harness.backends.ort import (  # noqa: E402
     expected_conv_path,
     model_accuracy,
     node_algorithms,
-    run_workers,
 )
 from harness.core import cases  # noqa: E402
 from harness.core.records import ERROR, OK, SKIPPED, TIMEOUT, Record  # noqa: E402
 from harness.measurement import accuracy  # noqa: E402
 from harness.run import ort_grid  # noqa: E402
+from harness.run.fresh import FreshProcesses  # noqa: E402
 from harness.run.journal import JOURNAL_FILE, iter_journal  # noqa: E402
 
 # cuDNN API log lines as cuDNN prints them (format of the public logs in NVIDIA/cudnn-frontend#39 and
@@ -157,7 +158,7 @@ def test_sweep_options_map_onto_model_options():
 def cpu_records(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CONVBENCH_CACHE", str(tmp_path_factory.mktemp("cache")))
-        b = OrtBackend(log=lambda m: None)
+        b = OrtBackend(log=lambda m: None, processes=FreshProcesses())
         opts = ModelOptions(device="cpu", sessions=2, processes=2, repeats=1)
         yield list(b.run_model("mobilenetv2", b.model_combos("mobilenetv2", opts), opts))
 
@@ -205,7 +206,7 @@ def test_cuda_combos_without_a_cuda_ep_are_skipped_with_the_reason():
 
 
 def test_conv_case_on_the_cpu_ep_and_the_unsupported_combinations():
-    b = OrtBackend(log=lambda m: None)
+    b = OrtBackend(log=lambda m: None, processes=FreshProcesses())
     case = cases.get("quick.depthwise")
     opts = SweepOptions(device="cpu", directions=("fwd", "bwd_data"), dtypes=("fp32", "bf16"),
                         layouts=("NCHW", "NHWC"))
@@ -267,25 +268,32 @@ def test_api_log_policy_per_setting_or_per_search_mode():
     assert api_logged_settings(modes, "mode", legacy=True) == set(modes)  # <= 1.19: engines are in the API log
 
 
-def test_run_workers_reports_each_worker_as_it_ends(tmp_path):
+def _sessions(runs: list[WorkerRun], workdir, parallel: int, timeout_s: float, on_done=None) -> None:
+    """What OrtBackend does with its session processes: each prepared, then run by the pool's service."""
+    OrtBackend(log=lambda m: None, processes=FreshProcesses())._run_sessions(runs, workdir, parallel, timeout_s,
+                                                                            on_done)
+
+
+def test_session_processes_are_reported_each_as_it_ends(tmp_path):
     jobs = [WorkerRun({"model": str(tmp_path / f"missing{i}.onnx"), "provider": CPU_EP, "inputs": {},
-                       "configs": [{"key": "k", "provider_options": {}, "sessions": 1}]}) for i in range(3)]
+                       "configs": [{"key": "k", "provider_options": {}, "sessions": 1}]}, name=f"w{i}")
+            for i in range(3)]
     seen = []
-    run_workers([(w, f"w{i}", False) for i, w in enumerate(jobs)], tmp_path, 2, 120,
-                on_done=lambda w: seen.append((w, w.result is not None, w.ended >= w.started > 0)))
+    _sessions(jobs, tmp_path, 2, 120,
+              on_done=lambda w: seen.append((w, w.result is not None, w.ended >= w.started > 0)))
     assert sorted(id(w) for w, _, _ in seen) == sorted(map(id, jobs))  # each one, once
     assert all(has_result and timed for _, has_result, timed in seen)
 
 
-def test_a_failing_worker_costs_its_configuration_only(tmp_path):
+def test_a_failing_session_process_costs_its_configuration_only(tmp_path):
     bad = WorkerRun({"model": str(tmp_path / "missing.onnx"), "provider": CPU_EP, "inputs": {},
-                     "configs": [{"key": "k", "provider_options": {}, "sessions": 1}]})
+                     "configs": [{"key": "k", "provider_options": {}, "sessions": 1}]}, name="bad")
     slow = WorkerRun({"model": str(tmp_path / "missing.onnx"), "provider": CPU_EP, "inputs": {},
-                      "configs": [{"key": "k", "provider_options": {}, "sessions": 1}]})
-    run_workers([(bad, "bad", False)], tmp_path, 1, 120)
+                      "configs": [{"key": "k", "provider_options": {}, "sessions": 1}]}, name="slow")
+    _sessions([bad], tmp_path, 1, 120)
     assert bad.result["configs"][0]["status"] == "error" and "missing.onnx" in bad.result["configs"][0]["reason"]
-    run_workers([(slow, "slow", False)], tmp_path, 1, 0.001)
-    assert slow.failure[0] == TIMEOUT
+    _sessions([slow], tmp_path, 1, 0.001)
+    assert slow.failure[0] == TIMEOUT and "watchdog" in slow.failure[1]  # the pool's words (run/finalize.py)
 
 
 def test_model_accuracy_flags_unwritten_and_scales_by_the_yardstick():
@@ -344,3 +352,18 @@ def test_worker_environment_switches_each_log_on_its_own(monkeypatch):
     assert fe_only["CUDNN_FRONTEND_LOG_FILE"] == "/tmp/fe.log" and "CUDNN_LOGDEST_DBG" not in fe_only
     full = _worker_env("/tmp/api.log", "/tmp/fe.log")
     assert full["CUDNN_LOGDEST_DBG"] == "/tmp/api.log" and full["CUDNN_LOGLEVEL_DBG"] == "3"
+
+
+def test_the_sweep_gives_the_backend_the_pools_session_processes(tmp_path):
+    """`convbench sweep -b ort`: the pool's resolve_backend hands OrtBackend its process service (run/fresh.py);
+    a backend built without one says so in its records instead of starting processes of its own."""
+    from harness.run import sweep
+
+    case = cases.get("quick.depthwise")
+    opts = SweepOptions(device="cpu", dtypes=("fp32",), layouts=("NCHW",))
+    journal = sweep.run([case], ["ort"], opts, tmp_path, isolate=False, log=lambda m: None)
+    recs = [Record.from_dict(d) for d in iter_journal(journal.path / JOURNAL_FILE) if d["kind"] == "measurement"]
+    assert len(recs) == 2 and all(r.status == OK and r.extra["sessions"] == 3 for r in recs)
+    bare = OrtBackend(log=lambda m: None)
+    recs = list(bare.run(case, bare.combos(case, opts), opts))
+    assert len(recs) == 2 and all(r.status == ERROR and "no process service" in r.reason for r in recs)

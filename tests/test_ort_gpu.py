@@ -15,6 +15,7 @@ from harness.backends.ort import CUDA_EP, ModelOptions, OrtBackend, expected_con
 from harness.core import cases  # noqa: E402
 from harness.core.records import OK  # noqa: E402
 from harness.measurement import fingerprint  # noqa: E402
+from harness.run.fresh import FreshProcesses  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 TAG = re.compile(r"eng-?\d+(?:_k\d+=-?\d+)*")
@@ -29,7 +30,7 @@ def needs_cuda():
 
 
 def test_single_conv_every_setting_runs_and_names_its_engine():
-    b = OrtBackend(log=lambda m: None)
+    b = OrtBackend(log=lambda m: None, processes=FreshProcesses())
     case = cases.get("quick.seed")
     opts = SweepOptions(device="cuda", dtypes=("fp32",), layouts=("NCHW",))
     recs = [r for r in b.run(case, b.combos(case, opts), opts) if r.settings["provider"] == CUDA_EP]
@@ -47,7 +48,7 @@ def test_single_conv_every_setting_runs_and_names_its_engine():
 
 
 def test_model_node_algorithms_are_mapped_from_the_logs():
-    b = OrtBackend(log=lambda m: None)
+    b = OrtBackend(log=lambda m: None, processes=FreshProcesses())
     opts = ModelOptions(device="cuda", sessions=2, processes=2, repeats=1, cpu_ep=False)
     combos = [c for c in b.model_combos("mobilenetv2", opts) if dict(c.settings)["use_tf32"] == 0
               and dict(c.settings)["cudnn_conv_use_max_workspace"] == 1]

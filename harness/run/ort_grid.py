@@ -7,10 +7,13 @@ sweep`), the first drift worker's cuDNN logs to .../cudnn_logs/ (gzipped), and t
 records say about the seed question: how many distinct outputs each search mode gave across fresh sessions
 and fresh processes, and which conv engines differed.
 
-As `convbench sweep` does, on CUDA (or with --isolate) each model runs in the sweep's worker pool
-(run/worker.py): a model whose process crashes, hangs or runs out of memory becomes records with that
-status, the rest of it goes to a fresh worker, and the run lock keeps a second writer out. --resume RUN_DIR
-continues an interrupted run without measuring again what its journal holds.
+Every onnxruntime session process (the timing process and the drift processes of each setting, planned by
+backends/ort) is a fresh, watched process of the worker pool (run/worker.py, through run/fresh.py): one that
+crashes, hangs or runs out of memory ends with the pool's status and one-line reason, and the records of its
+setting carry them (classified and explained by run/finalize.py). As `convbench sweep` does, on CUDA (or with
+--isolate) each model's own work (references, records) runs in the pool too: a model whose process dies becomes
+records with that status, the rest of it goes to a fresh worker, and the run lock keeps a second writer out.
+--resume RUN_DIR continues an interrupted run without measuring again what its journal holds.
 """
 
 from __future__ import annotations
@@ -21,8 +24,11 @@ import os
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
+from ..backends import Combo
 from ..backends.ort import CUDA_EP, ModelOptions, OrtBackend, architectures
 from ..backends.ort.model_runs import ModelSubject
 from ..core.errors import UserError
@@ -30,11 +36,32 @@ from ..core.records import OK, Record, wholly_failed
 from ..measurement import fingerprint
 from . import worker
 from .finalize import finalize
+from .fresh import FreshProcesses
 from .journal import JOURNAL_FILE, Journal, JournalError, iter_journal
 from .sweep import lock_run
 
 # the pool's runner for one model (worker.load_runner); named by its module, as this one may run as __main__
-RUNNER = "harness.backends.ort.model_runs:ModelRunner"
+RUNNER = "harness.run.ort_grid:ModelRunner"
+
+
+def model_records(backend: OrtBackend, model: str, combos: Iterable[Combo], opts: Any) -> Iterator[Record]:
+    """One model's records: an ok record keeps the backend's own words (drift across sessions and processes,
+    which only it saw), any other (a session process that crashed, hung or ran out of memory, an onnxruntime
+    error, a skip) is classified and explained by finalize, as every driver's failures are."""
+    for rec in backend.run_model(model, combos, opts):
+        yield rec if rec.status == OK else finalize(rec)
+
+
+class ModelRunner:
+    """Runs one model's combinations in a worker process of the pool (worker.load_runner); its session
+    processes are fresh workers of a pool of their own (run/fresh.py)."""
+
+    name = "ort"
+
+    def run(self, subject: ModelSubject, combos: Iterable[Combo], options: Any) -> Iterator[Record]:
+        backend = OrtBackend()
+        backend.processes = FreshProcesses(log=backend.log)  # a failed session process is said on stderr too
+        return model_records(backend, subject.model, combos, options)
 
 
 def slice_timeout(opts: ModelOptions, n_combos: int) -> float:
@@ -144,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.sessions < 1 or args.processes < 1 or args.batch < 1:
         print("ort_grid: error: --sessions, --processes and --batch must be >= 1", file=sys.stderr)
         return 2
-    backend = OrtBackend()
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    backend = OrtBackend(processes=FreshProcesses(log=log))
     why = backend.available()
     if why:
         print(f"ort_grid: error: {why}", file=sys.stderr)
@@ -183,8 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"ort_grid: error: {exc}", file=sys.stderr)
         return 3
-    pool = worker.WorkerPool(journal, keep_fds=(lock,), log=lambda msg: print(msg, file=sys.stderr, flush=True)) \
-        if isolate else None
+    pool = worker.WorkerPool(journal, keep_fds=(lock,), log=log) if isolate else None
     try:
         for m in wanted:
             subject = ModelSubject(m)
@@ -195,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                 pool.timeout_s = slice_timeout(opts, len(combos))
                 made = pool.run_slice(backend.name, subject, combos, opts, runner=RUNNER, finalize=False)
             else:
-                made = _in_process(journal, backend.run_model(m, combos, opts))
+                made = _in_process(journal, model_records(backend, m, combos, opts))
             for rec in made:
                 if rec.kind == "measurement":
                     kept.append(rec)
@@ -224,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _in_process(journal: Journal, records):
     for rec in records:
-        journal.append(finalize(rec, by_producer=True))  # the runner's own words (run_slice's finalize=False)
+        journal.append(finalize(rec, by_producer=True))  # finalized by model_records (run_slice's finalize=False)
         yield rec
 
 

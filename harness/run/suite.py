@@ -77,9 +77,11 @@ def ort_grid(models: list[str], results_root: Path, label: Callable[[Any], str])
     from ..backends import ort
     from ..measurement import fingerprint
     from . import sweep
+    from .fresh import FreshProcesses
     from .journal import Journal
+    from .ort_grid import model_records
 
-    backend = ort.OrtBackend()
+    backend = ort.OrtBackend(processes=FreshProcesses())
     # A GPU host asks for the CUDA EP even when this onnxruntime lacks it: those settings become skipped
     # records that say why (e.g. the CPU-only onnxruntime wheel), not settings that silently never ran.
     cuda = bool(fingerprint.gpus()[0])
@@ -89,7 +91,7 @@ def ort_grid(models: list[str], results_root: Path, label: Callable[[Any], str])
         results_root, fingerprint.take(0 if cuda else None), {"asv": "bench_ort", "models": models})
     table: dict = {}
     for model in models:
-        for rec in backend.run_model(model, backend.model_combos(model, opts), opts):
+        for rec in model_records(backend, model, backend.model_combos(model, opts), opts):
             journal.append(rec)
             drift = (rec.extra.get("drift") or {}).get("image", {}).get("all", {})
             table[(model, label(rec), rec.settings["io"])] = {

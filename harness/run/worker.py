@@ -11,9 +11,9 @@ same status, so a case whose every combination hangs costs (retries + 1) timeout
 
 One worker process serves slice after slice (a torch import and a CUDA context cost seconds); it is
 replaced only after a failure; ``call`` runs one function in a fresh worker under the same watchdog and
-judgement (the autotuner's fresh cudnn.benchmark processes). The worker's side is workerchild.py. The child
-dies with the sweep (PR_SET_PDEATHSIG) and holds the run lock with it, so a ``kill -9`` of the sweep never
-leaves a writer behind for ``--resume`` to race.
+judgement (the autotuner's fresh cudnn.benchmark processes; onnxruntime's session processes, fresh.py). The
+worker's side is workerchild.py. The child dies with the sweep (PR_SET_PDEATHSIG) and holds the run lock with
+it, so a ``kill -9`` of the sweep never leaves a writer behind for ``--resume`` to race.
 """
 
 from __future__ import annotations
@@ -74,13 +74,14 @@ class _Child:
 class WorkerPool:
     """Runs slices in a child process, replacing it after every failure; records come back as journaled."""
 
-    def __init__(self, journal: Journal, timeout_s: float = DEFAULT_TIMEOUT_S, retries: int = DEFAULT_RETRIES,
+    def __init__(self, journal: Journal | None, timeout_s: float = DEFAULT_TIMEOUT_S, retries: int = DEFAULT_RETRIES,
                  memory_limit: int | None = None, keep_fds: tuple[int, ...] = (),
                  log: Callable[[str], None] | None = None, env: dict[str, str] | None = None):
-        """``env``: the worker's environment (a stack's, stacks.Stack.env), by default this process's."""
+        """``env``: the worker's environment (a stack's, stacks.Stack.env), by default this process's;
+        ``journal`` None: a pool that only calls (``call`` journals nothing; run/fresh.py)."""
         self.journal = journal
         self.env = env
-        self.path = journal.path / JOURNAL_FILE
+        self.path = journal.path / JOURNAL_FILE if journal is not None else None
         self.timeout_s = timeout_s
         self.retries = retries
         self.memory_limit = memory_limit
@@ -107,10 +108,10 @@ class WorkerPool:
 
     def _end(self) -> int:
         """Drop a torn tail a dead child may have left, and return where complete lines end."""
-        return self.journal.repair()
+        return self.journal.repair() if self.journal is not None else 0
 
     def _read_from(self, offset: int) -> tuple[list[dict[str, Any]], int]:
-        if not self.path.exists():
+        if self.path is None or not self.path.exists():
             return [], offset
         with open(self.path, "rb") as f:
             f.seek(offset)

@@ -47,11 +47,17 @@ def _test_backend():
 
 
 def resolve_backend(name: str):
-    """A backend by name; the fault-injecting test backend only when CONVBENCH_TEST_BACKENDS=1."""
+    """A backend by name; the fault-injecting test backend only when CONVBENCH_TEST_BACKENDS=1. A backend that
+    runs processes of its own (``processes``: onnxruntime's sessions) gets the pool's (run/fresh.py)."""
     faulty = _test_backend()
     if faulty and name == faulty.FaultyBackend.name:
         return faulty.FaultyBackend()
-    return get_backend(name)
+    backend = get_backend(name)
+    if getattr(backend, "processes", False) is None:
+        from .fresh import FreshProcesses  # here: fresh.py imports the pool, which imports this module
+
+        backend.processes = FreshProcesses()
+    return backend
 
 
 def backend_names() -> tuple[str, ...]:

@@ -8,10 +8,13 @@ cudnnGetConvolutionForwardAlgorithm_v7 (HEURISTIC) or IMPLICIT_PRECOMP_GEMM (DEF
 cuDNN frontend graph whose plan comes from heuristics mode B (EXHAUSTIVE), A (HEURISTIC) or FALLBACK
 (DEFAULT) -- no timing at all -- and the max-workspace option no longer enters the conv path.
 
-All onnxruntime work runs in worker processes (harness/backends/ort/worker.py): fresh processes are one of the
+All onnxruntime work runs in session processes (harness/backends/ort/worker.py): fresh processes are one of the
 repetitions the drift question needs, cuDNN's logs can only be switched on before a process loads it, and a
-crash in a native library costs that worker's combinations, not the sweep. This process builds the models,
-computes the float64 references, hashes the outputs with accuracy.output_hash and assembles the records.
+crash in a native library costs that process's combinations, not the sweep. The backend plans the processes
+(sessions.py) and runs them through the process service it is given (``processes``: the run layer's
+harness.run.fresh.FreshProcesses, the worker pool's fresh, watched processes), which says how each one ended.
+This process builds the models, computes the float64 references, hashes the outputs with
+accuracy.output_hash and assembles the records.
 """
 
 from __future__ import annotations
@@ -50,17 +53,29 @@ from .options import (
     _timing,
 )
 from .sessions import (
+    NO_PROCESSES,
+    SessionProcesses,
     WorkerRun,
     _cfg_result,
-    run_workers,
+    failed,
 )
 
 
 class OrtBackend(ModelRuns):
     name = "ort"
 
-    def __init__(self, log=None):
+    def __init__(self, log=None, processes: SessionProcesses | None = None):
+        """``processes``: the service that runs session processes (harness.run.fresh.FreshProcesses); without
+        one, whatever needs a session process is an error record that says so."""
         self.log = log or (lambda msg: print(f"[ort] {msg}", file=sys.stderr, flush=True))
+        self.processes = processes
+
+    def _run_sessions(self, runs: list[WorkerRun], workdir: Path, parallel: int, timeout_s: float,
+                      on_done=None) -> None:
+        """Each session process prepared under ``workdir``, then run by the service, ``parallel`` at a time."""
+        for w in runs:
+            w.prepare(workdir)
+        self.processes(runs, parallel, timeout_s, on_done)
 
     # availability ----------------------------------------------------------------------------------------------
     def available(self) -> str | None:
@@ -133,6 +148,13 @@ class OrtBackend(ModelRuns):
             runnable.setdefault((s["provider"], c.dtype), {}).setdefault(_session_key(s), []).append(c)
         if not runnable:
             return
+        if self.processes is None:
+            for (provider, _), groups in runnable.items():
+                for cs in groups.values():
+                    for c in cs:
+                        yield c.record(case, self.name, status=ERROR, reason=NO_PROCESSES,
+                                       device="cuda:0" if provider == CUDA_EP else "cpu")
+            return
         workdir = Path(tempfile.mkdtemp(prefix=f"convbench-ort-{case.id}-"))
         try:
             for (provider, dtype), groups in runnable.items():
@@ -157,9 +179,10 @@ class OrtBackend(ModelRuns):
                                    reason=f"building the Conv model: {type(exc).__name__}: {exc}")
             return
 
-        def job(cfgs):
-            return {"model": str(path), "provider": provider, "inputs": {"x": str(workdir / "x.npy")},
-                    "timing_policy": _policy_dict(opts.case_timing), "configs": cfgs}
+        def job(cfgs, name, log=False):
+            return WorkerRun({"model": str(path), "provider": provider, "inputs": {"x": str(workdir / "x.npy")},
+                              "timing_policy": _policy_dict(opts.case_timing), "configs": cfgs}, name=name,
+                             log=log, function=opts.session_function)
 
         def cfg(key, cs, sessions, **kw):
             s = dict(cs[0].settings)
@@ -167,11 +190,11 @@ class OrtBackend(ModelRuns):
                                                                  s["cudnn_conv_use_max_workspace"])
             return {"key": key, "provider_options": po, "sessions": sessions, **kw}
 
-        timing = WorkerRun(job([cfg(k, cs, 1, timing=True) for k, cs in groups.items()]))
-        drift = WorkerRun(job([cfg(k, cs, max(1, opts.case_sessions), profile=True, repeats=opts.repeats)
-                               for k, cs in groups.items()]))
-        run_workers([(timing, "timing", False)], workdir, 1, opts.worker_timeout_s)
-        run_workers([(drift, "drift", opts.log and provider == CUDA_EP)], workdir, 1, opts.worker_timeout_s)
+        timing = job([cfg(k, cs, 1, timing=True) for k, cs in groups.items()], "timing")
+        drift = job([cfg(k, cs, max(1, opts.case_sessions), profile=True, repeats=opts.repeats)
+                     for k, cs in groups.items()], "drift", opts.log and provider == CUDA_EP)
+        self._run_sessions([timing], workdir, 1, opts.worker_timeout_s)
+        self._run_sessions([drift], workdir, 1, opts.worker_timeout_s)
         ref = scale = None
         ref_device = _reference_device()
         try:
@@ -192,9 +215,10 @@ class OrtBackend(ModelRuns):
         for key, cs in groups.items():
             tr, dr = _cfg_result(timing, key), _cfg_result(drift, key)
             if dr is None or dr.get("status") != OK:
-                fail = drift.failure or (ERROR, (dr or {}).get("reason") or "no result")
+                status, why = (drift.failure[0], failed(drift, "session process")) if drift.failure else \
+                    (ERROR, (dr or {}).get("reason") or "no result")
                 for c in cs:
-                    yield c.record(case, self.name, status=fail[0], reason=fail[1][:1500], device=device)
+                    yield c.record(case, self.name, status=status, reason=why[:1500], device=device)
                 continue
             sessions = dr["sessions"]
             runs = [s["runs"] for s in sessions]
@@ -251,6 +275,6 @@ class OrtBackend(ModelRuns):
                                determinism=det, chosen_algo=chosen if provider == CUDA_EP else "MLAS (CPU EP)",
                                explanation=expl, extra=dict(extra))
                 if t is None:
-                    rec.reason = "timing worker failed: " + str((tr or {}).get("reason") or (
-                        timing.failure[1] if timing.failure else "no result"))[:500]
+                    rec.reason = (failed(timing, "timing process") if timing.failure else "timing worker failed: "
+                                  + str((tr or {}).get("reason") or "no result"))[:500]
                 yield rec

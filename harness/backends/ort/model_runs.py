@@ -37,13 +37,14 @@ from .options import (
     _timing,
 )
 from .sessions import (
+    NO_PROCESSES,
     WorkerRun,
     _cfg_result,
     _keep_logs,
     _wall,
     api_logged_settings,
     default_parallel,
-    run_workers,
+    failed,
 )
 
 
@@ -91,6 +92,11 @@ class ModelRuns:
                 runnable[key] = cs
         if not runnable:
             return
+        if self.processes is None:
+            for cs in runnable.values():
+                for c in cs:
+                    yield base(c, status=ERROR, reason=NO_PROCESSES)
+            return
         try:
             built = models.build(model_id, opts.batch, Path(opts.cache_dir) / "models" if opts.cache_dir else None)
             params = models.load_params(built.path)
@@ -121,9 +127,10 @@ class ModelRuns:
         expected = expected_conv_path(version)
         legacy = expected.get("path") == "legacy"
 
-        def job(cfgs, provider):
-            return {"model": str(built.path), "provider": provider, "inputs": input_files,
-                    "timing_policy": _policy_dict(opts.timing), "configs": cfgs}
+        def job(cfgs, provider, name, log=False):
+            return WorkerRun({"model": str(built.path), "provider": provider, "inputs": input_files,
+                              "timing_policy": _policy_dict(opts.timing), "configs": cfgs}, name=name, log=log,
+                             function=opts.session_function)
 
         def cfg(key, cs, sessions, **kw):
             s = dict(cs[0].settings)
@@ -135,11 +142,11 @@ class ModelRuns:
         for key, cs in groups.items():
             by_provider.setdefault(dict(cs[0].settings)["provider"], []).append(key)
         # 1. Timing: one unlogged process per provider, every setting in turn, nothing else on the device.
-        timing_runs = {p: WorkerRun(job([cfg(k, groups[k], 1, timing=True) for k in keys], p))
+        timing_runs = {p: job([cfg(k, groups[k], 1, timing=True) for k in keys], p, f"timing-{p}")
                        for p, keys in by_provider.items()}
         self.log(f"{model_id}: timing {len(groups)} settings")
         t1 = time.monotonic()
-        run_workers([(w, f"timing-{p}", False) for p, w in timing_runs.items()], workdir, 1, opts.worker_timeout_s)
+        self._run_sessions(list(timing_runs.values()), workdir, 1, opts.worker_timeout_s)
         phases["timing_worker_s"] = round(time.monotonic() - t1, 2)
         # 2. Drift: per setting, process 0 holds `sessions` sessions, processes 1.. one each; all logged.
         drift: dict[str, list[WorkerRun]] = {}
@@ -152,21 +159,21 @@ class ModelRuns:
             ws = []
             for pi in range(max(1, opts.processes)):
                 n = max(1, opts.sessions) if pi == 0 else 1
-                w = WorkerRun(job([cfg(key, cs, n, profile=True, repeats=opts.repeats if pi == 0 else 0)],
-                                  provider))
-                ws.append(w)
                 # cuDNN's API log (every call, slow) in the process holding the sessions; the frontend's
                 # one line per execution in every process
                 logged = (True if pi == 0 and api_here else "frontend") if opts.log and provider == CUDA_EP \
                     else False
-                queue.append((w, f"drift-{len(drift):02d}-p{pi}", logged))
+                w = job([cfg(key, cs, n, profile=True, repeats=opts.repeats if pi == 0 else 0)], provider,
+                        f"drift-{len(drift):02d}-p{pi}", logged)
+                ws.append(w)
+                queue.append(w)
             drift[key] = ws
         timed_search = legacy and any(dict(cs[0].settings)["cudnn_conv_algo_search"] == "EXHAUSTIVE"
                                       for cs in groups.values())
         parallel = opts.parallel or default_parallel(timed_search)
         # Longest first: the processes holding all sessions (and the slow API log) start before the one-session
         # ones, so none of them is left running alone at the end (the order of records is unchanged).
-        queue.sort(key=lambda item: not item[1].endswith("-p0"))
+        queue.sort(key=lambda w: not w.name.endswith("-p0"))
         self.log(f"{model_id}: drift {len(queue)} worker processes, {parallel} at a time")
         # Each worker's logs are parsed (and kept) as soon as it ends, in a thread, while the others run: the
         # parent is otherwise idle then, and parsing them all after the last worker was a serial tail.
@@ -181,11 +188,11 @@ class ModelRuns:
 
         t2 = time.monotonic()
         try:
-            run_workers(queue, workdir, parallel, opts.worker_timeout_s, on_done=on_done)
+            self._run_sessions(queue, workdir, parallel, opts.worker_timeout_s, on_done=on_done)
         finally:
             pool.shutdown(wait=True)
         phases.update(drift_workers_s=round(time.monotonic() - t2, 2), parallel=parallel,
-                      drift_processes=len(queue), api_logged=sum(1 for _, _, lg in queue if lg is True))
+                      drift_processes=len(queue), api_logged=sum(1 for w in queue if w.log is True))
         # 3. Records.
         for key, cs in groups.items():
             infos = [digests[id(w)].result() if id(w) in digests else
@@ -225,7 +232,7 @@ class ModelRuns:
         for pi, w in enumerate(workers):
             r = _cfg_result(w, key)
             if r is None or r.get("status") != OK:
-                problems.append(w.failure[1] if w.failure else (r or {}).get("reason", "no result"))
+                problems.append(failed(w, "session process") if w.failure else (r or {}).get("reason", "no result"))
                 continue
             for si, s in enumerate(r["sessions"]):
                 samples.append({"label": f"p{pi}s{si}", "process": pi, "session": si, **s})
@@ -314,8 +321,8 @@ class ModelRuns:
                        chosen_algo=(algos or {}).get("chosen_summary") if provider == CUDA_EP else "MLAS (CPU EP)",
                        explanation=explanation, extra=dict(extra))
             if t is None:
-                rec.reason = "timing worker failed: " + ((tcfg or {}).get("reason") or (
-                    timing_run.failure[1] if timing_run.failure else "no result"))[:500]
+                rec.reason = (failed(timing_run, "timing process") if timing_run.failure else "timing worker failed: "
+                              + ((tcfg or {}).get("reason") or "no result"))[:500]
             yield rec
 
     def _algo_summary(self, node_info: list[dict], samples: list[dict]) -> dict[str, Any]:
@@ -380,13 +387,3 @@ class ModelSubject:
     def id(self) -> str:
         return f"model.{self.model}"
 
-
-class ModelRunner:
-    """Runs one model's combinations in a worker process of the pool (harness.run.worker.load_runner)."""
-
-    name = "ort"
-
-    def run(self, subject: ModelSubject, combos: Iterable[Combo], options: Any) -> Iterator[Record]:
-        from .backend import OrtBackend
-
-        return OrtBackend().run_model(subject.model, combos, options)

@@ -7,6 +7,7 @@ from typing import Any
 
 from ...core.records import Timing
 from ...measurement.timing import TimingPolicy
+from .sessions import SESSION_FUNCTION
 
 IO_MODES = ("iobinding", "numpy")
 CUDA_EP = "CUDAExecutionProvider"
@@ -47,6 +48,8 @@ class ModelOptions:
     keep_logs: str | None = None  # directory to keep gzipped cuDNN logs of the first drift worker per setting
     worker_timeout_s: float = 600.0
     cpu_ep: bool = True  # also run the CPU EP on GPU hosts (a cross-check; always on CPU hosts)
+    # what each session process runs (WorkerPool.call names it); the tests name a fault-injecting one
+    session_function: str = SESSION_FUNCTION
 
     @classmethod
     def from_options(cls, options: Any) -> ModelOptions:

@@ -1,34 +1,71 @@
-"""Session workers: fresh onnxruntime processes (worker.py), started from a job file with cuDNN logging set
-before the library loads, watched for a result, a crash or a timeout; at most ``parallel`` at a time.
+"""Session processes as the backend plans them: which job each fresh onnxruntime process runs, with which
+cuDNN logging, how many at a time; and the service that runs them, which the backend is given.
+
+A session process is part of the measurement (fresh processes are one of the repetitions the drift question
+needs, and cuDNN's logging can only be set before a process loads it), so the backend decides what each one
+runs (``WorkerRun``: a job for worker.py's ``session_process``, a name, the logs) and reads what they return.
+Starting, watching and judging processes is not the backend's: it is the one fresh-process service of the run
+layer (harness/run/worker.py's pool, through ``harness.run.fresh.FreshProcesses``), which the backend cannot
+import (backends come before run) and is therefore handed, as ``OrtBackend(processes=...)``. That service
+ends each WorkerRun with what its function returned, or with the pool's (status, one-line reason) for a
+process that crashed, hung, ran out of memory or raised, classified by run/finalize.py: the same words a
+crashed sweep slice or autotuner process gets.
 """
 
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import shutil
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
-from ...core.records import CRASHED, ERROR, TIMEOUT
 from . import cudnn_log
+
+SESSION_FUNCTION = "harness.backends.ort.worker:session_process"  # what a session process runs (WorkerPool.call)
+NO_PROCESSES = ("onnxruntime runs in fresh session processes, and this OrtBackend was given no process service "
+                "to run them (harness.run.fresh.FreshProcesses)")
 
 
 @dataclass
 class WorkerRun:
+    """One session process: its job, and once it ran, what it returned or how it failed."""
+
     job: dict
-    proc: subprocess.Popen | None = None
-    started: float = 0.0
-    ended: float = 0.0
     result: dict | None = None
-    failure: tuple[str, str] | None = None  # (status, reason)
+    failure: tuple[str, str] | None = None  # (status, reason), the pool's
     api_log: str | None = None
     fe_log: str | None = None
+    name: str = "session"
+    log: bool | str = False  # False, "frontend" (the cheap frontend log only) or True (API log too)
+    function: str = SESSION_FUNCTION
+    env: dict[str, str] | None = None
+    started: float = 0.0
+    ended: float = 0.0
+
+    def prepare(self, workdir: Path) -> None:
+        """Its directory (outputs, profiles, logs) under ``workdir`` and its environment, logging set."""
+        wdir = workdir / self.name
+        wdir.mkdir(parents=True, exist_ok=True)
+        self.job["out_dir"] = str(wdir)
+        self.job["name"] = self.name
+        if self.log:
+            self.fe_log = str(wdir / "cudnn_frontend.log")
+        if self.log is True:
+            self.api_log = str(wdir / "cudnn_api.log")
+        self.env = _worker_env(self.api_log, self.fe_log)
+
+
+class SessionProcesses(Protocol):
+    """The run layer's fresh-process service (harness.run.fresh.FreshProcesses): runs each WorkerRun's
+    ``function(job)`` in a fresh, watched process with its ``env``, at most ``parallel`` at a time, in order; each
+    ends with ``result`` or ``failure`` (never an exception), timed (``started``, ``ended``); ``on_done(run)`` as
+    each one ends."""
+
+    def __call__(self, runs: list[WorkerRun], parallel: int, timeout_s: float,
+                 on_done: Callable[[WorkerRun], None] | None = None) -> None: ...
 
 
 def _worker_env(api_log: str | None, fe_log: str | None) -> dict[str, str]:
@@ -40,45 +77,7 @@ def _worker_env(api_log: str | None, fe_log: str | None) -> dict[str, str]:
         full = cudnn_log.log_env(api_log or "", fe_log or "")
         env.update({k: v for k, v in full.items() if v and (api_log or not k.startswith("CUDNN_LOG"))
                     and (fe_log or not k.startswith("CUDNN_FRONTEND"))})
-    root = str(Path(__file__).resolve().parents[3])
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "") if env.get("PYTHONPATH") else root
     return env
-
-
-def _start(w: WorkerRun, workdir: Path, name: str, log: bool | str) -> None:
-    """Start one worker; ``log``: False, "frontend" (the cheap frontend log only) or True (API log too)."""
-    wdir = workdir / name
-    wdir.mkdir(parents=True, exist_ok=True)
-    w.job["out_dir"] = str(wdir)
-    w.job["result"] = str(wdir / "result.json")
-    job_path = wdir / "job.json"
-    job_path.write_text(json.dumps(w.job))
-    if log:
-        w.fe_log = str(wdir / "cudnn_frontend.log")
-    if log is True:
-        w.api_log = str(wdir / "cudnn_api.log")
-    stderr = open(wdir / "stderr.txt", "wb")
-    w.proc = subprocess.Popen([sys.executable, "-m", "harness.backends.ort.worker", str(job_path)], stdout=stderr,
-                              stderr=subprocess.STDOUT, env=_worker_env(w.api_log, w.fe_log), cwd=str(wdir))
-    stderr.close()
-    w.started = time.monotonic()
-
-
-def _finish(w: WorkerRun) -> None:
-    w.ended = time.monotonic()
-    rc = w.proc.returncode
-    path = Path(w.job["result"])
-    if rc == 0 and path.exists():
-        w.result = json.loads(path.read_text())
-        return
-    tail = ""
-    err = Path(w.job["out_dir"]) / "stderr.txt"
-    if err.exists():
-        tail = err.read_text(errors="replace")[-600:].strip().replace("\n", " | ")
-    if rc is not None and rc < 0:
-        w.failure = (CRASHED, f"worker died with signal {-rc}: {tail}")
-    else:
-        w.failure = (ERROR, f"worker exited {rc}: {tail}")
 
 
 def api_logged_settings(modes: dict[str, str], policy: str, legacy: bool) -> set[str]:
@@ -104,42 +103,6 @@ def default_parallel(timed_search: bool, cpus: int | None = None) -> int:
     return min(12, max(1, (cpus if cpus is not None else (os.cpu_count() or 2)) * 3 // 4))
 
 
-def run_workers(runs: list[tuple[WorkerRun, str, bool | str]], workdir: Path, parallel: int, timeout_s: float,
-                log=lambda msg: None, on_done: Callable[[WorkerRun], None] | None = None) -> None:
-    """Run workers, at most ``parallel`` at a time; each ends with a result or a failure, never an exception.
-
-    ``on_done(worker)`` is called as each one ends (e.g. to hand its logs to a parser while the others run).
-    """
-    pending = list(runs)
-    active: list[WorkerRun] = []
-    while pending or active:
-        while pending and len(active) < max(1, parallel):
-            w, name, logged = pending.pop(0)
-            try:
-                _start(w, workdir, name, logged)
-                active.append(w)
-            except OSError as exc:
-                w.failure = (ERROR, f"could not start worker: {exc}")
-        time.sleep(0.02)
-        for w in list(active):
-            if w.proc.poll() is not None:
-                _finish(w)
-                active.remove(w)
-            elif time.monotonic() - w.started > timeout_s:
-                w.proc.kill()
-                w.proc.wait()
-                w.ended = time.monotonic()
-                w.failure = (TIMEOUT, f"worker ran past {timeout_s:.0f} s and was ended")
-                active.remove(w)
-            else:
-                continue
-            if on_done:
-                on_done(w)
-        if pending or active:
-            continue
-    del log
-
-
 def _cfg_result(w: WorkerRun, key: str) -> dict | None:
     if not w.result:
         return None
@@ -148,6 +111,12 @@ def _cfg_result(w: WorkerRun, key: str) -> dict | None:
 
 def _wall(w: WorkerRun) -> float | None:
     return round(w.ended - w.started, 2) if w.started and w.ended else None
+
+
+def failed(w: WorkerRun, what: str) -> str:
+    """A failed process in a record's words: its name, the pool's status and reason."""
+    status, reason = w.failure
+    return f"{what} ({w.name}) {status}: {reason}"
 
 
 def _keep_logs(w: WorkerRun, directory: Path, stem: str) -> None:

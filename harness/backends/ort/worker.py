@@ -1,17 +1,20 @@
-"""Fresh-process onnxruntime worker: sessions, outputs and timings, with cuDNN logging set by the parent.
+"""The onnxruntime session process: sessions, outputs and timings, with cuDNN logging set by the parent.
 
 Why a separate process: cuDNN reads its logging variables once, when the library loads, so a process that
 must be logged has to start with them set; and "fresh process" is one of the repetitions the drift question
-needs. The worker imports neither torch nor anything that loads CUDA besides onnxruntime, so the cuDNN it
+needs. The process imports neither torch nor anything that loads CUDA besides onnxruntime, so the cuDNN it
 logs is the one onnxruntime loaded by itself.
 
-Usage: python -m harness.backends.ort.worker JOB.json   (the parent writes the job, reads JOB's "result" file)
+The functions here are what one process runs: ``session_process(job)`` (and ``profile_agreement(job)`` for
+scripts/bench_ort.py). The run layer starts each one in a fresh, watched process of its worker pool
+(harness.run.fresh, through WorkerPool.call) with the environment the backend planned (sessions.py); what it
+returns comes back through the pool, and a crash, hang or out-of-memory is the pool's to classify.
 
 Each configuration of the job gets ``sessions`` fresh InferenceSessions in this process. Every session runs
 each input once through I/O binding (device-resident input, output buffer poisoned with a NaN pattern first),
 session 0 repeats the first input ``repeats`` times in place, and with ``timing`` the last session is timed
 with I/O binding and end to end from numpy. Outputs are saved once per distinct content (blake2b of the
-bytes), so the parent can hash them with accuracy.output_hash and compute spreads.
+bytes) under the job's ``out_dir``, so the parent can hash them with accuracy.output_hash and compute spreads.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ import gc
 import hashlib
 import json
 import os
-import sys
 import time
 import traceback
 from pathlib import Path
@@ -186,6 +188,11 @@ class Worker:
         return result
 
 
+def session_process(job: dict) -> dict:
+    """One session process: every configuration of ``job`` (the result the parent assembles records from)."""
+    return Worker(job).run()
+
+
 def profile_agreement(job: dict) -> dict:
     """Our timer and onnxruntime's profiler on the same runs of one session (scripts/bench_ort.py)."""
     w = Worker(job)
@@ -210,19 +217,3 @@ def profile_agreement(job: dict) -> dict:
         else None
     return {"ort_version": w.ort.__version__, "ours": ours, "profiler": theirs, "profiled_runs": len(runs),
             "timed_runs": len(samples), "warmup_runs": n_warm}
-
-
-def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m harness.backends.ort.worker JOB.json", file=sys.stderr)
-        return 2
-    job = json.loads(Path(argv[0]).read_text())
-    result = profile_agreement(job) if job.get("mode") == "profile_agreement" else Worker(job).run()
-    tmp = Path(job["result"] + ".tmp")
-    tmp.write_text(json.dumps(result, allow_nan=True))
-    os.replace(tmp, job["result"])
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
