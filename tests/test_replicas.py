@@ -158,3 +158,9 @@ def test_a_torch_timing_pass_computes_the_same_bits_and_no_accuracy():
     for f, t in zip(full, timed, strict=True):
         assert t.accuracy is None and t.time.n >= 3 and t.time.median_ms > 0
         assert t.determinism.hash == f.determinism.hash  # same inputs, same kernel, same bits
+
+
+def test_forward_sweeps_ask_for_two_processes_backward_ones_for_one():
+    assert replicas.default_processes(("fwd",)) == 2
+    assert replicas.default_processes(("bwd_data", "bwd_filter")) == 1
+    assert replicas.default_processes(("fwd", "bwd_data")) == 1

@@ -15,7 +15,7 @@ from ..core.records import DIRECTIONS, DTYPES, LAYOUTS
 from ..deploy import resources
 from ..measurement.timing import TimingPolicy
 from ..run import asvselect
-from ..run.replicas import DEFAULT_PROCESSES
+from ..run.replicas import default_processes
 from ..run.worker import DEFAULT_TIMEOUT_S
 
 DEFAULT_RESULTS = Path(os.environ.get("CONVBENCH_RESULTS", "results"))
@@ -64,9 +64,9 @@ def add_sweep_arguments(p) -> None:
                    help="device time spent sampling one combination (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=2, help="in-place repeats checked bitwise (default: 2)")
     p.add_argument("--no-rankings", action="store_true", help="skip cuDNN's own Find/Get_v7 rankings")
-    p.add_argument("--processes", type=int, choices=(1, 2), default=DEFAULT_PROCESSES,
-                   help="processes each cuDNN combination is timed in, each with its share of the budget "
-                        "(default: %(default)s; with isolated workers on CUDA only)")
+    p.add_argument("--processes", type=int, choices=(1, 2), default=None,
+                   help="processes each cuDNN / PyTorch combination is timed in, each with its share of the budget "
+                        "(default: 2 forward, 1 with a backward direction; with isolated workers on CUDA only)")
 
 
 def sweep_setup(args) -> tuple[list, SweepOptions]:
@@ -87,7 +87,7 @@ def sweep_setup(args) -> tuple[list, SweepOptions]:
     options = SweepOptions(directions=args.directions, dtypes=args.dtypes, layouts=args.layouts,
                            timing=TimingPolicy(cold=args.cold, budget_ms=args.budget_ms), repeats=args.repeats,
                            rankings=not args.no_rankings, device="cuda" if gpu else "cpu",
-                           processes=args.processes)
+                           processes=args.processes or default_processes(tuple(args.directions)))
     return cases, options
 
 
@@ -270,7 +270,7 @@ def bench(args) -> int:
     backends = ["cudnn", "torch"]
     _, _, libraries = sweep_mod.load_backends(backends)
     options = SweepOptions(device="cuda" if gpu else "cpu", directions=directions or ("fwd",),
-                           processes=DEFAULT_PROCESSES)
+                           processes=default_processes(directions or ("fwd",)))
     results = args.results.resolve()
     journal = sweep_mod.new_journal(results, options, cases, backends, libraries)
     t0 = time.perf_counter()

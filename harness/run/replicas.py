@@ -25,7 +25,16 @@ from ..core.cases import Case
 from ..core.records import OK, Ranking, Record
 from ..measurement.timing import pooled
 
-DEFAULT_PROCESSES = 2  # what `convbench sweep`, `bench` and `upgrade` ask for on CUDA (--processes)
+DEFAULT_PROCESSES = 2  # what `convbench sweep`, `bench` and `upgrade` ask for on CUDA (--processes) forward
+
+
+def default_processes(directions: tuple[str, ...]) -> int:
+    """Two processes for a forward sweep, one where it has a backward direction. Measured on the H200
+    (2026-12-01, docs/performance.md): the forward sweep took 210 s with two (97 s with one) and its A/A pairs
+    failed on 0-1 findings instead of 6; the backward A/A pairs failed on 2 and 0 with two processes, 1 and 0
+    with one (2026-11-30), so the second process bought nothing measurable there, while the backward sweep (468 s
+    with one) must stay within 10 minutes."""
+    return DEFAULT_PROCESSES if set(directions) == {"fwd"} else 1
 
 
 def effective(options: SweepOptions, backend: Any, isolated: bool) -> SweepOptions:

@@ -38,10 +38,10 @@ def sweep_direction(cases: list[Case], backend: str, direction: str, results_roo
     from ..backends import SweepOptions
     from ..backends.cudnn import cuda_unavailable_reason
     from . import sweep
-    from .replicas import DEFAULT_PROCESSES
+    from .replicas import default_processes
 
     gpu = cuda_unavailable_reason() is None
-    opts = SweepOptions(directions=(direction,), device="cuda" if gpu else "cpu", processes=DEFAULT_PROCESSES)
+    opts = SweepOptions(directions=(direction,), device="cuda" if gpu else "cpu", processes=default_processes((direction,)))
     return sweep.run(cases, [backend], opts, results_root).path
 
 
