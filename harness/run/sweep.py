@@ -122,6 +122,8 @@ def run(cases: list[Case], backend_names: list[str], options: SweepOptions, resu
             "as skipped with the reason")
     if isolate is None:
         isolate = options.device == "cuda"
+    if not isolate or options.device != "cuda":
+        options.processes = 1  # only the pool's workers on CUDA time a combination in a second process
     backends, unavailable, libraries = load_backends(backend_names)
     shared = into or (shared_run() if resume is None else None)
     journal = Journal(resume or shared) if (resume or shared) else new_journal(results, options, cases,
