@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 
 from harness.backends import Combo, SweepOptions
 from harness.core.cases import Case
-from harness.core.records import ERROR, OK, Record, Timing
+from harness.core.records import ERROR, OK, Determinism, Record, Timing
 
 ENABLE_ENV = "CONVBENCH_TEST_BACKENDS"
 PLAN_ENV = "CONVBENCH_FAULTS"
@@ -107,6 +107,11 @@ def _cuda_illegal_address() -> None:
     torch.cuda.synchronize()  # raises: an illegal memory access was encountered
 
 
+def output_hash(case: Case, combo: Combo) -> str:
+    """The "output" of a combination: the same in every process."""
+    return f"{case.id}-{combo.algo}"
+
+
 class FaultyBackend:
     name = "faulty"
 
@@ -130,6 +135,8 @@ class FaultyBackend:
             ms = (time.perf_counter() - t0) * 1e3
             rec.status = OK
             rec.time = Timing(median_ms=ms, iqr_ms=0.0, n=1, mode="hot", timer="perf_counter", min_ms=ms)
+            rec.determinism = Determinism(hash=output_hash(case, combo), hash_algo="test", repeats=1,
+                                          repeat_equal=True, fresh_handle_equal=None)
             yield rec
 
     def _do(self, algo: str) -> None:
@@ -151,6 +158,24 @@ class FaultyBackend:
             os._exit(7)
         elif algo == "cuda_illegal_address":
             _cuda_illegal_address()
+
+
+# --- `convbench repro` of a faulty run (harness.run.repro), without a GPU --------------------------------------------
+
+class FaultyRepro:
+    """Recomputes a faulty sweep's records: each one's bits again, or its case's planned fault at the combination
+    where the sweep ran ``ok3`` (a case with no planned fault in the sweep)."""
+
+    name = "faulty-repro"
+
+    def run(self, case: Case, combos: Iterable[Combo], options) -> Iterator[Record]:
+        from harness.run.repro import reproduced
+
+        fault = plan().get(case.id)
+        for combo in combos:
+            if fault and combo.algo == "ok3":
+                FaultyBackend()._do(fault)
+            yield reproduced(options.originals[combo.key(case, FaultyBackend.name)], output_hash(case, combo))
 
 
 # --- the autotuner study's stages (harness.run.autotune_study.Plan), without a GPU --------------------------------
