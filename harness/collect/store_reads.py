@@ -24,6 +24,14 @@ from .store_packing import (
     loads_texts,
 )
 
+# The SQL columns combos.case_id and rankings.case_id hold the record model's ``case`` (Record.case, Ranking.case):
+# the dicts read back use the model's name, the files keep theirs (a store written before reads the same).
+_MODEL_NAMES = {"case_id": "case"}
+
+
+def _model_names(columns: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(_MODEL_NAMES.get(c, c) for c in columns)
+
 
 class StoreReads:
     """Store's reading half (store.Store): ``db``, ``readonly`` and the combination cache are the store's."""
@@ -91,7 +99,7 @@ class StoreReads:
         else:
             samples = [None] * n
         # one dict(zip()) per record: the combination's values, the texts, the numbers (a C loop each)
-        names = (*COMBO_COLUMNS, "combo", *TEXT_COLUMNS, *NUMBER_COLUMNS)
+        names = (*_model_names(COMBO_COLUMNS), "combo", *TEXT_COLUMNS, *NUMBER_COLUMNS)
         out = []
         loads = json.loads
         for cid, trow, smp, *nums in zip(combo_ids, text_rows, samples, *columns, strict=True):
@@ -120,14 +128,14 @@ class StoreReads:
 
     def rankings(self, run_pk: int) -> list[dict[str, Any]]:
         cols = RANKING_COLUMNS[1:]
-        return [dict(zip(cols, r, strict=True)) for r in
+        return [dict(zip(_model_names(cols), r, strict=True)) for r in
                 self.db.execute(f"SELECT {','.join(cols)} FROM rankings WHERE run=? ORDER BY case_id, direction,"
                                 " dtype, layout, math, source, rank", (run_pk,))]
 
     def combos(self) -> dict[int, dict[str, Any]]:
-        cols = ("id", "key", "case_id", "backend", "direction", "algo", "math", "dtype", "layout", "settings",
-                "kind")
-        return {r[0]: dict(zip(cols, r, strict=True)) for r in self.db.execute(f"SELECT {','.join(cols)} FROM combos")}
+        cols = ("id", *COMBO_COLUMNS)
+        return {r[0]: dict(zip(_model_names(cols), r, strict=True))
+                for r in self.db.execute(f"SELECT {','.join(cols)} FROM combos")}
 
     def names(self) -> dict[int, str]:
         return dict(self.db.execute("SELECT id, name FROM names"))
