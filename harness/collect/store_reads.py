@@ -1,8 +1,5 @@
 """Reading the store back: run rows and their JSON, a run's records unpacked into dicts joined with their
 combination, cuDNN's rankings, and the columnar vectors that nightly series read instead of the records.
-
-A read-only store (compare, report) reads one snapshot, so it keeps the combinations it has read; a store being
-written reads them again (an id of a rolled-back transaction may be handed out anew).
 """
 
 from __future__ import annotations
