@@ -2,8 +2,8 @@
 
 It lives beside the tests, not in the package, and is loaded (harness.run.worker) only when
 CONVBENCH_TEST_BACKENDS=1. Each case gets four combinations (algos ``ok0``, ``ok1``, the fault, ``ok2``); the fault for a case comes from CONVBENCH_FAULTS, e.g. ``quick.seed=segv,quick.grouped=hang``
-(cases not named there get ``ok3`` instead of a fault). Its ``ok2`` computes different bits in every process
-(its output hash names the process), so a test can see a cross-process difference. The faults are real: a SIGSEGV delivered by the kernel
+(cases not named there get ``ok3`` instead of a fault). Its ``ok2`` computes other bits in a timing-only pass
+(a second process), so a test can see a cross-process difference. The faults are real: a SIGSEGV delivered by the kernel
 (a read of address 0), a hang, an allocation loop that exhausts the address-space limit, a raised out-of-memory
 error as PyTorch raises it for a device, an abort, and on a GPU an out-of-bounds store by a real kernel.
 """
@@ -108,6 +108,11 @@ def _cuda_illegal_address() -> None:
     torch.cuda.synchronize()  # raises: an illegal memory access was encountered
 
 
+def output_hash(case: Case, combo: Combo) -> str:
+    """The "output" of a combination: the same in every process."""
+    return f"{case.id}-{combo.algo}"
+
+
 class FaultyBackend:
     name = "faulty"
     replicable = True  # its slices can be timed in a second process (harness/run/replicas.py)
@@ -134,8 +139,10 @@ class FaultyBackend:
             samples = [ms] + [self._timed(combo.algo) for _ in range(7)]
             rec.time = Timing(median_ms=sorted(samples)[4], iqr_ms=0.0, n=len(samples), mode="hot",
                               timer="perf_counter", min_ms=min(samples), samples_ms=samples)
-            rec.determinism = Determinism(hash=f"{combo.algo}-{os.getpid() if combo.algo == 'ok2' else 0}",
-                                          hash_algo="test", repeats=0, repeat_equal=None, fresh_handle_equal=None)
+            # ok2's timing-only pass (a second process, harness/run/replicas.py) computes other bits
+            other = "-other" if options.timing_only and combo.algo == "ok2" else ""
+            rec.determinism = Determinism(hash=output_hash(case, combo) + other, hash_algo="test", repeats=1,
+                                          repeat_equal=True, fresh_handle_equal=None)
             yield rec
 
     def _timed(self, algo: str) -> float:
@@ -162,6 +169,24 @@ class FaultyBackend:
             os._exit(7)
         elif algo == "cuda_illegal_address":
             _cuda_illegal_address()
+
+
+# --- `convbench repro` of a faulty run (harness.run.repro), without a GPU --------------------------------------------
+
+class FaultyRepro:
+    """Recomputes a faulty sweep's records: each one's bits again, or its case's planned fault at the combination
+    where the sweep ran ``ok3`` (a case with no planned fault in the sweep)."""
+
+    name = "faulty-repro"
+
+    def run(self, case: Case, combos: Iterable[Combo], options) -> Iterator[Record]:
+        from harness.run.repro import reproduced
+
+        fault = plan().get(case.id)
+        for combo in combos:
+            if fault and combo.algo == "ok3":
+                FaultyBackend()._do(fault)
+            yield reproduced(options.originals[combo.key(case, FaultyBackend.name)], output_hash(case, combo))
 
 
 # --- the autotuner study's stages (harness.run.autotune_study.Plan), without a GPU --------------------------------

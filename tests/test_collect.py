@@ -151,7 +151,7 @@ def test_asv_results_tree_is_collected(tmp_path):
         (run,) = st.runs()
         assert run["source"] == "asv" and run["machine"] == "gpu-box" and run["image"] == "virtualenv-py3.12-torch"
         assert run["counts"] == {"ok": 3, "failed": 1, "skipped": 1}
-        recs = {(r["case_id"], r["dtype"], r["backend"]): r for r in st.records(run["id"])}
+        recs = {(r["case"], r["dtype"], r["backend"]): r for r in st.records(run["id"])}
         seed = recs[("quick.seed", "fp32", "torch")]
         assert seed["median_ms"] == pytest.approx(1.0) and list(seed["samples"]) == pytest.approx([1.0, 1.1, 0.9])
         assert recs[("quick.pointwise", "fp16", "torch")]["median_ms"] == pytest.approx(4.0)
@@ -200,7 +200,7 @@ def test_real_asv_results_agree_with_the_journal_of_the_same_run(tmp_path):
     with Store(tmp_path / "s.sqlite") as st:
         runs = {r["source"]: r for r in st.runs()}
         asv = [r for r in st.records(runs["asv"]["id"], with_samples=False) if r["status"] == "ok"]
-        journal = {(r["case_id"], r["algo"], r["math"], r["dtype"], r["layout"]): r
+        journal = {(r["case"], r["algo"], r["math"], r["dtype"], r["layout"]): r
                    for r in st.records(runs["journal"]["id"], with_samples=False)
                    if r["kind"] == "measurement" and r["backend"] == "cudnn" and r["status"] == "ok"}
         fp = st.run_json(runs["asv"]["id"])["fingerprint"]
@@ -209,7 +209,7 @@ def test_real_asv_results_agree_with_the_journal_of_the_same_run(tmp_path):
     assert len(cudnn) == len(journal)  # every combination cuDNN ran, none of the NaN (skipped) ones
     for r in cudnn:
         assert r["direction"] == "fwd"
-        j = journal[(r["case_id"], r["algo"], r["math"], r["dtype"], r["layout"])]
+        j = journal[(r["case"], r["algo"], r["math"], r["dtype"], r["layout"])]
         assert r["median_ms"] == pytest.approx(j["median_ms"], rel=1e-9)
         assert r["rel_l2"] == pytest.approx(j["rel_l2"], rel=1e-9)
         assert r["repeat_equal"] == j["repeat_equal"]
@@ -232,6 +232,6 @@ def test_asv_precision_parameter_gives_the_dtype(tmp_path):
     with Store(tmp_path / "s.sqlite") as st:
         (run,) = st.runs()
         got = sorted((r["dtype"], r["settings"]["precision"], r["median_ms"]) for r in st.records(run["id"])
-                     if r["case_id"] == "seed.c8")
+                     if r["case"] == "seed.c8")
     assert got == [("fp16", "fp16", pytest.approx(3.0)), ("fp32", "fp32/ieee", pytest.approx(2.0)),
                    ("fp32", "fp32/tf32", pytest.approx(1.0))]

@@ -199,7 +199,7 @@ def test_cli_gate_exit_codes_and_json(tmp_path, capsys):
 def test_documented_nondeterminism_flips_are_changes_not_regressions():
     from harness.analysis.compare import _determinism
 
-    base = {"key": "k", "case_id": "c", "backend": "cudnn", "direction": "bwd_filter", "algo": "ALGO_0",
+    base = {"key": "k", "case": "c", "backend": "cudnn", "direction": "bwd_filter", "algo": "ALGO_0",
             "math": "DEFAULT", "dtype": "fp32", "layout": "NCHW", "settings": {}, "repeat_equal": 1,
             "fresh_handle_equal": 1, "distinct_outputs": 1, "extra": {"documented_nondeterministic": True}}
     head = dict(base, repeat_equal=0, distinct_outputs=3)
@@ -266,7 +266,7 @@ def test_the_gate_finds_every_kind_of_regression_planted(tmp_path, capsys, plant
 def test_an_error_from_zero_to_below_fp32_roundoff_is_not_a_regression():
     from harness.analysis.compare import _accuracy
 
-    base = {"key": "k", "case_id": "c", "backend": "cudnn", "direction": "fwd", "algo": "A", "math": "M",
+    base = {"key": "k", "case": "c", "backend": "cudnn", "direction": "fwd", "algo": "A", "math": "M",
             "dtype": "fp32", "layout": "NCHW", "settings": {}, "precision_class": "fp32", "max_norm_err": 0.0}
     assert _accuracy(base, dict(base, max_norm_err=1e-8), Thresholds()) == []
     assert _accuracy(base, dict(base, max_norm_err=1e-6), Thresholds())[0].verdict == "regression"

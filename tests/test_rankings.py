@@ -41,7 +41,6 @@ def _dicts(objs: list) -> list[dict]:
     out = []
     for o in objs:
         d = o.to_dict()
-        d["case_id"] = d.pop("case")  # the store's flat shape
         if "time" in d:
             d["median_ms"] = d["time"]["median_ms"] if d["time"] else None
         out.append(d)

@@ -71,7 +71,7 @@ def test_merge_keeps_each_process_median_and_whether_they_computed_the_same_bits
 def _stored(levels, rng, n=40) -> dict:
     """A record as the store returns it, timed in len(levels) processes at those levels (ms)."""
     samples = np.concatenate([lv * (1 + 0.001 * rng.standard_normal(n)) for lv in levels])
-    return {"key": "k", "case_id": "quick.seed", "backend": "cudnn", "direction": "fwd", "algo": "GEMM",
+    return {"key": "k", "case": "quick.seed", "backend": "cudnn", "direction": "fwd", "algo": "GEMM",
             "math": "DEFAULT", "dtype": "bf16", "layout": "NCHW", "settings": {}, "status": OK, "median_ms": float(np.median(samples)), "timer": "cuda_event",
             "samples": samples, "n": len(samples), "extra": {"process_medians_ms": list(levels)}}
 

@@ -94,7 +94,7 @@ def test_packed_records_read_back_exactly(tmp_path):
     with Store(tmp_path / "s.sqlite") as s:
         assert not collect(tmp_path / "s.sqlite", [d]).refused
         (run,) = s.runs()
-        recs = {r["case_id"]: r for r in s.records(run["id"])}
+        recs = {r["case"]: r for r in s.records(run["id"])}
         assert s.record_count() == 2 and set(recs) == {"a", "b"}
         a, b = recs["a"], recs["b"]
         assert a["median_ms"] == 3.0 and list(a["samples"]) == [3.0, 3.5] and a["n"] == 2

@@ -74,6 +74,21 @@ def test_retries_are_bounded_the_rest_of_the_case_says_why(tmp_path, faults):
                                                                        "failed 1 times")
 
 
+def test_a_worker_dead_before_it_gets_its_slice_is_a_crash_record(tmp_path, faults):
+    """The worker can die between its start and the parent's message (killed from outside): the parent's send
+    then meets a broken pipe, which is judged as any death is, not raised out of the sweep."""
+    faults({})
+    from faulty_backend import FaultyBackend
+
+    case, opts = cases.get("quick.seed"), SweepOptions(device="cpu")
+    with worker.WorkerPool(sweep.new_journal(tmp_path, opts, [case], ["faulty"], {}), timeout_s=5) as pool:
+        pool.child = worker._Child(())
+        pool.child.proc.kill()
+        pool.child.proc.wait()
+        recs = list(pool.run_slice("faulty", case, FaultyBackend().combos(case, opts), opts))
+    assert [r.status for r in recs] == [CRASHED, OK, OK, OK] and "SIGKILL" in recs[0].reason
+
+
 def test_out_of_memory_errors_from_a_backend_get_their_status():
     rec = Record("c", "torch", "fwd", "auto", "DEFAULT", "fp32", "NCHW", status=ERROR,
                  reason="OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")

@@ -63,7 +63,7 @@ class Finding:
 
 def _finding(kind: str, verdict: str, rec: dict[str, Any], base: str, head: str, evidence: str,
              **kw: Any) -> Finding:
-    return Finding(kind=kind, verdict=verdict, key=rec["key"], case=rec["case_id"], backend=rec["backend"],
+    return Finding(kind=kind, verdict=verdict, key=rec["key"], case=rec["case"], backend=rec["backend"],
                    direction=rec["direction"], algo=rec["algo"], math=rec["math"], dtype=rec["dtype"],
                    layout=rec["layout"], settings=rec["settings"], base=base, head=head, evidence=evidence,
                    explanation=rec.get("explanation"), **kw)
@@ -259,7 +259,7 @@ def machine_neutral_key(rec: dict[str, Any]) -> str:
     """The record key without the settings that only name where it ran (``device``), so that the same
     combination on a CPU host and a GPU host lines up."""
     settings = {k: v for k, v in (rec.get("settings") or {}).items() if k != "device"}
-    return record_key(rec["case_id"], rec["backend"], rec["direction"], rec["algo"], rec["math"], rec["dtype"],
+    return record_key(rec["case"], rec["backend"], rec["direction"], rec["algo"], rec["math"], rec["dtype"],
                       rec["layout"], settings)
 
 
@@ -295,7 +295,7 @@ def cross_machine(runs: list[dict[str, Any]], records: dict[int, list[dict[str, 
             cells.append(cell)
         any_rec = next(p[key] for p in per if key in p)
         classes = {c["precision_class"] for c in cells if c and c["precision_class"]}
-        rows.append({"key": key, "case": any_rec["case_id"], "backend": any_rec["backend"],
+        rows.append({"key": key, "case": any_rec["case"], "backend": any_rec["backend"],
                      "direction": any_rec["direction"], "algo": any_rec["algo"], "math": any_rec["math"],
                      "dtype": any_rec["dtype"], "layout": any_rec["layout"], "settings": any_rec["settings"],
                      "cells": cells, "bitwise_identical": (len(hashes) == 1) if hashes else None,

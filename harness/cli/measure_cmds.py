@@ -123,7 +123,7 @@ def register(sub) -> None:
                         "its journal holds is not measured again")
     p.set_defaults(handler=autotune)
 
-    p = sub.add_parser("repro", help="recompute every output of a run in this fresh process and compare hashes")
+    p = sub.add_parser("repro", help="recompute every output of a run in fresh worker processes and compare hashes")
     p.add_argument("run_dir", type=Path, help="a run directory written by sweep or bench")
     p.set_defaults(handler=repro)
 
@@ -341,15 +341,12 @@ def autotune(args) -> int:
 
 
 def repro(args) -> int:
-    from ..run.journal import Journal
-    from ..run.repro import recompute
+    from ..run import repro as repro_run
 
     if not (args.run_dir / "run.json").is_file():
         raise UserError(f"{args.run_dir}: not a run directory (no run.json)")
-    journal = Journal(args.run_dir)
     same = differ = failed = 0
-    for rec in recompute(args.run_dir):
-        journal.append(rec)
+    for rec in repro_run.recompute(args.run_dir, log=lambda msg: print(msg, file=sys.stderr, flush=True)):
         equal = rec.extra.get("fresh_process_equal")
         same += equal is True
         differ += equal is False

@@ -21,7 +21,7 @@ from ..core import intake
 from ..core.records import DTYPES, LAYOUTS, MATHS, OK
 from .discovery import AsvFile, Refused, sha1_16
 from .rows import combo_row, night
-from .store import ParsedRun, samples_blob
+from .store_packing import ParsedRun, samples_blob
 
 ASV_RESULTS_VERSION = 2
 

@@ -20,7 +20,7 @@ def settings_json(settings: dict[str, Any]) -> str:
 
 
 def combo_row(identity: tuple[str, ...], settings: dict[str, Any], kind: str) -> tuple:
-    """(key, case, backend, direction, algo, math, dtype, layout, settings_json, kind): store.ParsedRun's combo."""
+    """(key, case, backend, direction, algo, math, dtype, layout, settings_json, kind): store_packing.ParsedRun's combo."""
     key = record_key(*identity, settings)
     if kind != "measurement":  # autotune / crosscheck / repro records never overwrite the measurement
         key = f"{key}|kind={kind}"
@@ -43,7 +43,7 @@ def hash64(h: str | None) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
-# record fields in the order of the store's records row (store.RECORD_COLUMNS)
+# record fields in the order of the store's records row (store_packing.RECORD_COLUMNS)
 TIME_FIELDS = ("median_ms", "iqr_ms", "min_ms", "n", "timer", "mode", "samples_ms")
 ACC_FIELDS = ("max_abs", "rel_l2", "max_norm_err", "nan", "inf", "unwritten", "precision_class")
 DET_FIELDS = ("hash", "hash_algo", "repeats", "repeat_equal", "fresh_handle_equal", "distinct_outputs")

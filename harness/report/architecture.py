@@ -69,7 +69,7 @@ def architecture(g: dict[str, Any]) -> dict[str, Any]:
         both = [x for x in rows if sum(c is not None for c in x["cells"]) >= 2]
         disjoint = None
         if not both:  # say why there is nothing side by side: usually different case sets
-            sets = {r["machine"]: sorted({x["case_id"].split(".")[0] for x in records[r["id"]]}) for r in reps}
+            sets = {r["machine"]: sorted({x["case"].split(".")[0] for x in records[r["id"]]}) for r in reps}
             disjoint = "; ".join(f"{m} ran case groups {', '.join(v)}" for m, v in sets.items())
         both.sort(key=interest)
         sections.append({"image": img, "title": title, "runs": reps, "labels": [g["minfo"][r["machine"]].label for r in reps],
@@ -110,7 +110,7 @@ def picker(g: dict[str, Any]) -> dict[str, Any]:
                               "title": f"{x['precision_class'] or '-'}, output {str(x['hash'] or '-')[:16]}"})
             else:
                 cells.append({"v": None, "text": x["status"], "title": x.get("reason") or x["status"]})
-        rows.append({"combo": " ".join((rec["case_id"], rec["backend"], rec["direction"], rec["algo"], rec["math"],
+        rows.append({"combo": " ".join((rec["case"], rec["backend"], rec["direction"], rec["algo"], rec["math"],
                                         rec["dtype"], rec["layout"], settings_str(rec["settings"]))).strip(),
                      "cells": cells, "n": seen[k]})
     models: dict[str, list[int]] = defaultdict(list)

@@ -164,7 +164,7 @@ def time_heatmaps(recs: list[dict[str, Any]], max_rows: int = 60) -> list[dict[s
     for (backend, dtype, direction), rs in sorted(groups.items()):
         best: dict[tuple[str, str], dict[str, Any]] = {}
         for r in rs:
-            k = (r["case_id"], r["algo"])
+            k = (r["case"], r["algo"])
             if k not in best or r["median_ms"] < best[k]["median_ms"]:
                 best[k] = r
         cases = sorted({c for c, _ in best})[:max_rows]

@@ -71,10 +71,10 @@ def findings(g: dict[str, Any]) -> dict[str, Any]:
                                                                            if k != "record"})})
             elif x["kind"] == "autotune":
                 tune.append(_autotune_row(machine, label, img, x))
-    cross.sort(key=lambda c: (c["machine"], c["rec"]["case_id"], c["rec"]["dtype"]))
+    cross.sort(key=lambda c: (c["machine"], c["rec"]["case"], c["rec"]["dtype"]))
     # the seed cases first: they are the ones the suite's questions were asked about
-    tune.sort(key=lambda t: (t["rank"], not t["rec"]["case_id"].startswith("seed."), -(t["spread"] or 0),
-                             t["machine"], t["rec"]["case_id"]))
+    tune.sort(key=lambda t: (t["rank"], not t["rec"]["case"].startswith("seed."), -(t["spread"] or 0),
+                             t["machine"], t["rec"]["case"]))
     return {"cross": cross, "autotune": tune, "coverage": coverage(g),
             "n_unstable": sum(1 for t in tune if t["rank"] <= 1),
             "n_same_bits": sum(1 for t in tune if t["rank"] == 2),
@@ -94,9 +94,9 @@ def ort(g: dict[str, Any]) -> dict[str, Any]:
             others = {k: v for k, v in x["settings"].items() if k != "cudnn_conv_algo_search"}
             rows.append({"machine": machine, "label": g["minfo"][machine].label, "image": img, "rec": x,
                          "mode": mode if mode is not None else "-", "settings": settings_str(others)})
-            key = (machine, img, x["case_id"], x["dtype"], settings_str(others))
+            key = (machine, img, x["case"], x["dtype"], settings_str(others))
             p = pivot.setdefault(key, {"machine": machine, "label": g["minfo"][machine].label, "image": img,
-                                       "case": x["case_id"], "dtype": x["dtype"], "settings": key[-1],
+                                       "case": x["case"], "dtype": x["dtype"], "settings": key[-1],
                                        "modes": {}, "run": x["run"]})
             p["modes"][str(mode)] = x
     modes = list(ORT_MODES) + sorted({m for p in pivot.values() for m in p["modes"]} - set(ORT_MODES))
@@ -110,7 +110,7 @@ def ort(g: dict[str, Any]) -> dict[str, Any]:
                       "same_bits": (len(hashes) == 1) if several and hashes else None,
                       "cells": [p["modes"].get(m) for m in modes]})
     table.sort(key=lambda p: (p["machine"], p["image"], p["case"], p["dtype"], p["settings"]))
-    rows.sort(key=lambda r: (r["machine"], r["image"], r["rec"]["case_id"], r["rec"]["dtype"], r["mode"]))
+    rows.sort(key=lambda r: (r["machine"], r["image"], r["rec"]["case"], r["rec"]["dtype"], r["mode"]))
     runs = {id(None)}
     ort_runs = []
     for r in rows:

@@ -84,7 +84,7 @@ def _combo_label(c: dict[str, Any]) -> dict[str, Any]:
     settings = json.loads(c["settings"]) if isinstance(c["settings"], str) else c["settings"]
     if c.get("kind", "measurement") != "measurement":
         settings = {"record": c["kind"], **settings}
-    return {"case": c["case_id"], "backend": c["backend"], "direction": c["direction"], "algo": c["algo"],
+    return {"case": c["case"], "backend": c["backend"], "direction": c["direction"], "algo": c["algo"],
             "math": c["math"], "dtype": c["dtype"], "layout": c["layout"], "settings": settings_str(settings),
             "raw_settings": settings}
 

@@ -133,7 +133,10 @@ class WorkerPool:
             self.child = _Child(self.keep_fds, self.env)
         child = self.child
         oom_before = oom_kills()
-        child.conn.send(msg)
+        try:
+            child.conn.send(msg)
+        except OSError:  # the worker died before it got the message: judged below as any death is
+            pass
         reply, killed, finished = None, False, False
         last = time.monotonic()
         while True:

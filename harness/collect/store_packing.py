@@ -1,0 +1,130 @@
+"""How a run's records become store rows, and back: the column order, the packed ``run_records`` row of a run
+(numbers as float64 columns, texts as one JSON array, samples concatenated), and the samples' blobs.
+
+A packed row is one SQLite value per column group instead of one row per record: binding 29 parameters per
+record cost more than parsing it, and a 10^7-record collect has to fit two cores.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import struct
+import sys
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .store_schema import REBUILD, StoreError
+
+try:  # packing a run's texts is on collect's hot path; the standard library is the fallback
+    import orjson as _orjson
+
+    dumps_texts, loads_texts = _orjson.dumps, _orjson.loads
+except ImportError:  # pragma: no cover - depends on the environment
+    def dumps_texts(obj: Any) -> bytes:
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+    loads_texts = json.loads
+
+
+_LITTLE = sys.byteorder == "little" and array("d").itemsize == 8
+_PACKERS: dict[int, Any] = {}  # struct packers of n little-endian float64, by n
+
+RECORD_COLUMNS = ("run", "combo", "status", "reason", "device", "median_ms", "iqr_ms", "min_ms", "n", "timer",
+                  "mode", "samples", "workspace_bytes", "max_abs", "rel_l2", "max_norm_err", "nan", "inf",
+                  "unwritten", "precision_class", "hash", "hash_algo", "repeats", "repeat_equal",
+                  "fresh_handle_equal", "distinct_outputs", "chosen_algo", "explanation", "extra")
+# how run_records packs RECORD_COLUMNS[2:]: numbers as float64 columns, texts as JSON, samples as float64
+NUMBER_COLUMNS = ("median_ms", "iqr_ms", "min_ms", "n", "workspace_bytes", "max_abs", "rel_l2", "max_norm_err",
+                  "nan", "inf", "unwritten", "repeats", "repeat_equal", "fresh_handle_equal", "distinct_outputs")
+INTEGER_COLUMNS = frozenset(("n", "workspace_bytes", "nan", "inf", "unwritten", "repeats", "repeat_equal",
+                             "fresh_handle_equal", "distinct_outputs"))
+TEXT_COLUMNS = ("status", "reason", "device", "timer", "mode", "precision_class", "hash", "hash_algo",
+                "chosen_algo", "explanation", "extra")
+_POS = {c: i for i, c in enumerate(RECORD_COLUMNS[2:])}
+_NUM_POS = [_POS[c] for c in NUMBER_COLUMNS]
+_TXT_POS = [_POS[c] for c in TEXT_COLUMNS]
+_SAMPLES_POS = _POS["samples"]
+_GET_TEXTS = operator.itemgetter(*_TXT_POS)
+COMBO_COLUMNS = ("key", "case_id", "backend", "direction", "algo", "math", "dtype", "layout", "settings", "kind")
+RANKING_COLUMNS = ("run", "case_id", "direction", "dtype", "layout", "math", "source", "rank", "algo", "status",
+                   "time_ms", "memory_bytes", "determinism", "math_reported")
+RUN_COLUMNS = ("run_id", "machine", "image", "image_id", "started", "night", "suite_revision", "hardware",
+               "gpu_model", "sm", "source", "origin", "digest", "complete", "n_records", "n_ok", "n_rankings",
+               "counts", "fingerprint", "options", "end_info")
+
+
+class UnpackableRecord(ValueError):
+    """A record value the store cannot keep (text where a number belongs); collect refuses the run."""
+
+
+@dataclass
+class ParsedRun:
+    """A run as ``collect`` hands it to the store: run facts, combo definitions and row tuples ready to insert."""
+
+    run: dict[str, Any]  # RUN_COLUMNS
+    combos: list[tuple]  # (key, case, backend, direction, algo, math, dtype, layout, settings_json, kind) per record
+    records: list[tuple]  # RECORD_COLUMNS without run and combo (filled in by the store)
+    rankings: list[tuple]  # RANKING_COLUMNS without run
+    vectors: dict[str, np.ndarray]  # ok, median, norm_err, hash (per record, in record order), chosen names
+
+
+def samples_blob(samples: Sequence[float] | None) -> bytes | None:
+    """Samples as float64: float32 (stores before 2026-11-30) overflows above 3.4e38 and rounds a 2x change
+    in the samples of a long kernel to the same value; readers tell the width from the blob's length."""
+    if not samples:
+        return None
+    try:  # a packer per length: half the cost of array("d") (0.11 against 0.23 us for 8 samples)
+        return _PACKERS[len(samples)](*samples)
+    except KeyError:
+        if len(samples) <= 4096:
+            _PACKERS[len(samples)] = struct.Struct(f"<{len(samples)}d").pack
+            return samples_blob(samples)
+    except struct.error:  # not all numbers: array's TypeError or OverflowError says what, as it did
+        pass
+    if _LITTLE:
+        return array("d", samples).tobytes()  # ten times cheaper than numpy for a few dozen values
+    return np.asarray(samples, dtype="<f8").tobytes()
+
+
+def floats(blob: bytes, n: int) -> np.ndarray:
+    """``n`` floats from a blob written as float64 (now) or float32 (older stores), as float64."""
+    width = len(blob) // n if n else 8
+    if width not in (4, 8) or len(blob) != width * n:
+        raise StoreError(f"a float column holds {len(blob)} bytes for {n} values: the store is damaged; "
+                         f"{REBUILD}")
+    return np.frombuffer(blob, dtype="<f8" if width == 8 else "<f4").astype(np.float64)
+
+
+def pack_records(combo_ids: list[int], rows: list[tuple]) -> tuple:
+    """(n, combo, numbers, texts, sample_counts, samples): the run_records row of one run's record rows."""
+    if len(set(combo_ids)) != len(combo_ids):  # a combination measured twice (a resumed run): the last one wins
+        last = {cid: i for i, cid in enumerate(combo_ids)}
+        keep = sorted(last.values())
+        combo_ids, rows = [combo_ids[i] for i in keep], [rows[i] for i in keep]
+    n = len(rows)
+    cols = list(zip(*rows, strict=True)) if rows else [()] * len(RECORD_COLUMNS[2:])
+    try:
+        numbers = np.array([cols[i] for i in _NUM_POS], dtype=np.float64) if n else np.empty((len(_NUM_POS), 0))
+    except (TypeError, ValueError):
+        bad = next(f"{c}={v!r}" for c, i in zip(NUMBER_COLUMNS, _NUM_POS, strict=True) for v in cols[i]
+                   if v is not None and not isinstance(v, (int, float)))
+        raise UnpackableRecord(f"a record has a non-numeric value where a number belongs ({bad[:80]})") from None
+    texts = dumps_texts(list(map(_GET_TEXTS, rows)))  # tuples are JSON arrays: the same bytes, one C call a row
+    blobs = cols[_SAMPLES_POS]
+    counts = np.array([len(b) if b else 0 for b in blobs], dtype="<i4") // 8
+    return (n, np.asarray(combo_ids, dtype="<i4").tobytes(), numbers.astype("<f8").tobytes(), texts,
+            counts.tobytes(), b"".join(b for b in blobs if b))
+
+
+def samples_array(blob: bytes | None) -> np.ndarray:
+    """One record's samples blob (samples_blob) as float64."""
+    if not blob:
+        return np.empty(0, dtype=np.float64)
+    return np.frombuffer(blob, dtype="<f8").copy()
+
+

@@ -1,0 +1,153 @@
+"""Reading the store back: run rows and their JSON, a run's records unpacked into dicts joined with their
+combination, cuDNN's rankings, and the columnar vectors that nightly series read instead of the records.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .store_packing import (
+    COMBO_COLUMNS,
+    INTEGER_COLUMNS,
+    NUMBER_COLUMNS,
+    RANKING_COLUMNS,
+    TEXT_COLUMNS,
+    floats,
+    loads_texts,
+)
+
+# The SQL columns combos.case_id and rankings.case_id hold the record model's ``case`` (Record.case, Ranking.case):
+# the dicts read back use the model's name, the files keep theirs (a store written before reads the same).
+_MODEL_NAMES = {"case_id": "case"}
+
+
+def _model_names(columns: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(_MODEL_NAMES.get(c, c) for c in columns)
+
+
+class StoreReads:
+    """Store's reading half (store.Store): ``db``, ``readonly`` and the combination cache are the store's."""
+
+    db: sqlite3.Connection
+    readonly: bool
+    _combo_cache: dict[int, tuple[tuple, dict[str, Any]]]
+
+    def runs(self, where: str = "", params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        """Run rows (without the bulky JSON columns) as dicts, oldest first."""
+        cols = ("id", "run_id", "machine", "image", "image_id", "started", "night", "suite_revision", "hardware",
+                "gpu_model", "sm", "source", "origin", "complete", "n_records", "n_ok", "n_rankings", "counts")
+        sql = f"SELECT {','.join(cols)} FROM runs {('WHERE ' + where) if where else ''} ORDER BY started, id"
+        out = []
+        for row in self.db.execute(sql, params):
+            d = dict(zip(cols, row, strict=True))
+            d["counts"] = json.loads(d["counts"])
+            out.append(d)
+        return out
+
+    def run_json(self, run_pk: int) -> dict[str, Any]:
+        fp, opts, end = self.db.execute("SELECT fingerprint, options, end_info FROM runs WHERE id=?",
+                                        (run_pk,)).fetchone()
+        return {"fingerprint": json.loads(fp), "options": json.loads(opts), "end": json.loads(end) if end else None}
+
+    def run_jsons(self) -> dict[int, dict[str, Any]]:
+        """``run_json`` of every run, in one query (a fleet's report reads all 18 250 of them)."""
+        def load(text: str) -> Any:
+            try:
+                return loads_texts(text)
+            except ValueError:  # what orjson does not read (an integer beyond 64 bits): as run_json reads it
+                return json.loads(text)
+
+        return {pk: {"fingerprint": load(fp), "options": load(opts), "end": load(end) if end else None}
+                for pk, fp, opts, end in self.db.execute("SELECT id, fingerprint, options, end_info FROM runs")}
+
+    def record_count(self) -> int:
+        return self.db.execute("SELECT coalesce(sum(n), 0) FROM run_records").fetchone()[0]
+
+    def records(self, run_pk: int, *, with_samples: bool = True) -> list[dict[str, Any]]:
+        """Records of one run joined with their combination, as dicts (samples as float64 arrays)."""
+        row = self.db.execute("SELECT n, combo, numbers, texts, sample_counts, samples FROM run_records WHERE run=?",
+                              (run_pk,)).fetchone()
+        if row is None:
+            return []
+        n, combo_blob, numbers, texts, counts_blob, samples_blob_ = row
+        combo_ids = np.frombuffer(combo_blob, "<i4").tolist()
+        combos = self._combo_rows(combo_ids)
+        num = np.frombuffer(numbers, "<f8").reshape(len(NUMBER_COLUMNS), n)
+        columns = []
+        for j, c in enumerate(NUMBER_COLUMNS):
+            col = num[j]
+            vals = col.tolist()
+            nan = np.isnan(col)
+            if c in INTEGER_COLUMNS:
+                vals = [None if m else int(v) for v, m in zip(vals, nan.tolist(), strict=True)]
+            elif nan.any():
+                vals = [None if m else v for v, m in zip(vals, nan.tolist(), strict=True)]
+            columns.append(vals)
+        text_rows = loads_texts(texts)
+        if with_samples:
+            counts = np.frombuffer(counts_blob, "<i4")
+            allsamples = floats(samples_blob_, int(counts.sum()))
+            samples = np.split(allsamples, np.cumsum(counts)[:-1]) if n else []
+        else:
+            samples = [None] * n
+        # one dict(zip()) per record: the combination's values, the texts, the numbers (a C loop each)
+        names = (*_model_names(COMBO_COLUMNS), "combo", *TEXT_COLUMNS, *NUMBER_COLUMNS)
+        out = []
+        loads = json.loads
+        for cid, trow, smp, *nums in zip(combo_ids, text_rows, samples, *columns, strict=True):
+            values, settings = combos[cid]
+            d = dict(zip(names, (*values, cid, *trow, *nums), strict=True))
+            d["settings"] = dict(settings)
+            d["extra"] = loads(d["extra"]) if d["extra"] else {}
+            d["samples"] = smp
+            out.append(d)
+        return out
+
+    def _combo_rows(self, combo_ids: list[int]) -> dict[int, tuple[tuple, dict[str, Any]]]:
+        """(values of COMBO_COLUMNS, parsed settings) of the given combinations; a read-only store keeps them
+        (its snapshot cannot change), a store being written reads them again (a rolled-back id may be reused)."""
+        cache = self._combo_cache if self.readonly else {}
+        wanted = sorted(set(combo_ids) - cache.keys())
+        for i in range(0, len(wanted), 500):
+            chunk = wanted[i:i + 500]
+            for r in self.db.execute(f"SELECT id, {','.join(COMBO_COLUMNS)} FROM combos WHERE id IN "
+                                     f"({','.join('?' * len(chunk))})", chunk):
+                settings = json.loads(r[9])
+                if r[10] != "measurement":  # shown with the settings wherever a record is listed
+                    settings = {"record": r[10], **settings}
+                cache[r[0]] = (r[1:], settings)
+        return cache
+
+    def rankings(self, run_pk: int) -> list[dict[str, Any]]:
+        cols = RANKING_COLUMNS[1:]
+        return [dict(zip(_model_names(cols), r, strict=True)) for r in
+                self.db.execute(f"SELECT {','.join(cols)} FROM rankings WHERE run=? ORDER BY case_id, direction,"
+                                " dtype, layout, math, source, rank", (run_pk,))]
+
+    def combos(self) -> dict[int, dict[str, Any]]:
+        cols = ("id", *COMBO_COLUMNS)
+        return {r[0]: dict(zip(_model_names(cols), r, strict=True))
+                for r in self.db.execute(f"SELECT {','.join(cols)} FROM combos")}
+
+    def names(self) -> dict[int, str]:
+        return dict(self.db.execute("SELECT id, name FROM names"))
+
+    def vectors(self, run_pks: Sequence[int]) -> dict[int, dict[str, np.ndarray]]:
+        """Columnar per-run values (see ``run_vectors``) for the given runs."""
+        out: dict[int, dict[str, np.ndarray]] = {}
+        for i in range(0, len(run_pks), 500):
+            chunk = list(run_pks[i:i + 500])
+            marks = ",".join("?" * len(chunk))
+            for run, combo, ok, med, err, h, chosen in self.db.execute(
+                    f"SELECT run, combo, ok, median, norm_err, hash, chosen FROM run_vectors WHERE run IN ({marks})",
+                    chunk):
+                n = len(combo) // 4
+                out[run] = {"combo": np.frombuffer(combo, "<i4"), "ok": np.frombuffer(ok, "u1").astype(bool),
+                            "median": floats(med, n), "norm_err": floats(err, n),
+                            "hash": np.frombuffer(h, "<i8"), "chosen": np.frombuffer(chosen, "<i4")}
+        return out
