@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.core.intake import sha256_file
 from harness.deploy import imagematrix, stacks, wheels
-from harness.measurement.digest import sha256_file
 
 
 def test_shipped_overlays_pin_the_required_stacks_and_their_locks_are_fresh():

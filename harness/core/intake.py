@@ -8,6 +8,7 @@ a refusal of the run or tarball, and goes on with the others.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -139,3 +140,13 @@ def check_text(value: Any, what: str, depth: int = 0) -> None:
     elif isinstance(value, list):
         for v in value:
             check_text(v, what, depth + 1)
+
+
+def sha256_file(path: Path) -> str:
+    """sha256 of a file (a wheel for an image's lock, a downloaded model), read in 1 MiB chunks so files of any
+    size hash in constant memory: such a file is trusted only once this matches its pinned digest."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

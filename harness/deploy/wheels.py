@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..measurement.digest import sha256_file
+from ..core.intake import sha256_file
 from . import resources
 from .imagematrix import Base, Matrix, MatrixError, Overlay, Row
 

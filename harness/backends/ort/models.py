@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ...core.cases import Case
-from ...measurement.digest import sha256_file
+from ...core.intake import sha256_file
 from .architectures import (
     ARCHITECTURES,
     IMAGE_SIZE,
