@@ -94,6 +94,12 @@ _GET_TIME, _GET_ACC, _GET_DET, _GET_TOP = (operator.itemgetter(*f) for f in (TIM
                                                                            TOP_FIELDS))
 
 
+# the one key of extra a plain line may carry: cuDNN's documented non-determinism (backends/cudnn.py marks every
+# record of such an algorithm, an eighth of a full sweep's records), as check_record passes it (a boolean, true)
+_DOC = "documented_nondeterministic"
+_DOC_JSON = json.dumps({_DOC: True}, sort_keys=True)
+
+
 class _NotPlain(Exception):
     """A run whose columns did not all pass check_column: it is read again, every line through check_record."""
 
@@ -146,6 +152,7 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
                 raise ValueError("the line is empty (a journal has one record per line)")
             d = loads(line)
             checked = full
+            plain = False
             if full:
                 check_record(d)
             try:  # fast path: every field there, combination seen before; anything else takes the full path
@@ -164,12 +171,13 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
                     # a plain line: an identity check_record passed before, every field there and nothing else,
                     # no open-ended extra; its values are checked per run, in columns, after the loop
                     if not checked and (sig in verified and len(d) == 20 and settings.__class__ is dict
-                                        and schema.__class__ is int and extra.__class__ is dict and not extra
+                                        and schema.__class__ is int and extra.__class__ is dict
+                                        and (not extra or (len(extra) == 1 and extra.get(_DOC) is True))
                                         and (t is None or (t.__class__ is dict and (len(t) == 7 or plain_time(t))))
                                         and (a is None or (a.__class__ is dict and (len(a) == 7 or (
                                             len(a) == 8 and "reduction" in a))))
                                         and (h is None or (h.__class__ is dict and len(h) == 6))):
-                        checked = True
+                        checked = plain = True
                         tops.append((status, reason, device, workspace, chosen_algo, explanation))
                         if t is not None:
                             times.append(tv)
@@ -207,6 +215,11 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
                     hv = tuple(h.get(k) for k in DET_FIELDS)
                     status, reason, device, workspace, chosen_algo, explanation, extra = (d.get(k)
                                                                                          for k in TOP_FIELDS)
+            if plain:  # no clock, flags or host time (a plain time); extra empty or the documented mark
+                combos.append(c)
+                rows.append((status, reason, device, *tv[:6], blob(tv[6]), workspace, *av, *hv, chosen_algo,
+                             explanation, _DOC_JSON if extra else None))
+                continue
             if t and (t.get("clock") or t.get("flags") or t.get("host_ms")):
                 # the clock the samples were taken at, the timer's flags and the host's dispatch time travel
                 # in the store's extra column
