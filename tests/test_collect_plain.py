@@ -180,3 +180,13 @@ def test_the_first_bad_line_is_named_when_a_later_line_is_refused_line_by_line(t
     with pytest.raises(col.Refused) as exc:
         col.parse_journal(raw, meta)
     assert "line 6:" in str(exc.value) and "time.median_ms" in str(exc.value)
+
+
+@pytest.mark.parametrize("blank", [b"", b"   ", b"\t\x0b"])
+def test_an_empty_line_is_refused_as_such(tmp_path, blank):
+    raw, meta, _ = _run(tmp_path)
+    lines = raw.records.splitlines()
+    raw.records = b"\n".join([*lines[:7], blank, *lines[7:]]) + b"\n"
+    with pytest.raises(col.Refused) as exc:
+        col.parse_journal(raw, meta)
+    assert "records.jsonl line 8 is not a valid record (ValueError('the line is empty" in str(exc.value)

@@ -139,6 +139,7 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
     get_time, get_acc, get_det, get_top = _GET_TIME, _GET_ACC, _GET_DET, _GET_TOP
     none7, none6 = (None,) * 7, (None,) * 6
     verified, plain_time, remember = column_checks.VERIFIED_IDS, _plain_time, column_checks.remember
+    max_line, doc = intake.MAX_LINE_BYTES, _DOC
     tops: list[tuple] = []
     times: list[tuple] = []
     accs: list[tuple] = []
@@ -146,11 +147,14 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
     reductions: list[Any] = []
     for lineno, line in enumerate(data.splitlines(), 1):
         try:
-            if len(line) > intake.MAX_LINE_BYTES:
-                raise ValueError(f"line is over {intake.MAX_LINE_BYTES >> 20} MiB")
-            if not line.strip():
-                raise ValueError("the line is empty (a journal has one record per line)")
-            d = loads(line)
+            if len(line) > max_line:
+                raise ValueError(f"line is over {max_line >> 20} MiB")
+            try:
+                d = loads(line)
+            except ValueError:  # an empty line is said as such (no JSON parser reads one)
+                if not line.strip():
+                    raise ValueError("the line is empty (a journal has one record per line)") from None
+                raise
             checked = full
             plain = False
             if full:
@@ -172,7 +176,7 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
                     # no open-ended extra; its values are checked per run, in columns, after the loop
                     if not checked and (sig in verified and len(d) == 20 and settings.__class__ is dict
                                         and schema.__class__ is int and extra.__class__ is dict
-                                        and (not extra or (len(extra) == 1 and extra.get(_DOC) is True))
+                                        and (not extra or (len(extra) == 1 and extra.get(doc) is True))
                                         and (t is None or (t.__class__ is dict and (len(t) == 7 or plain_time(t))))
                                         and (a is None or (a.__class__ is dict and (len(a) == 7 or (
                                             len(a) == 8 and "reduction" in a))))
