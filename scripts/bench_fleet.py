@@ -5,7 +5,9 @@ on the same data (a subset it can finish) measured side by side in the same run.
 
 The fleet is synthetic by design (a year of 50 machines does not exist on this host): run directories in the
 journal format with realistic shapes (5 GPU models, 4 images a year, CUDA 13 images not on Pascal, 2% night noise,
-a few image regressions and nightly steps, a few non-reproducible outputs). It measures the harness, not GPUs.
+a few image regressions and nightly steps; forward and both backward passes, the records of cuDNN's documented
+non-deterministic algorithms marked as real runs mark them and giving other bits on about half their nights, and an
+undocumented surprise on about one machine in five). It measures the harness, not GPUs.
 Prints measured figures and ratios; nothing is hard-coded.
 
     python scripts/bench_fleet.py                       # full: 50 machines x 365 nights x 548 records
