@@ -74,6 +74,10 @@ REFUSED = {
     "a 2000-character chosen algo": ("chosen_algo", _set("chosen_algo", "A" * 2000)),
     "extra as a list": ("extra", _set("extra", [1, 2])),
     "spread as text": ("extra.max_abs_spread", _set("extra", {"max_abs_spread": "big"})),
+    "the documented mark as 1": ("extra.documented_nondeterministic",
+                                 _set("extra", {"documented_nondeterministic": 1})),
+    "the documented mark as text": ("extra.documented_nondeterministic",
+                                    _set("extra", {"documented_nondeterministic": "true"})),
     "schema as a float": ("schema", _set("schema", 1.0)),
     "an unknown field": ("colour", _set("colour", "red")),
     "settings null": ("settings", _set("settings", None)),
@@ -88,6 +92,9 @@ ACCEPTED = {
     "reduction set": _set("accuracy.reduction", 4608),
     "repeat_equal null": _set("determinism.repeat_equal", None),
     "extra with a known key": _set("extra", {"wall_ms": 1.5}),
+    "documented non-determinism (plain)": _set("extra", {"documented_nondeterministic": True}),
+    "documented as false": _set("extra", {"documented_nondeterministic": False}),
+    "the documented mark and another key": _set("extra", {"documented_nondeterministic": True, "wall_ms": 2.0}),
     "no time": _set("time", None),
     "no accuracy": _set("accuracy", None),
 }
@@ -117,6 +124,25 @@ def test_a_clean_run_takes_the_plain_path_and_stores_what_the_full_path_stores(t
     full = col._parse_journal(raw, meta, True)
     assert plain.records == full.records and plain.combos == full.combos and plain.run == full.run
     assert len(plain.records) == N
+
+
+def test_records_marked_documented_non_deterministic_are_plain(tmp_path, monkeypatch):
+    """cuDNN's documented non-determinism marks an eighth of a sweep's records (extra.documented_nondeterministic,
+    backends/cudnn.py): they take the plain path, and store what the full path stores."""
+    raw, meta, _ = _run(tmp_path, None)
+    lines = [json.loads(x) for x in raw.records.decode().splitlines()]
+    for r in lines[::3]:
+        r["extra"] = {"documented_nondeterministic": True}
+    raw.records = "".join(json.dumps(r) + "\n" for r in lines).encode()
+    full = col._parse_journal(raw, meta, True)
+
+    def walked(d):
+        raise AssertionError(f"a line was walked by check_record: {d['case']}")
+
+    monkeypatch.setattr(col, "check_record", walked)
+    plain = col._parse_journal(raw, meta, False)
+    assert plain.records == full.records and plain.combos == full.combos and plain.run == full.run
+    assert sum(r[-1] == '{"documented_nondeterministic": true}' for r in plain.records) == len(lines[::3])
 
 
 @pytest.mark.parametrize("label", sorted(REFUSED))
@@ -154,3 +180,13 @@ def test_the_first_bad_line_is_named_when_a_later_line_is_refused_line_by_line(t
     with pytest.raises(col.Refused) as exc:
         col.parse_journal(raw, meta)
     assert "line 6:" in str(exc.value) and "time.median_ms" in str(exc.value)
+
+
+@pytest.mark.parametrize("blank", [b"", b"   ", b"\t\x0b"])
+def test_an_empty_line_is_refused_as_such(tmp_path, blank):
+    raw, meta, _ = _run(tmp_path)
+    lines = raw.records.splitlines()
+    raw.records = b"\n".join([*lines[:7], blank, *lines[7:]]) + b"\n"
+    with pytest.raises(col.Refused) as exc:
+        col.parse_journal(raw, meta)
+    assert "records.jsonl line 8 is not a valid record (ValueError('the line is empty" in str(exc.value)

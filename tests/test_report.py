@@ -505,3 +505,22 @@ def test_a_failed_pool_leaves_the_judging_to_the_report(tmp_path, monkeypatch):
         rel = p.relative_to(tmp_path / "pool")
         strip = lambda t: re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", "", t)  # noqa: E731
         assert strip(p.read_text()) == strip((tmp_path / "one" / rel).read_text()), rel
+
+
+def test_the_gates_history_is_read_light_and_equal_to_the_records(tmp_path):
+    """model.history_records (key and median of the ok records, from the packed numbers and the vectors) gives
+    compare_records what the whole records give it, on every run of the fixtures (journals, asv results, records
+    not ok, untimed ones) and of the hand-built fleet."""
+    from harness.report.model import combo_keys, current_records, history_records
+
+    sources, _ = real_sources(tmp_path)
+    db = _fleet(tmp_path)
+    assert not collect(db, sources).refused
+    with Store(db, create=False) as s:
+        runs = s.runs()
+        vectors = s.vectors([r["id"] for r in runs])
+        light = history_records(s, runs, vectors, combo_keys(s))
+        assert len(light) == len(runs) and sum(map(len, light)) > 100
+        for r, got in zip(runs, light, strict=True):
+            want = [x for x in current_records(s, [r], vectors) if x.get("status") == "ok"]
+            assert [(x["key"], x["median_ms"]) for x in got] == [(x["key"], x["median_ms"]) for x in want]

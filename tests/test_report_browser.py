@@ -474,3 +474,57 @@ def test_a_fleet_index_answers_on_its_first_screen_and_folds_the_rest(browser, t
     _keep(det.screenshot(tmp_path / "d.png"), "fleet-determinism.png")
 
     _assert_site_sound(browser, site)
+
+
+def test_a_fleet_regressions_page_groups_per_machine_and_answers_on_its_first_screen(browser, tmp_path):
+    """A fleet like scripts/bench_fleet.py's (12 machines, each through three or four images): regressions.html
+    opens with one line per machine (the machines whose newest image transition regressed first, on the first
+    screen at 1440 x 900), then each machine with its newest transition's worst regressions open and the rest
+    folded; the counts are kept; a permalink into a fold opens it; the page is less than a third as tall as with
+    every fold open. Every page is clean, under 0.5 s, and every link resolves."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_fleet", Path(__file__).resolve().parents[1] / "scripts"
+                                                  / "bench_fleet.py")
+    bf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bf)
+    fleet = tmp_path / "fleet"
+    for mi in range(12):
+        bf.gen_machine((mi, 8, 300, str(fleet)))
+    db = tmp_path / "s.sqlite"
+    assert not collect(db, [fleet]).refused
+    site = tmp_path / "site"
+    with Store(db) as s:
+        build(s, site)
+    page = browser.open((site / "regressions.html").as_uri(), width=WIDTH, height=HEIGHT)
+    assert page.errors == []
+    rows = page.evaluate("Array.from(document.querySelectorAll('#reg-machines tbody tr')).map(r => "
+                         "[r.cells[0].innerText, parseInt(r.cells[4].innerText), r.getBoundingClientRect().top])")
+    assert len(rows) == 12
+    counts = [n for _, n, _ in rows]
+    assert counts[0] > 0 and counts[:sum(n > 0 for n in counts)] == sorted((n for n in counts if n), reverse=True)
+    assert rows[0][2] < HEIGHT and page.evaluate("document.getElementById('reg-status').getBoundingClientRect().top") < 300
+    assert page.evaluate("document.querySelectorAll('div.machine').length") == 12
+    # each machine: at most TOP_PER_MACHINE regressions open, the counts of the rest in the folds' summaries
+    open_rows = page.evaluate("Array.from(document.querySelectorAll('div.machine')).map(d => Array.from("
+                              "d.querySelectorAll('tr.bad')).filter(r => !r.closest('details:not([open])')).length)")
+    assert max(open_rows) == 5 and sum(open_rows) >= 5
+    worst = rows[0][0]
+    block = page.evaluate("document.getElementById('reg-machines').querySelector('a').getAttribute('href')")
+    assert page.evaluate(f"document.querySelector('{block} h3').innerText").startswith(worst)
+    assert page.evaluate(f"document.querySelector('{block} details[id$=\"-more\"]').open") is False
+    summary = page.evaluate(f"document.querySelector('{block} details[id$=\"-more\"] summary').innerText")
+    assert int(summary.split()[0]) == counts[0] - 5
+    folded = page.evaluate("document.documentElement.scrollHeight")
+    page.evaluate("document.querySelectorAll('details').forEach(d => { d.open = true; })")
+    assert folded * 3 < page.evaluate("document.documentElement.scrollHeight")
+    _keep(browser.open((site / "regressions.html").as_uri(), width=WIDTH, height=HEIGHT).screenshot(
+        tmp_path / "r.png"), "fleet-regressions.png")
+    # a permalink to a folded regression opens its fold
+    html = (site / "regressions.html").read_text()
+    more = html.index('-more"><summary>')
+    target = re.search(r'<tr class="bad" id="([^"]+)">', html[more:]).group(1)
+    page = browser.open((site / "regressions.html").as_uri() + "#" + target, width=WIDTH, height=HEIGHT)
+    assert page.evaluate(f"!document.getElementById({target!r}).closest('details:not([open])')") is True
+
+    _assert_site_sound(browser, site)

@@ -94,6 +94,12 @@ _GET_TIME, _GET_ACC, _GET_DET, _GET_TOP = (operator.itemgetter(*f) for f in (TIM
                                                                            TOP_FIELDS))
 
 
+# the one key of extra a plain line may carry: cuDNN's documented non-determinism (backends/cudnn.py marks every
+# record of such an algorithm, an eighth of a full sweep's records), as check_record passes it (a boolean, true)
+_DOC = "documented_nondeterministic"
+_DOC_JSON = json.dumps({_DOC: True}, sort_keys=True)
+
+
 class _NotPlain(Exception):
     """A run whose columns did not all pass check_column: it is read again, every line through check_record."""
 
@@ -133,6 +139,7 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
     get_time, get_acc, get_det, get_top = _GET_TIME, _GET_ACC, _GET_DET, _GET_TOP
     none7, none6 = (None,) * 7, (None,) * 6
     verified, plain_time, remember = column_checks.VERIFIED_IDS, _plain_time, column_checks.remember
+    max_line, doc = intake.MAX_LINE_BYTES, _DOC
     tops: list[tuple] = []
     times: list[tuple] = []
     accs: list[tuple] = []
@@ -140,12 +147,16 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
     reductions: list[Any] = []
     for lineno, line in enumerate(data.splitlines(), 1):
         try:
-            if len(line) > intake.MAX_LINE_BYTES:
-                raise ValueError(f"line is over {intake.MAX_LINE_BYTES >> 20} MiB")
-            if not line.strip():
-                raise ValueError("the line is empty (a journal has one record per line)")
-            d = loads(line)
+            if len(line) > max_line:
+                raise ValueError(f"line is over {max_line >> 20} MiB")
+            try:
+                d = loads(line)
+            except ValueError:  # an empty line is said as such (no JSON parser reads one)
+                if not line.strip():
+                    raise ValueError("the line is empty (a journal has one record per line)") from None
+                raise
             checked = full
+            plain = False
             if full:
                 check_record(d)
             try:  # fast path: every field there, combination seen before; anything else takes the full path
@@ -164,12 +175,13 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
                     # a plain line: an identity check_record passed before, every field there and nothing else,
                     # no open-ended extra; its values are checked per run, in columns, after the loop
                     if not checked and (sig in verified and len(d) == 20 and settings.__class__ is dict
-                                        and schema.__class__ is int and extra.__class__ is dict and not extra
+                                        and schema.__class__ is int and extra.__class__ is dict
+                                        and (not extra or (len(extra) == 1 and extra.get(doc) is True))
                                         and (t is None or (t.__class__ is dict and (len(t) == 7 or plain_time(t))))
                                         and (a is None or (a.__class__ is dict and (len(a) == 7 or (
                                             len(a) == 8 and "reduction" in a))))
                                         and (h is None or (h.__class__ is dict and len(h) == 6))):
-                        checked = True
+                        checked = plain = True
                         tops.append((status, reason, device, workspace, chosen_algo, explanation))
                         if t is not None:
                             times.append(tv)
@@ -207,6 +219,11 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
                     hv = tuple(h.get(k) for k in DET_FIELDS)
                     status, reason, device, workspace, chosen_algo, explanation, extra = (d.get(k)
                                                                                          for k in TOP_FIELDS)
+            if plain:  # no clock, flags or host time (a plain time); extra empty or the documented mark
+                combos.append(c)
+                rows.append((status, reason, device, *tv[:6], blob(tv[6]), workspace, *av, *hv, chosen_algo,
+                             explanation, _DOC_JSON if extra else None))
+                continue
             if t and (t.get("clock") or t.get("flags") or t.get("host_ms")):
                 # the clock the samples were taken at, the timer's flags and the host's dispatch time travel
                 # in the store's extra column
