@@ -290,3 +290,14 @@ def test_autotuner_flips_between_stacks_are_changes_not_regressions():
     tuned = [f for f in found if f.kind == "determinism" and f.key.endswith("kind=autotune")]
     assert tuned and all(f.verdict == "change" and AUTOTUNE_CHANCE in f.evidence for f in tuned)
     assert not [f for f in gate(found, Thresholds()) if f.kind == "determinism"]
+
+
+def test_the_bootstraps_row_medians_are_numpys_medians():
+    import numpy as np
+
+    from harness.analysis.timechange import _row_medians
+
+    rng = np.random.default_rng(7)
+    for n in (1, 2, 3, 8, 63, 64):
+        x = rng.standard_normal((500, n)) * 3 + 10
+        assert np.array_equal(_row_medians(x), np.median(x, axis=1)), n
