@@ -137,6 +137,16 @@ class StoreReads:
     def names(self) -> dict[int, str]:
         return dict(self.db.execute("SELECT id, name FROM names"))
 
+    def medians(self, run_pk: int) -> tuple[list[int], list[float | None]]:
+        """(combination ids, medians in ms as the records hold them, None where not timed) of one run's records:
+        what a compare's history reads, without decoding a text or a sample."""
+        row = self.db.execute("SELECT n, combo, numbers FROM run_records WHERE run=?", (run_pk,)).fetchone()
+        if row is None:
+            return [], []
+        n, combo_blob, numbers = row
+        med = np.frombuffer(numbers, "<f8").reshape(len(NUMBER_COLUMNS), n)[NUMBER_COLUMNS.index("median_ms")]
+        return np.frombuffer(combo_blob, "<i4").tolist(), [None if m != m else m for m in med.tolist()]
+
     def vectors(self, run_pks: Sequence[int]) -> dict[int, dict[str, np.ndarray]]:
         """Columnar per-run values (see ``run_vectors``) for the given runs."""
         out: dict[int, dict[str, np.ndarray]] = {}

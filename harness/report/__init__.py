@@ -31,7 +31,7 @@ from .fingerprints import fingerprints
 from .fmt import fmt_err, fmt_time, minute, settings_str, slug
 from .investigations import findings, ort
 from .machine import machine_page
-from .model import MAX_ROWS, MachineInfo, finish, gather
+from .model import MAX_ROWS, MachineInfo, Model, finish, gather
 from .morning import morning, overview
 from .rankings import rankings
 from .regressions import regressions
@@ -43,20 +43,20 @@ TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 RUNS_ON_ONE_PAGE = 1000  # more runs than this: runs.html lists the machines, each machine's runs on a page of its own
 
 
-def _runs(g: dict[str, Any], machine: MachineInfo | None = None) -> dict[str, Any]:
+def _runs(g: Model, machine: MachineInfo | None = None) -> dict[str, Any]:
     """runs.html (every run, or for a fleet the machines with a page of runs each) or runs/<machine>.html."""
     from ..analysis.pairing import stack_line
 
-    everything = g["runs"] if machine is None else machine.runs
+    everything = g.runs if machine is None else machine.runs
     if machine is None and len(everything) > RUNS_ON_ONE_PAGE:  # 18 250 runs were 9.9 MB and 8 s to load
         by_machine = [{"m": m, "n": len(m.runs), "first": m.runs[0]["started"], "last": m.runs[-1]["started"],
-                       "incomplete": sum(1 for r in m.runs if not r["complete"])} for m in g["machines"]]
-        return {"runs": [], "left_out": 0, "minfo": g["minfo"], "stacks": {}, "by_machine": by_machine,
+                       "incomplete": sum(1 for r in m.runs if not r["complete"])} for m in g.machines]
+        return {"runs": [], "left_out": 0, "minfo": g.minfo, "stacks": {}, "by_machine": by_machine,
                 "n_runs": len(everything), "one_page": RUNS_ON_ONE_PAGE, "machine": None}
     cap = 20 * MAX_ROWS if machine is None else MAX_ROWS  # a machine page anchors its newest MAX_ROWS runs
     runs = everything[-cap:]
-    return {"runs": runs, "left_out": max(0, len(everything) - cap), "minfo": g["minfo"],
-            "stacks": {r["id"]: stack_line(g["info"][r["id"]]["fingerprint"]) for r in runs}, "by_machine": None,
+    return {"runs": runs, "left_out": max(0, len(everything) - cap), "minfo": g.minfo,
+            "stacks": {r["id"]: stack_line(g.info[r["id"]]["fingerprint"]) for r in runs}, "by_machine": None,
             "n_runs": len(everything), "one_page": RUNS_ON_ONE_PAGE, "machine": machine}
 
 
@@ -129,7 +129,7 @@ def _build(store: Store, out: Path, title: str, workers: int | None = None) -> l
         g = gather(store, title, pool, False)  # positional: tests stand in for gather with (*args)
         env = environment()
         generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        common = {"title": title, "generated": generated, "machines": g["machines"], "images": g["images"],
+        common = {"title": title, "generated": generated, "machines": g.machines, "images": g.images,
                   "store_path": store.path, "nav": [(p[0], p[1], p[2]) for p in PAGES]}
         written: list[tuple[tuple, Path]] = []  # (place in the manifest, path): pages, changes, machines
 
@@ -141,12 +141,12 @@ def _build(store: Store, out: Path, title: str, workers: int | None = None) -> l
         for i, (page_id, file, _, template, context) in enumerate(PAGES):
             if page_id in NEEDS_NO_JUDGEMENT:
                 page((0, i), template, out / file, "", page_id=page_id, **context(g))
-        for i, m in enumerate(g["machines"]):
+        for i, m in enumerate(g.machines):
             page((2, i), "machine.html", out / "machines" / f"{m.slug}.html", "../", page_id="machine",
                  mp=machine_page(g, m))
-        if len(g["runs"]) > RUNS_ON_ONE_PAGE:  # runs.html then lists the machines: a page of runs for each
+        if len(g.runs) > RUNS_ON_ONE_PAGE:  # runs.html then lists the machines: a page of runs for each
             (out / "runs").mkdir()
-            for i, m in enumerate(g["machines"]):
+            for i, m in enumerate(g.machines):
                 page((3, i), "runs.html", out / "runs" / f"{m.slug}.html", "../", page_id="runs", **_runs(g, m))
         finish(g)  # waits for the judgements
     finally:
@@ -157,7 +157,7 @@ def _build(store: Store, out: Path, title: str, workers: int | None = None) -> l
         if page_id not in NEEDS_NO_JUDGEMENT:
             page((0, i), template, out / file, "", page_id=page_id, **context(g))
     blocks = {b["key"] + "|" + b["source"]: b for b in morning(g)["blocks"]}
-    for i, (m, comps) in enumerate(g["nightly"]):
+    for i, (m, comps) in enumerate(g.nightly):
         if comps:
             block = blocks[m.key + "|" + m.source]
             page((1, i), "changes.html", out / "changes" / f"{block['slug']}.html", "../", page_id="changes",

@@ -9,6 +9,7 @@ from typing import Any
 from ..analysis.compare import cross_machine, machine_neutral_key
 from ..core.records import OK
 from .fmt import fmt_time, settings_str
+from .model import Model
 
 MAX_SIDE = 4  # machines of one GPU model side by side (the newest nights first)
 MAX_PAIRED_ROWS = 400  # combinations per section, the most different first
@@ -22,11 +23,11 @@ def interest(row: dict[str, Any]) -> tuple:
     return (not row["class_differs"], row["bitwise_identical"] is not False, -max(ratios, default=0.0))
 
 
-def same_model(g: dict[str, Any]) -> list[tuple[None, list[dict[str, Any]], str]]:
+def same_model(g: Model) -> list[tuple[None, list[dict[str, Any]], str]]:
     """The same GPU model on different hosts: each machine's newest run, for every model two or more machines
     have, so that two H200 hosts are seen side by side and not only an H200 against a CPU."""
     by_model: dict[str, dict[tuple[str, str], dict[str, Any]]] = defaultdict(dict)
-    for m, _ in g["nightly"]:
+    for m, _ in g.nightly:
         if m.source != "journal":
             continue
         run = m.latest.runs[-1]
@@ -40,21 +41,21 @@ def same_model(g: dict[str, Any]) -> list[tuple[None, list[dict[str, Any]], str]
     return out
 
 
-def architecture(g: dict[str, Any]) -> dict[str, Any]:
+def architecture(g: Model) -> dict[str, Any]:
     """Cross-machine sections: per image, one representative machine per hardware label (its newest run)."""
     sections = []
     by_image: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
-    for (machine, img), r in g["latest"].items():
-        label = g["minfo"][machine].label
+    for (machine, img), r in g.latest.items():
+        label = g.minfo[machine].label
         cur = by_image[img].get(label)
         if cur is None or r["started"] > cur["started"]:
             by_image[img][label] = r
     compared = [(img, list(reps.values())) for img, reps in by_image.items() if len(reps) >= 2]
     note = None
-    if not compared and len(g["machines"]) >= 2:
+    if not compared and len(g.machines) >= 2:
         # no image ran on two kinds of hardware: compare each machine's newest run and say so
         newest = {}
-        for m in g["machines"]:
+        for m in g.machines:
             newest.setdefault(m.label, m.runs[-1])
         compared = [(None, list(newest.values()))]
         note = ("No image ran on two kinds of hardware, so these columns compare each machine's newest run: "
@@ -63,7 +64,7 @@ def architecture(g: dict[str, Any]) -> dict[str, Any]:
     compared = [(img, reps, None) for img, reps in compared] + same_model(g)
     for img, reps, title in compared:
         reps = sorted(reps, key=lambda r: (r["hardware"] != "gpu", r["machine"]))
-        records = {r["id"]: g["current"][(r["machine"], r["image"])] for r in reps}
+        records = {r["id"]: g.current[(r["machine"], r["image"])] for r in reps}
         cm = cross_machine(reps, records)
         rows = cm["rows"]
         both = [x for x in rows if sum(c is not None for c in x["cells"]) >= 2]
@@ -72,7 +73,7 @@ def architecture(g: dict[str, Any]) -> dict[str, Any]:
             sets = {r["machine"]: sorted({x["case"].split(".")[0] for x in records[r["id"]]}) for r in reps}
             disjoint = "; ".join(f"{m} ran case groups {', '.join(v)}" for m, v in sets.items())
         both.sort(key=interest)
-        sections.append({"image": img, "title": title, "runs": reps, "labels": [g["minfo"][r["machine"]].label for r in reps],
+        sections.append({"image": img, "title": title, "runs": reps, "labels": [g.minfo[r["machine"]].label for r in reps],
                          "rows": both[:MAX_PAIRED_ROWS], "left_out": max(0, len(both) - MAX_PAIRED_ROWS),
                          "only_one": len(rows) - len(both), "disjoint": disjoint,
                          "n_identical": sum(1 for x in both if x["bitwise_identical"]),
@@ -80,17 +81,17 @@ def architecture(g: dict[str, Any]) -> dict[str, Any]:
     return {"sections": sections, "note": note, "pick": picker(g)}
 
 
-def picker(g: dict[str, Any]) -> dict[str, Any]:
+def picker(g: Model) -> dict[str, Any]:
     """Any machines side by side: every machine's newest records (its newest run's image) as one column each, the
     reader ticks the machines to compare (two hosts of one GPU model, a P40 against an H200...). Ratios are to the
     first ticked machine, computed in the page. Without a tick, two machines of one GPU model are shown, else the
     first two GPU machines."""
-    ms = sorted(g["machines"], key=lambda m: m.runs[-1]["started"], reverse=True)[:MAX_PICK_MACHINES]
+    ms = sorted(g.machines, key=lambda m: m.runs[-1]["started"], reverse=True)[:MAX_PICK_MACHINES]
     ms.sort(key=lambda m: (m.hardware != "gpu", m.label, m.name))
     per = []
     for m in ms:
         run = m.runs[-1]
-        recs = g["current"].get((m.name, run["image"]), [])
+        recs = g.current.get((m.name, run["image"]), [])
         per.append({machine_neutral_key(x): x for x in recs if x["kind"] == "measurement"})
     seen: dict[str, int] = defaultdict(int)
     for p in per:
@@ -124,4 +125,4 @@ def picker(g: dict[str, Any]) -> dict[str, Any]:
     cols = [{"name": m.name, "label": m.label, "slug": m.slug, "run": m.runs[-1], "checked": i in default}
             for i, m in enumerate(ms)]
     return {"cols": cols, "rows": rows, "left_out": max(0, len(seen) - len(keys)),
-            "machines_left_out": max(0, len(g["machines"]) - len(ms))}
+            "machines_left_out": max(0, len(g.machines) - len(ms))}

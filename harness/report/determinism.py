@@ -13,7 +13,7 @@ from ..core.explain import nondeterminism_cause
 from ..core.records import OK
 from .fmt import settings_str
 from .investigations import findings
-from .model import MAX_ROWS, _combo_label, _distinct_per_column
+from .model import MAX_ROWS, Model, _combo_label, _distinct_per_column
 
 MAX_EXPECTED = 200  # rows per documented cause: the same explanation again and again says nothing new
 
@@ -24,11 +24,11 @@ def documented_cause(rec: dict[str, Any]) -> str | None:
                                                 direction=rec["direction"], settings=rec.get("settings") or {}))
 
 
-def determinism(g: dict[str, Any]) -> dict[str, Any]:
+def determinism(g: Model) -> dict[str, Any]:
     within = []  # newest record of each combination per (machine, image) whose repeats / fresh handles differ
     summary = []
     repro_diff = []
-    for (machine, img), cur in sorted(g["current"].items()):
+    for (machine, img), cur in sorted(g.current.items()):
         recs = [x for x in cur if x["status"] == OK and x["kind"] == "measurement"]
         nd = [x for x in recs if x["repeat_equal"] == 0 or x["fresh_handle_equal"] == 0
               or (x["distinct_outputs"] or 1) > 1]
@@ -37,7 +37,7 @@ def determinism(g: dict[str, Any]) -> dict[str, Any]:
         fpe = Counter((x["extra"] or {}).get("fresh_process_equal") for x in repro)
         causes = [documented_cause(x) for x in nd]
         expected_nd = sum(c is not None for c in causes)
-        summary.append({"machine": machine, "label": g["minfo"][machine].label, "image": img,
+        summary.append({"machine": machine, "label": g.minfo[machine].label, "image": img,
                         "runs": list(dict.fromkeys(x["run"]["run_id"] for x in cur)),
                         "ok": len(recs), "checked": len(checked), "nondeterministic": len(nd),
                         "expected": expected_nd, "unexpected": len(nd) - expected_nd,
@@ -53,13 +53,13 @@ def determinism(g: dict[str, Any]) -> dict[str, Any]:
     across = []
     autotune = []
     n_series = 0
-    for s in g["series"]:
+    for s in g.series:
         if len(s.runs) < 2:
             continue
         n_series += 1
         distinct = _distinct_per_column(s.hashes, 0)
         for col in np.flatnonzero(distinct > 1):
-            c = _combo_label(g["combos"][int(s.combos[col])])
+            c = _combo_label(g.combos[int(s.combos[col])])
             counts = Counter(int(h) for h in s.hashes[:, col] if h)
             across.append({"machine": s.machine, "image": s.image, "combo": c, "distinct": int(distinct[col]),
                            "nights": int((s.hashes[:, col] != 0).sum()),
@@ -70,12 +70,12 @@ def determinism(g: dict[str, Any]) -> dict[str, Any]:
             counts = Counter(int(v) for v in s.chosen[:, col] if v >= 0)
             if sum(counts.values()) < 2:  # one night says nothing about stability across nights
                 continue
-            c = _combo_label(g["combos"][int(s.combos[col])])
+            c = _combo_label(g.combos[int(s.combos[col])])
             top, top_n = counts.most_common(1)[0]
             autotune.append({"machine": s.machine, "image": s.image, "combo": c, "distinct": int(dch[col]),
-                             "nights": sum(counts.values()), "top": g["names"].get(top, "?"),
+                             "nights": sum(counts.values()), "top": g.names.get(top, "?"),
                              "top_share": top_n / sum(counts.values()),
-                             "all": ", ".join(f"{g['names'].get(k, '?')} x{n}" for k, n in counts.most_common())})
+                             "all": ", ".join(f"{g.names.get(k, '?')} x{n}" for k, n in counts.most_common())})
     autotune.sort(key=lambda a: (a["top_share"], a["machine"]))
     across.sort(key=lambda a: (-a["distinct"], a["machine"]))
     unexpected = [w for w in within if w["cause"] is None]

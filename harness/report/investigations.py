@@ -9,7 +9,7 @@ from typing import Any
 from ..core.records import OK  # noqa: F401  (kept for page modules that filter by status)
 from ..core.vocab import SEARCH_MODES as ORT_MODES
 from .fmt import settings_str
-from .model import MAX_ROWS
+from .model import MAX_ROWS, Model
 
 
 def _sm_family(sm: str | None) -> str | None:
@@ -21,13 +21,13 @@ def _sm_family(sm: str | None) -> str | None:
         major, f"sm {major}.x")
 
 
-def coverage(g: dict[str, Any]) -> dict[str, Any]:
+def coverage(g: Model) -> dict[str, Any]:
     """Which GPU generations the store holds, so that every answer can say which side it has no data for."""
-    gpus = sorted({(r["gpu_model"], r["sm"]) for r in g["runs"] if r["gpu_model"]}, key=str)
+    gpus = sorted({(r["gpu_model"], r["sm"]) for r in g.runs if r["gpu_model"]}, key=str)
     families = {_sm_family(sm) for _, sm in gpus}
     return {"gpus": [f"{name} (sm {sm}, {_sm_family(sm)})" for name, sm in gpus],
             "has_pre_tf32": any(f in ("Pascal", "Volta/Turing") for f in families),
-            "has_ampere": "Ampere/Ada" in families, "cpu_machines": [m.name for m in g["machines"]
+            "has_ampere": "Ampere/Ada" in families, "cpu_machines": [m.name for m in g.machines
                                                                     if m.hardware == "cpu"]}
 
 
@@ -55,12 +55,12 @@ def _autotune_row(machine: str, label: str, image: str, x: dict[str, Any]) -> di
             "settings": settings_str({k: v for k, v in x["settings"].items() if k != "record"})}
 
 
-def findings(g: dict[str, Any]) -> dict[str, Any]:
+def findings(g: Model) -> dict[str, Any]:
     """The records that answer the suite's seed questions: F.conv2d against direct cuDNN with FMA math
     (crosscheck records) and whether cuDNN's autotuner picks the same algorithm every session (autotune)."""
     cross, tune = [], []
-    for (machine, img), recs in sorted(g["current"].items()):
-        label = g["minfo"][machine].label
+    for (machine, img), recs in sorted(g.current.items()):
+        label = g.minfo[machine].label
         for x in recs:
             if x["kind"] == "crosscheck":
                 e = x["extra"] or {}
@@ -81,10 +81,10 @@ def findings(g: dict[str, Any]) -> dict[str, Any]:
             "n_near": sum(1 for t in tune if t["rank"] == 3)}
 
 
-def ort(g: dict[str, Any]) -> dict[str, Any]:
+def ort(g: Model) -> dict[str, Any]:
     rows = []
     pivot: dict[tuple, dict[str, Any]] = {}
-    for (machine, img), cur in sorted(g["current"].items()):
+    for (machine, img), cur in sorted(g.current.items()):
         for x in cur:
             # asv's copies of the grid (one value per track function) say less than the journaled records
             # beside them; the page reads the records
@@ -92,10 +92,10 @@ def ort(g: dict[str, Any]) -> dict[str, Any]:
                 continue
             mode = (x["settings"] or {}).get("cudnn_conv_algo_search")
             others = {k: v for k, v in x["settings"].items() if k != "cudnn_conv_algo_search"}
-            rows.append({"machine": machine, "label": g["minfo"][machine].label, "image": img, "rec": x,
+            rows.append({"machine": machine, "label": g.minfo[machine].label, "image": img, "rec": x,
                          "mode": mode if mode is not None else "-", "settings": settings_str(others)})
             key = (machine, img, x["case"], x["dtype"], settings_str(others))
-            p = pivot.setdefault(key, {"machine": machine, "label": g["minfo"][machine].label, "image": img,
+            p = pivot.setdefault(key, {"machine": machine, "label": g.minfo[machine].label, "image": img,
                                        "case": x["case"], "dtype": x["dtype"], "settings": key[-1],
                                        "modes": {}, "run": x["run"]})
             p["modes"][str(mode)] = x

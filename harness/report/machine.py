@@ -14,7 +14,7 @@ from ..analysis.pairing import stack_line
 from .charts import heatmaps, line_chart, time_heatmaps
 from .fingerprints import link as fingerprint_link
 from .fmt import flatten
-from .model import MAX_CHARTS, MAX_ROWS, MachineInfo, Series, _combo_label
+from .model import MAX_CHARTS, MAX_ROWS, MachineInfo, Model, Series, _combo_label
 
 MAX_FINGERPRINTS = 20  # newest runs shown with their whole fingerprint; every run keeps its stack and its diff
 
@@ -67,7 +67,7 @@ MAX_PICK_RUNS = 120  # the newest runs of a machine in the combination picker's 
 MAX_PICK_COMBOS = 600  # combinations offered by the picker
 
 
-def picker_data(g: dict[str, Any], h: dict[str, Any]) -> dict[str, Any] | None:
+def picker_data(g: Model, h: dict[str, Any]) -> dict[str, Any] | None:
     """Any combination's history across nights and stacks on one axis (asv's graph page, offline): the page's
     script draws the combination the reader picks parameter by parameter from these values. Values are medians
     in ms to 4 significant figures; an empty value is a night that did not measure it."""
@@ -81,7 +81,7 @@ def picker_data(g: dict[str, Any], h: dict[str, Any]) -> dict[str, Any] | None:
         col = median[:, j]
         if np.isfinite(col).sum() < 2:
             continue
-        c = _combo_label(g["combos"][combo])
+        c = _combo_label(g.combos[combo])
         key = [c["case"], c["backend"], c["direction"], c["algo"], c["math"], c["dtype"], c["layout"],
                c["settings"] or "-"]
         labels.append((key, ",".join("" if not math.isfinite(v) else f"{v:.4g}" for v in col.tolist())))
@@ -95,21 +95,21 @@ def picker_data(g: dict[str, Any], h: dict[str, Any]) -> dict[str, Any] | None:
             "events": [{"i": i - first, "label": label} for i, label in h["events"] if i >= first]}
 
 
-def machine_page(g: dict[str, Any], m: MachineInfo) -> dict[str, Any]:
+def machine_page(g: Model, m: MachineInfo) -> dict[str, Any]:
     maps = []
     for img in m.images:
-        recs = g["current"][(m.name, img)]
+        recs = g.current[(m.name, img)]
         from_runs = list(dict.fromkeys(x["run"]["run_id"] for x in recs))
-        maps.append({"image": img, "run": g["latest"][(m.name, img)], "from_runs": from_runs,
+        maps.append({"image": img, "run": g.latest[(m.name, img)], "from_runs": from_runs,
                      "maps": heatmaps(recs)})
     charts = []
     overview_charts = []
     pick = None
     for source in ("journal", "asv"):
-        series = [x for x in g["series"] if x.machine == m.name and x.runs[0]["source"] == source]
+        series = [x for x in g.series if x.machine == m.name and x.runs[0]["source"] == source]
         if not series:
             continue
-        h = history(series, g["info"])
+        h = history(series, g.info)
         if source == "journal" or pick is None:
             pick = picker_data(g, h)
         stamps = [r["started"] for r in h["runs"]]
@@ -128,16 +128,16 @@ def machine_page(g: dict[str, Any], m: MachineInfo) -> dict[str, Any]:
             j = h["col"][combo]
             at = {id(r): i for i, r in enumerate(h["runs"])}
             moved = [changepoint.Change(at[id(s_.runs[c.index])], c.before, c.after, c.ratio, c.score) for c in chs]
-            charts.append({"image": s_.image, "combo": _combo_label(g["combos"][combo]),
+            charts.append({"image": s_.image, "combo": _combo_label(g.combos[combo]),
                            "chart": line_chart(stamps, h["median"][:, j], moved, events=h["events"]),
                            "changes": [{"night": s_.runs[c.index]["night"], "ratio": c.ratio, "before": c.before,
                                         "after": c.after} for c in chs]})
     runs = []
     shown = m.runs[-MAX_ROWS:]
     for i, r in enumerate(shown):
-        info = g["info"][r["id"]]
+        info = g.info[r["id"]]
         fp = info["fingerprint"]
-        before = g["info"][shown[i - 1]["id"]]["fingerprint"] if i else None
+        before = g.info[shown[i - 1]["id"]]["fingerprint"] if i else None
         full = i >= len(shown) - MAX_FINGERPRINTS
         runs.append({"run": r, "stack": stack_line(fp), "fingerprint": flatten(fp) if full else None,
                      "options": flatten(info["options"]) if full else None,
@@ -146,8 +146,8 @@ def machine_page(g: dict[str, Any], m: MachineInfo) -> dict[str, Any]:
                      "diff": None if before is None else [(k, "-" if a is None else str(a), "-" if b is None else str(b))
                                                           for k, a, b in fingerprint_diff(before, fp)]})
     # timing of what the machine runs now: its newest image of each source (older images are in the history)
-    newest = {g["latest"][(m.name, img)]["source"]: img for img in m.images}
-    times = [{"image": img, "maps": time_heatmaps(g["current"][(m.name, img)])} for img in newest.values()]
+    newest = {g.latest[(m.name, img)]["source"]: img for img in m.images}
+    times = [{"image": img, "maps": time_heatmaps(g.current[(m.name, img)])} for img in newest.values()]
     return {"m": m, "maps": maps, "times": times, "charts": charts, "overview_charts": overview_charts, "runs": runs,
             "pick": pick,
             "runs_left_out": max(0, len(m.runs) - MAX_ROWS)}

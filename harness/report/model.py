@@ -18,7 +18,7 @@ import numpy as np
 from ..analysis import changepoint, pairing
 from ..analysis.compare import compare_records
 from ..analysis.thresholds import Thresholds
-from ..collect.store import NUMBER_COLUMNS, Store
+from ..collect.store import Store
 from ..core.records import OK
 from .fmt import hardware_label, settings_str, slug
 
@@ -52,6 +52,42 @@ class Series:
     hashes: np.ndarray
     chosen: np.ndarray
     changes: dict[int, list[changepoint.Change]] = field(default_factory=dict)
+
+
+@dataclass
+class Judging:
+    """What ``finish`` needs to add the judgements: the pool's pending answer and the inputs it was given."""
+
+    pending: Any  # multiprocessing AsyncResult, or None: judged in this process
+    pairs: list[tuple]
+    runs_of: dict[tuple[str, str], list[dict[str, Any]]]
+    vectors: dict[int, dict[str, np.ndarray]]
+    memo: dict[int, list[dict[str, Any]]]
+
+
+@dataclass
+class Model:
+    """What every page renders (``gather``); the judgements (nightly, transitions, regressed) after ``finish``."""
+
+    title: str
+    runs: list[dict[str, Any]]  # oldest first
+    combos: dict[int, dict[str, Any]]
+    names: dict[int, str]
+    machines: list[MachineInfo]
+    minfo: dict[str, MachineInfo]
+    images: list[str]
+    latest: dict[tuple[str, str], dict[str, Any]]  # (machine, image) -> its newest run
+    series: list[Series]
+    steps_up: Counter
+    store: Store
+    current: dict[tuple[str, str], list[dict[str, Any]]]  # (machine, image) -> newest record of each combination
+    info: dict[int, dict[str, Any]]  # run id -> run.json (fingerprint, options)
+    plan: list[tuple[Any, list[tuple]]]  # each machine's nightly comparisons, before they are judged
+    judging: Judging | None = None
+    transitions: list[dict[str, Any]] = field(default_factory=list)
+    regressed: Counter = field(default_factory=Counter)
+    nightly: list[tuple[Any, list[NightlyComparison]]] = field(default_factory=list)
+    fp_offered: list[dict[str, Any]] | None = None  # the fingerprints page's runs, computed once
 
 
 def _series(store: Store, machine: str, image: str, runs: list[dict[str, Any]],
@@ -118,9 +154,6 @@ def current_records(store: Store, runs: list[dict[str, Any]], vectors: dict[int,
     return out
 
 
-_MEDIAN = NUMBER_COLUMNS.index("median_ms")
-
-
 def combo_keys(store: Store) -> dict[int, str]:
     """Each combination's record key by its id."""
     return {i: c["key"] for i, c in store.combos().items()}
@@ -130,26 +163,23 @@ def history_records(store: Store, runs: list[dict[str, Any]], vectors: dict[int,
                     keys: dict[int, str]) -> list[list[dict[str, Any]]]:
     """What ``compare_records`` reads of the earlier runs it takes as the gate's history (timechange.own_noise):
     the key and median of each ok record, one list per run, as ``current_records(store, [run])`` would give
-    them. Read from the run's packed numbers (the medians, float64 as the records have them) and its vectors'
-    status instead of as whole records: decoding every text and sample of 500 history runs was 6.8 of 54 CPU-s
+    them. Read as the run's medians (Store.medians, float64 as the records have them) and its vectors' status
+    instead of as whole records: decoding every text and sample of 500 history runs was 6.8 of 54 CPU-s
     of a profiled 10^7-record report."""
     out = []
     for r in runs:
         v = vectors.get(r["id"])
-        row = None if v is None or not len(v["combo"]) else store.db.execute(
-            "SELECT n, combo, numbers FROM run_records WHERE run=?", (r["id"],)).fetchone()
-        if row is None:
+        if v is None or not len(v["combo"]):
             out.append([])
             continue
-        n, combo_blob, numbers = row
         ok = dict(zip(v["combo"].tolist(), v["ok"].tolist(), strict=True))
-        medians = np.frombuffer(numbers, "<f8").reshape(len(NUMBER_COLUMNS), n)[_MEDIAN].tolist()
-        out.append([{"key": keys[c], "status": OK, "median_ms": None if m != m else m}  # NaN: not timed
-                    for c, m in zip(np.frombuffer(combo_blob, "<i4").tolist(), medians, strict=True) if ok.get(c)])
+        combos, medians = store.medians(r["id"])
+        out.append([{"key": keys[c], "status": OK, "median_ms": m}
+                    for c, m in zip(combos, medians, strict=True) if ok.get(c)])
     return out
 
 
-def gather(store: Store, title: str, pool: Any = None, complete: bool = True) -> dict[str, Any]:
+def gather(store: Store, title: str, pool: Any = None, complete: bool = True) -> Model:
     """The model of every page. ``pool`` (a multiprocessing pool forked before the store was read): the
     judgements run in its processes. ``complete=False``: without the judgements yet (``finish(g)`` adds them)."""
     runs = store.runs()
@@ -198,20 +228,22 @@ def gather(store: Store, title: str, pool: Any = None, complete: bool = True) ->
     for s in series:
         for _col, chs in s.changes.items():
             steps_up[(s.machine, s.image)] += sum(c.ratio > 1 for c in chs)
-    g = {"title": title, "runs": runs, "combos": combos, "names": names, "machines": machines, "minfo": minfo,
-         "images": images_order, "latest": latest, "series": series, "steps_up": steps_up, "store": store,
-         "current": current, "info": info, "plan": plan,
-         "_judging": (pending, plan, pairs, runs_of, all_vectors, memo)}
+    g = Model(title=title, runs=runs, combos=combos, names=names, machines=machines, minfo=minfo,
+              images=images_order, latest=latest, series=series, steps_up=steps_up, store=store, current=current,
+              info=info, plan=plan, judging=Judging(pending, pairs, runs_of, all_vectors, memo))
     if complete:
         finish(g)
     return g
 
 
-def finish(g: dict[str, Any]) -> None:
+def finish(g: Model) -> None:
     """The part of the model made of judgements (nightly comparisons, image transitions, their counts), once the
     pool's processes have made theirs: gather(complete=False) leaves it for after the pages that need none."""
-    pending, plan, pairs, runs_of, all_vectors, memo = g.pop("_judging")
-    store, info, latest, current = g["store"], g["info"], g["latest"], g["current"]
+    if g.judging is None:
+        return  # finished already
+    j, g.judging = g.judging, None
+    pending, plan, pairs, runs_of, all_vectors, memo = j.pending, g.plan, j.pairs, j.runs_of, j.vectors, j.memo
+    store, info, latest, current = g.store, g.info, g.latest, g.current
     verdicts: dict[tuple, list[Any]] = {}  # one compare_records per pair of record sets, shared by the pages
     if pending is not None:
         try:
@@ -240,7 +272,7 @@ def finish(g: dict[str, Any]) -> None:
     regressed: Counter = Counter()
     for t in transitions:
         regressed[(t["machine"], t["head"]["image"])] += sum(f.verdict == "regression" for f in t["findings"])
-    g.update(transitions=transitions, regressed=regressed, nightly=nightly)
+    g.transitions, g.regressed, g.nightly = transitions, regressed, nightly
 
 
 

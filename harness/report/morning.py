@@ -18,7 +18,7 @@ from ..analysis.compare import gate
 from ..analysis.thresholds import Thresholds
 from ..core.records import OK, SKIPPED
 from .fmt import minute, settings_str, slug
-from .model import NightlyComparison
+from .model import Model, NightlyComparison
 
 TOP = 5  # findings per comparison on the index; the machine's changes page has them all
 # more machines with findings than this: the index opens with one line per machine (the answer on the first
@@ -84,14 +84,14 @@ def comparison(c: NightlyComparison, th: Thresholds) -> dict[str, Any]:
             "lost": lost(c), "stack_change": pairing.stack_change(c.comparison.base, c.comparison.head)}
 
 
-def morning(g: dict[str, Any]) -> dict[str, Any]:
+def morning(g: Model) -> dict[str, Any]:
     """Index context: one block per machine, the ones with gate failures first."""
     th = Thresholds()
     blocks = []
-    for m, comps in g["nightly"]:
+    for m, comps in g.nightly:
         latest = m.latest
         cs = [comparison(c, th) for c in comps]
-        minfo = g["minfo"].get(m.name)
+        minfo = g.minfo.get(m.name)
         where = "" if m.key.startswith("machine:") else "host {}, {}".format(*m.key.split("/", 1))
         blocks.append({"name": m.name, "key": m.key, "where": where, "source": m.source, "slug": slug(m.key),
                        "machine_slug": minfo.slug if minfo else None, "label": minfo.label if minfo else "",
@@ -109,18 +109,18 @@ def morning(g: dict[str, Any]) -> dict[str, Any]:
             "machines_failing": sum(1 for b in blocks if b["n_failing"]), "thresholds": th}
 
 
-def overview(g: dict[str, Any]) -> dict[str, Any]:
+def overview(g: Model) -> dict[str, Any]:
     """Machines x images: what ran, what failed (neutral statuses apart), what regressed between images."""
     rows = []
-    for m in g["machines"]:
+    for m in g.machines:
         cells = []
-        for img in g["images"]:
+        for img in g.images:
             rs = [r for r in m.runs if r["image"] == img]
             if not rs:
                 cells.append(None)
                 continue
             last = rs[-1]
-            cur = g["current"].get((m.name, img), [])
+            cur = g.current.get((m.name, img), [])
             statuses = Counter(x["status"] for x in cur)
             failed = {k: v for k, v in statuses.items() if k != OK and not neutral(k)}
             expected = {k: v for k, v in statuses.items() if neutral(k)}
@@ -130,10 +130,10 @@ def overview(g: dict[str, Any]) -> dict[str, Any]:
                           "asv": last["source"] == "asv",
                           "from_runs": len({x["run"]["id"] for x in cur}),
                           "incomplete": sum(1 for r in rs if not r["complete"]),
-                          "regressions": g["regressed"].get((m.name, img), 0),
-                          "steps": g["steps_up"].get((m.name, img), 0)})
+                          "regressions": g.regressed.get((m.name, img), 0),
+                          "steps": g.steps_up.get((m.name, img), 0)})
         rows.append({"machine": m, "cells": cells})
-    total_records = sum(r["n_records"] for r in g["runs"])
-    hw = Counter(m.label for m in g["machines"])
-    return {"rows": rows, "n_runs": len(g["runs"]), "n_records": total_records, "hardware": sorted(hw.items()),
-            "n_regressions": sum(g["regressed"].values()), "n_steps": sum(g["steps_up"].values())}
+    total_records = sum(r["n_records"] for r in g.runs)
+    hw = Counter(m.label for m in g.machines)
+    return {"rows": rows, "n_runs": len(g.runs), "n_records": total_records, "hardware": sorted(hw.items()),
+            "n_regressions": sum(g.regressed.values()), "n_steps": sum(g.steps_up.values())}

@@ -13,15 +13,15 @@ from __future__ import annotations
 from typing import Any
 
 from ..analysis.rankings import NOTICEABLE, compare_rankings, summarise
-from .model import MAX_ROWS
+from .model import MAX_ROWS, Model
 
 SHOWN = 200  # problems per section, worst heuristic cost first; the summary counts them all
 
 
-def rankings(g: dict[str, Any]) -> dict[str, Any]:
+def rankings(g: Model) -> dict[str, Any]:
     sections = []
-    store = g["store"]
-    for (machine, image), current in sorted(g["current"].items()):
+    store = g.store
+    for (machine, image), current in sorted(g.current.items()):
         by_run: dict[int, list[dict[str, Any]]] = {}
         for x in current:
             if x["run"].get("n_rankings") and x["backend"] == "cudnn":
@@ -37,7 +37,7 @@ def rankings(g: dict[str, Any]) -> dict[str, Any]:
             continue
         rows.sort(key=lambda x: (-(x["heuristic_cost"] or 0), -(x["find_cost"] or 0), x["case"]))
         shown = min(SHOWN, MAX_ROWS)
-        sections.append({"machine": machine, "label": g["minfo"][machine].label if machine in g["minfo"] else machine,
+        sections.append({"machine": machine, "label": g.minfo[machine].label if machine in g.minfo else machine,
                          "image": image, "runs": [r["run_id"] for r in runs],
                          "summary": summarise(rows), "rows": rows[:shown],
                          "left_out": max(0, len(rows) - shown)})

@@ -12,7 +12,7 @@ from .changes import record_rows
 from .charts import strip_plot
 from .fingerprints import link as fingerprint_link
 from .fmt import settings_str
-from .model import MAX_EVIDENCE_PLOTS, _combo_label
+from .model import MAX_EVIDENCE_PLOTS, Model, _combo_label
 from .morning import anchor
 
 MAX_STEPS = 500  # nightly change points listed, the largest first
@@ -28,11 +28,11 @@ def _worst_first(f: Any) -> tuple:
     return (f.kind == "time", -(f.ratio or 0.0))
 
 
-def regressions(g: dict[str, Any]) -> dict[str, Any]:
+def regressions(g: Model) -> dict[str, Any]:
     """regressions.html: the image transitions grouped per machine, the machines whose newest transition
     regressed first (a fleet of 50 machines x 3 transitions was 71 108 px tall with every transition open)."""
     per_machine: dict[str, list[dict[str, Any]]] = {}
-    for i, t in enumerate(g["transitions"], 1):
+    for i, t in enumerate(g.transitions, 1):
         regs = sorted((f for f in t["findings"] if f.verdict == "regression"), key=_worst_first)
         changes = Counter(f"{f.kind} {f.verdict}" for f in t["findings"] if f.verdict != "regression")
         per_machine.setdefault(t["machine"], []).append(
@@ -59,8 +59,8 @@ def regressions(g: dict[str, Any]) -> dict[str, Any]:
             head_recs: dict[str, dict[str, Any]] = {}
             for f in it["regs"][:MAX_PER_PAIR]:
                 if base_recs is None:
-                    base_recs = {x["key"]: x for x in g["current"][(t["machine"], t["base"]["image"])]}
-                    head_recs = {x["key"]: x for x in g["current"][(t["machine"], t["head"]["image"])]}
+                    base_recs = {x["key"]: x for x in g.current[(t["machine"], t["base"]["image"])]}
+                    head_recs = {x["key"]: x for x in g.current[(t["machine"], t["head"]["image"])]}
                 b, h = base_recs.get(f.key), head_recs.get(f.key)
                 plot = None
                 if f.kind == "time" and plots < MAX_EVIDENCE_PLOTS and b is not None and h is not None:
@@ -74,20 +74,20 @@ def regressions(g: dict[str, Any]) -> dict[str, Any]:
                                    "base_run": (b or {}).get("run"), "head_run": (h or {}).get("run")})
             it["fp_link"] = fingerprint_link(g, t["base"]["id"], t["head"]["id"])
             it["diff"] = [(k, "-" if a is None else str(a), "-" if b is None else str(b)) for k, a, b in
-                          fingerprint_diff(g["info"][t["base"]["id"]]["fingerprint"] or {},
-                                           g["info"][t["head"]["id"]]["fingerprint"] or {})]
+                          fingerprint_diff(g.info[t["base"]["id"]]["fingerprint"] or {},
+                                           g.info[t["head"]["id"]]["fingerprint"] or {})]
             del it["regs"]
     steps = []
-    for s in g["series"]:
+    for s in g.series:
         nights = [r["night"] for r in s.runs]
         for col, chs in s.changes.items():
-            c = _combo_label(g["combos"][int(s.combos[col])])
+            c = _combo_label(g.combos[int(s.combos[col])])
             for ch in chs:
-                steps.append({"machine": s.machine, "slug": g["minfo"][s.machine].slug,
-                              "label": g["minfo"][s.machine].label, "image": s.image, "combo": c,
+                steps.append({"machine": s.machine, "slug": g.minfo[s.machine].slug,
+                              "label": g.minfo[s.machine].label, "image": s.image, "combo": c,
                               "night": nights[ch.index], "ratio": ch.ratio, "before": ch.before, "after": ch.after,
                               "score": ch.score, "n": len(s.runs)})
     steps.sort(key=lambda x: -abs(math.log(x["ratio"])))
-    return {"groups": groups, "n_pairs": len(g["transitions"]), "n_regs": sum(x["n_regs"] for x in groups),
+    return {"groups": groups, "n_pairs": len(g.transitions), "n_regs": sum(x["n_regs"] for x in groups),
             "n_bad": sum(1 for x in groups if x["n_newest"]), "top": TOP_PER_MACHINE, "steps": steps[:MAX_STEPS],
             "steps_left_out": max(0, len(steps) - MAX_STEPS), "n_steps": len(steps), "thresholds": Thresholds()}

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..analysis.pairing import fields_change, stack_fields, stack_line
 from ..run import paired
+from .model import Model
 
 TOP = 25
 # paired.judge's counts in the order and words a reader wants them; bad ones are marked
@@ -30,9 +31,9 @@ def _row(f) -> dict[str, Any]:
     return {"f": f, "size": abs(math.log(f.ratio)) if f.ratio and f.ratio > 0 else 0.0}
 
 
-def upgrade(g: dict[str, Any]) -> dict[str, Any]:
+def upgrade(g: Model) -> dict[str, Any]:
     studies = []
-    for s in paired.studies(g["store"]):
+    for s in paired.studies(g.store):
         legs = []
         for gpu, leg in s["legs"].items():
             fs = leg["findings"]
