@@ -9,7 +9,9 @@ reads the draw as a change. So the sweep's worker pool runs each slice twice: fi
 timing only (``SweepOptions.timing_only``: one checked run for its output's hash, then the timer), whose records
 come back to the parent and are not journaled; then in the main worker, which measures everything and, before it
 journals a record, pools the replica's samples into it (``merge``). Each process samples half the budget
-(``TimingPolicy.share``), so the sweep costs a second session per slice, not twice the sampling. The record keeps
+(``TimingPolicy.share``), yet the forward sweep took 210 s instead of 97 s on the H200 (2026-12-01: a second
+session per slice, and each process's floor of one batch per placement): hence one process by default where a
+sweep has a backward direction (``default_processes``). The record keeps
 each process's median (``extra.process_medians_ms``): a compare reads their spread as the call's own level noise
 (analysis/timechange.py), and ``extra.fresh_process_equal`` says whether the two processes computed the same bits.
 """
