@@ -18,7 +18,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from ..backends import get_backend
+from ..backends import SweepOptions, get_backend
 from ..core.records import CRASHED, Record
 from .finalize import finalize, one_line, raised
 from .journal import Journal
@@ -138,7 +138,7 @@ def _run_slice(msg: dict[str, Any]) -> tuple:
                     rec.status = CRASHED
                     rec.reason = one_line(f"corrupted the CUDA context ({rec.reason or broken}); the rest of "
                                            "the case continues in a fresh worker")
-                if getattr(msg["options"], "processes", 1) > 1:  # timed with a share of the budget: pool
+                if isinstance(msg["options"], SweepOptions) and msg["options"].processes > 1:  # a share: pool
                     merge(rec, replicas.get(rec.key()), msg["options"].timing.keep_samples)
                 finalize(rec, by_producer=by_producer and not broken)
             journal.append(rec)
