@@ -33,10 +33,11 @@ def main(run_dir: str) -> int:
         print(f"measuring {backend:10s} {s:8.1f} s")
     slices = slicetime.read(run)
     per: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    for line in slices:
+    for line in slices:  # a repro's or autotuner's slices apart from the sweep's (lines before 2026-12-01: sweep)
+        who = line["backend"] + ("" if line.get("kind", "measurement") == "measurement" else f" ({line['kind']})")
         for k in ("seconds", "measure_s", "rankings_s", "other_s", "records"):
-            per[line["backend"]][k] += line[k]
-        per[line["backend"]]["slices"] += 1
+            per[who][k] += line[k]
+        per[who]["slices"] += 1
     for backend, c in sorted(per.items()):
         print(f"slices   {backend:10s} {c['seconds']:8.1f} s in {c['slices']} slices: measuring {c['measure_s']:.1f} s, "
               f"rankings {c['rankings_s']:.1f} s, operands/references/sessions {c['other_s']:.1f} s")

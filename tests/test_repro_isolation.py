@@ -43,3 +43,23 @@ def test_a_crash_in_a_repro_is_a_record_with_its_status_and_the_repro_goes_on(tm
     assert all(r.status == OK and r.extra["fresh_process_equal"] is True and not r.explanation for r in ok)
     assert all(r.extra["sweep_hash"] == f"{r.case}-{r.algo}" for r in ok)
     assert sum(any(c in line for line in lines) for c in PLAN) == len(PLAN)  # each failure logged
+
+
+def test_a_repros_slices_are_timed_apart_from_the_sweeps(tmp_path, faults, capsys):
+    """slices.jsonl names each slice's record kind, so scripts/run_breakdown.py does not count a repro as sweeping."""
+    import sys
+    from pathlib import Path
+
+    from harness.run import slicetime
+
+    faults({})
+    journal = sweep.run([cases.get("quick.dilated")], ["faulty"], SweepOptions(device="cpu"), tmp_path,
+                        isolate=False, log=lambda m: None)
+    list(repro.recompute(journal.path, runners={"faulty": "faulty_backend:FaultyRepro"}, log=lambda m: None))
+    assert sorted(x["kind"] for x in slicetime.read(journal.path)) == ["measurement", "repro"]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import run_breakdown
+
+    run_breakdown.main(str(journal.path))
+    out = capsys.readouterr().out
+    assert "slices   faulty  " in out and "slices   faulty (repro)" in out

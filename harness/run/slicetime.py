@@ -20,8 +20,9 @@ SLICES_FILE = "slices.jsonl"
 
 
 class SliceClock:
-    def __init__(self, backend: str, case_id: str):
-        self.backend, self.case_id = backend, case_id
+    def __init__(self, backend: str, case_id: str, kind: str = "measurement"):
+        """``kind``: the records the slice makes (a repro or autotune slice is not the sweep's measuring)."""
+        self.backend, self.case_id, self.kind = backend, case_id, kind
         self.start = self.last = time.perf_counter()
         self.measure_s = self.rankings_s = 0.0
         self.records = 0
@@ -39,7 +40,8 @@ class SliceClock:
 
     def line(self) -> dict[str, Any]:
         seconds = time.perf_counter() - self.start
-        return {"backend": self.backend, "case": self.case_id, "records": self.records, "seconds": round(seconds, 4),
+        return {"backend": self.backend, "case": self.case_id, "kind": self.kind, "records": self.records,
+                "seconds": round(seconds, 4),
                 "measure_s": round(self.measure_s, 4), "rankings_s": round(self.rankings_s, 4),
                 "other_s": round(max(0.0, seconds - self.measure_s - self.rankings_s), 4)}
 

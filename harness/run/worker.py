@@ -177,7 +177,7 @@ class WorkerPool:
             reply, killed, child, oom_before = yield from self._finished(self._watch(
                 {"run_dir": str(self.journal.path), "backend": backend, "case": case,
                  "combos": list(remaining.values()), "options": options, "memory_limit": self.memory_limit,
-                 "runner": runner, "finalize": finalize,
+                 "runner": runner, "finalize": finalize, "kind": kind,
                  "replicas": {k: r for k, r in (replicas or {}).items() if k in remaining}}),
                 remaining, kind, identity)
             slice_name = f"{backend} {case.id}"

@@ -125,7 +125,7 @@ def _run_slice(msg: dict[str, Any]) -> tuple:
     backend = load_runner(msg["runner"]) if msg.get("runner") else resolve_backend(msg["backend"])
     by_producer = not msg.get("finalize", True)
     _limit_memory(msg.get("memory_limit"))
-    clock = SliceClock(msg["backend"], msg["case"].id)
+    clock = SliceClock(msg["backend"], msg["case"].id, msg.get("kind", "measurement"))
     replicas = msg.get("replicas") or {}
     try:
         for rec in backend.run(msg["case"], msg["combos"], msg["options"]):
