@@ -220,17 +220,16 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
                     status, reason, device, workspace, chosen_algo, explanation, extra = (d.get(k)
                                                                                          for k in TOP_FIELDS)
             if plain:  # no clock, flags or host time (a plain time); extra empty or the documented mark
-                combos.append(c)
-                rows.append((status, reason, device, *tv[:6], blob(tv[6]), workspace, *av, *hv, chosen_algo,
-                             explanation, _DOC_JSON if extra else None))
-                continue
-            if t and (t.get("clock") or t.get("flags") or t.get("host_ms")):
-                # the clock the samples were taken at, the timer's flags and the host's dispatch time travel
-                # in the store's extra column
-                extra = {**(extra or empty), **{k: t[k] for k in ("clock", "flags", "host_ms") if t.get(k)}}
+                extra_json = _DOC_JSON if extra else None
+            else:
+                if t and (t.get("clock") or t.get("flags") or t.get("host_ms")):
+                    # the clock the samples were taken at, the timer's flags and the host's dispatch time travel
+                    # in the store's extra column
+                    extra = {**(extra or empty), **{k: t[k] for k in ("clock", "flags", "host_ms") if t.get(k)}}
+                extra_json = json.dumps(extra, sort_keys=True) if extra else None
             combos.append(c)
             rows.append((status, reason, device, *tv[:6], blob(tv[6]), workspace, *av, *hv, chosen_algo,
-                         explanation, json.dumps(extra, sort_keys=True) if extra else None))
+                         explanation, extra_json))
         except Refused:
             raise
         except SchemaError as exc:
