@@ -35,6 +35,14 @@ class Combo:
         return self.record(case, backend).key()
 
 
+def by_problem(combos: Iterable[Combo]) -> dict[tuple[str, str, str], list[Combo]]:
+    """Combinations grouped by (direction, dtype, layout), in order: each group shares one set of operands."""
+    out: dict[tuple[str, str, str], list[Combo]] = {}
+    for c in combos:
+        out.setdefault((c.direction, c.dtype, c.layout), []).append(c)
+    return out
+
+
 @dataclass
 class SweepOptions:
     directions: tuple[str, ...] = ("fwd",)

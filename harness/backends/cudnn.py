@@ -15,7 +15,7 @@ from ..core.cases import Case
 from ..core.records import OK, SKIPPED, UNSUPPORTED_ARCH, WORKSPACE_TOO_LARGE, Determinism, Ranking, Record
 from ..measurement import accuracy
 from ..measurement.timing import CudaTimer
-from . import Combo, SweepOptions
+from . import Combo, SweepOptions, by_problem
 from .cudnn_lib import (
     ALGOS,
     DOCUMENTED_NONDETERMINISTIC,
@@ -107,10 +107,7 @@ class CudnnBackend:
         import torch
 
         sm = torch.cuda.get_device_capability()
-        groups: dict[tuple[str, str, str], list[Combo]] = {}
-        for c in combos:
-            groups.setdefault((c.direction, c.dtype, c.layout), []).append(c)
-        for (direction, dtype, layout), todo in groups.items():
+        for (direction, dtype, layout), todo in by_problem(combos).items():
             reason = arch_reason(dtype, sm)
             if reason:
                 for c in todo:

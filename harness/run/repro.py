@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..backends import Combo, SweepOptions
+from ..backends import Combo, SweepOptions, by_problem
 from ..core.cases import Case, get
 from ..core.explain import nondeterminism_cause
 from ..core.records import ERROR, OK, Determinism, Record
@@ -61,14 +61,6 @@ def reproduced(rec: Record, digest: str | None, status: str = OK, reason: str | 
     return out
 
 
-def _by_problem(combos: list[Combo]) -> dict[tuple[str, str, str], list[Combo]]:
-    """The combinations grouped by (direction, dtype, layout): one set of operands each."""
-    out: dict[tuple[str, str, str], list[Combo]] = {}
-    for c in combos:
-        out.setdefault((c.direction, c.dtype, c.layout), []).append(c)
-    return out
-
-
 class CudnnRepro:
     """A cuDNN slice recomputed: each (algorithm, math) on one session per direction, dtype and layout."""
 
@@ -78,7 +70,7 @@ class CudnnRepro:
         from ..backends.cudnn import ConvSession, CudnnBackend, CudnnError, WorkspaceTooLarge
 
         cudnn = CudnnBackend().cudnn
-        for (direction, dtype, layout), members in _by_problem(combos).items():
+        for (direction, dtype, layout), members in by_problem(combos).items():
             session = ConvSession(cudnn, case, direction, dtype, layout, SweepOptions(), reference=False)
             try:
                 for c in members:
@@ -102,7 +94,7 @@ class TorchRepro:
         from ..backends.pytorch import TorchBackend, conv_settings
 
         backend = TorchBackend()
-        for (direction, dtype, layout), members in _by_problem(combos).items():
+        for (direction, dtype, layout), members in by_problem(combos).items():
             call = backend.prepare(case, direction, dtype, layout, options.device)[0]
             for c in members:
                 s = dict(c.settings)
