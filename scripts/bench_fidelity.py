@@ -110,6 +110,22 @@ def measure_call(torch, fn, args, timers, do_bench, do_bench_cudagraph, sampler)
             "hot_vs_cudagraph": med["hot"] / med["cudagraph"] if med["cudagraph"] else None}
 
 
+def spread_cause(row: dict) -> str:
+    """Why a call's cold reruns spread: the clock caps its timer kept or discarded, or those NVML saw during its
+    rounds (while do_bench ran too), or no cause found."""
+    timer = [c for c in row["timer_clocks"]["cold"] if c]
+    kept = sorted({s for c in timer for s in c.get("slowdowns") or ()})
+    dropped = sum(c.get("throttled_batches") or 0 for c in timer)
+    rounds = sorted({s for c in row["clocks"] for s in c.get("slowdowns") or ()})
+    low = min((c["sm_mhz_min"] for c in row["clocks"] if c.get("sm_mhz_min")), default=None)
+    if kept:
+        return f"timed under {'+'.join(kept)} (SM {min(c['sm_mhz_min'] for c in timer)} MHz)"
+    if rounds:
+        return (f"{'+'.join(rounds)} during its rounds (SM min {low} MHz)"
+                + (f", {dropped} capped batches discarded by the timer" if dropped else ""))
+    return "no cause found (no clock cap read)"
+
+
 def summarize(rows: list[dict], gpu: str) -> dict:
     big = [r for r in rows if r["do_bench_spaced_ms"] >= BIG_MS]  # device time: stock do_bench may time the host
     device_bound = [r for r in big if not r["do_bench_host_bound"]]
@@ -131,6 +147,11 @@ def summarize(rows: list[dict], gpu: str) -> dict:
             "worst_spread": {k: max(r["spreads"][k] for r in big if k in r["spreads"])
                              for k in big[0]["spreads"]} if big else {},
             "median_cold_spread": statistics.median(r["spreads"]["cold"] for r in big) if big else None,
+            "cold_spread_over_1pct": [{"call": f"{r['case']} {r['backend']} {r['math']}",
+                                       "spread": r["spreads"]["cold"], "cause": spread_cause(r)}
+                                      for r in big if r["spreads"]["cold"] > 0.01],
+            "throttled_batches_discarded": sum(c.get("throttled_batches") or 0 for r in rows
+                                               for cs in r["timer_clocks"].values() for c in cs if c),
             "sm_mhz_min": min((c["sm_mhz_min"] for r in rows for c in r["clocks"] if "sm_mhz_min" in c), default=None),
             "slowdowns_seen": sorted({s for r in rows for c in r["clocks"] for s in c.get("slowdowns", [])})}
 

@@ -65,3 +65,38 @@ def test_the_autotune_study_runs_every_stage_in_the_worker_pool(tmp_path):
     assert all(len(r.extra["trials"]) == 2 for r in seen if r.kind == "autotune")
     _, again = autotune_study.run([], 2, ("NCHW",), tmp_path, resume=journal.path, on_record=seen.append)
     assert len(seen) == 5 and len((journal.path / JOURNAL_FILE).read_text().splitlines()) == 5
+
+
+class CappedClock:
+    """NVML as seen under a software power cap for the first ``capped`` batches, then at full clock."""
+
+    max_sm_mhz = 1980
+
+    def __init__(self, capped):
+        self.capped = capped
+
+    def read(self):
+        self.capped -= 1
+        return (1785, 0x4) if self.capped >= 0 else (1980, 0)
+
+    def throttled(self, read):
+        from harness.measurement.clocks import DeviceClock
+
+        return DeviceClock.throttled(self, read)
+
+
+@pytest.mark.parametrize("capped, discarded, flags", [(3, 3, []), (100, 8, ["throttled"])])
+def test_batches_timed_under_a_clock_cap_are_discarded_then_flagged(capped, discarded, flags):
+    """The real timer on a real call: batches the (scripted) NVML says ran capped are dropped and retaken after
+    a pause; a cap that never lifts costs THROTTLE_MAX_DISCARDS batches, then the record says "throttled"."""
+    import torch
+
+    from harness.measurement.timing import THROTTLE_MAX_DISCARDS, CudaTimer
+
+    x = torch.randn(1 << 20, device="cuda")
+    timer = CudaTimer(FAST)
+    timer.clock = CappedClock(capped)
+    t = timer(lambda: x.mul_(1.0))
+    assert THROTTLE_MAX_DISCARDS == 8
+    assert t.clock["throttled_batches"] == discarded and t.flags == flags
+    assert t.clock["slowdowns"] == (["sw_power_cap"] if flags else []) and t.n >= FAST.min_samples

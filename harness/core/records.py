@@ -66,12 +66,14 @@ class Timing:
     timer: str  # "cuda_event" or "perf_counter" (host clock, CPU backends)
     min_ms: float | None = None
     samples_ms: list[float] = field(default_factory=list)
-    # the GPU's clock while sampling (harness.measurement.clocks.during): SM MHz range and slowdown reasons such as a power cap
+    # the GPU's clock while sampling (harness.measurement.clocks.during): SM MHz range and slowdown reasons such as a
+    # power cap over the batches kept, and "throttled_batches": batches discarded because a cap held the clock down
     clock: dict[str, Any] | None = None
     # host time to enqueue one call (median, ms): the legacy cuDNN API's dispatch cost is real cost, kept apart
     host_ms: float | None = None
     # what the samples themselves say against trusting the median (measure.sample_flags): "host_bound",
-    # "multimodal", "few_samples"; a compare calls a change on such a record ambiguous instead of slower/faster
+    # "multimodal", "wide", "few_samples", and "throttled" (timed under a clock cap that never lifted); a compare
+    # calls a change on such a record ambiguous instead of slower/faster
     flags: list[str] = field(default_factory=list)
 
 

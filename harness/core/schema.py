@@ -45,7 +45,8 @@ EXTRA_TYPES: dict[str, Any] = {
     "session_create_ms_drift": list[float], "first_inference_ms_drift": list[float],
     "process_medians_ms": list[float], "placement_medians_ms": list[float], "replica": str | None,
 }
-CLOCK_TYPES: dict[str, Any] = {"sm_mhz_min": float | None, "sm_mhz_max": float | None, "slowdowns": list[str]}
+CLOCK_TYPES: dict[str, Any] = {"sm_mhz_min": float | None, "sm_mhz_max": float | None, "slowdowns": list[str],
+                               "throttled_batches": int}
 _ENUMS = {"direction": DIRECTIONS, "dtype": DTYPES, "layout": LAYOUTS}
 _NUMBER_TYPES = {int, float}
 

@@ -17,11 +17,18 @@ SLOWDOWN_REASONS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal",
                     0x80: "hw_power_brake"}
 
 
+SLOWDOWN_MASK = sum(SLOWDOWN_REASONS)
+
+
 class DeviceClock:
     """SM clock and clock-event reasons of one GPU, read on demand (a few microseconds per read)."""
 
     def __init__(self, nv, handle):
         self.nv, self.handle = nv, handle
+        try:
+            self.max_sm_mhz: int | None = nv.nvmlDeviceGetMaxClockInfo(handle, nv.NVML_CLOCK_SM)
+        except Exception:
+            self.max_sm_mhz = None
 
     @classmethod
     def for_torch_device(cls) -> DeviceClock | None:
@@ -43,6 +50,11 @@ class DeviceClock:
                     self.nv.nvmlDeviceGetCurrentClocksEventReasons(self.handle))
         except Exception:
             return None
+
+    def throttled(self, read: tuple[int, int] | None) -> bool:
+        """Whether a read shows the SM clock held below its maximum by a slowdown (power cap, thermal, ...)."""
+        return (read is not None and self.max_sm_mhz is not None and bool(read[1] & SLOWDOWN_MASK)
+                and read[0] < self.max_sm_mhz)
 
     def power(self) -> float | None:
         """Board power draw in watts, or None when NVML cannot say."""

@@ -9,7 +9,9 @@ has enqueued the whole batch; a batch where it is not may hold host time, so it 
 doubled. The host's own dispatch time per call is kept as a figure of its own. Sampling stops when the median is
 known to the noise target, or the time budget or sample cap is reached; the median, IQR and every sample are
 kept so later comparisons can be statistical, with flags where the samples say the median cannot be trusted.
-After each batch NVML reads the SM clock and its slowdown reasons, so a time measured under a power cap says so.
+After each batch NVML reads the SM clock and its slowdown reasons: a batch run under a power cap or thermal
+slowdown is discarded and retaken after a pause (THROTTLE_RECOVERY_S), as nvbench does, and a time measured under
+a cap that never lifted says so.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ def median_rel_stderr(samples: list[float]) -> float:
 
 
 def summarize(samples: list[float], mode: str, timer: str, keep: int, clock: dict | None = None,
-              host_ms: float | None = None, host_bound: bool = False) -> Timing:
+              host_ms: float | None = None, host_bound: bool = False, throttled: bool = False) -> Timing:
     med = statistics.median(samples)
     q1, _, q3 = statistics.quantiles(samples, n=4) if len(samples) >= 4 else (med, med, med)
     n = len(samples)
@@ -74,7 +76,8 @@ def summarize(samples: list[float], mode: str, timer: str, keep: int, clock: dic
     kept = samples if n <= keep else [samples[i * n // keep] for i in range(keep)]
     return Timing(median_ms=med, iqr_ms=q3 - q1, n=n, mode=mode, timer=timer,
                   min_ms=min(samples), samples_ms=[round(s, 6) for s in kept], clock=clock,
-                  host_ms=None if host_ms is None else round(host_ms, 6), flags=sample_flags(samples, host_bound))
+                  host_ms=None if host_ms is None else round(host_ms, 6),
+                  flags=sample_flags(samples, host_bound) + (["throttled"] if throttled else []))
 
 
 def pooled(timings: Sequence[Timing], keep: int) -> Timing:
@@ -89,11 +92,15 @@ def pooled(timings: Sequence[Timing], keep: int) -> Timing:
         highs = [c["sm_mhz_max"] for c in clocks if c.get("sm_mhz_max") is not None]
         clock = {"sm_mhz_min": min(lows, default=None), "sm_mhz_max": max(highs, default=None),
                  "slowdowns": sorted({r for c in clocks for r in c.get("slowdowns") or ()})}
+        discarded = sum(c.get("throttled_batches") or 0 for c in clocks)
+        if discarded:
+            clock["throttled_batches"] = discarded
     hosts = [t.host_ms for t in timings if t.host_ms is not None]
     first = timings[0]
     return summarize(samples, first.mode, first.timer, keep, clock,
                      host_ms=statistics.median(hosts) if hosts else None,
-                     host_bound=any("host_bound" in t.flags for t in timings))
+                     host_bound=any("host_bound" in t.flags for t in timings),
+                     throttled=any("throttled" in t.flags for t in timings))
 
 
 # Below this many samples a rank test is not worth running (the normal approximation of Mann-Whitney's U
@@ -135,6 +142,15 @@ def _enough(samples: list[float], spent_ms: float, policy: TimingPolicy) -> bool
     return n >= policy.min_samples and median_rel_stderr(samples) <= policy.noise_target
 
 
+# A batch after which NVML reports the SM clock held below its maximum by a slowdown reason (clocks.throttled)
+# is discarded and the GPU left idle this long before the next; nvbench does the same by default (its
+# --throttle-recovery-delay 0.05 s; its threshold, 75 % of the clock, is lower than the caps seen here). On the
+# H200 (2026-12-01, bench_fidelity) the software power cap held the SM clock at 1710-1965 MHz for some batches of
+# calls timed back to back with do_bench, and three of the four calls whose reruns spread > 1 % were those;
+# the default sweeps read no cap in 10 runs. After this many discards a combination is timed as the GPU is and
+# flagged "throttled" (compare: ambiguous), so a GPU capped for good costs at most 0.4 s a combination.
+THROTTLE_RECOVERY_S = 0.05
+THROTTLE_MAX_DISCARDS = 8
 SPACER_CLOCK_HZ = 2.0e9  # cycles per second assumed for the spacer; a slower clock only lengthens it
 SPACER_MAX_S = 0.1  # the spacer doubles up to this after a batch the host did not stay ahead of
 
@@ -190,7 +206,8 @@ class CudaTimer:
         dispatch: list[float] = []
         spent = 0.0
         reads = []
-        host_bound = False
+        host_bound = throttled = False
+        discarded = 0
         per_placement: list[list[float]] = [[] for _ in fns]
         accepted = 0
         while accepted < len(fns) or not _enough(samples, spent, policy):
@@ -212,19 +229,30 @@ class CudaTimer:
                 pairs.append((start, end))
             ahead = not gate.query()  # the device had not reached the batch when the host finished enqueuing
             end.synchronize()
-            if self.clock is not None:  # right after the batch: the clock it ran at, and any cap still in force
-                reads.append(self.clock.read())
+            # right after the batch: the clock it ran at, and any cap still in force
+            read = self.clock.read() if self.clock is not None else None
             times = [s.elapsed_time(e) for s, e in pairs]
             spent += sum(times)
             if not ahead and spacer_s < SPACER_MAX_S:
                 spacer_s = min(SPACER_MAX_S, 2 * spacer_s)
                 continue
+            if self.clock is not None and self.clock.throttled(read):
+                if discarded < THROTTLE_MAX_DISCARDS:  # nvbench's way: drop the batch, let the GPU recover
+                    discarded += 1
+                    time.sleep(THROTTLE_RECOVERY_S)
+                    continue
+                throttled = True  # capped all along: kept, and flagged so no verdict rests on it
+            reads.append(read)
             host_bound = host_bound or not ahead  # even the longest spacer did not keep the host ahead
             samples.extend(times)
             per_placement[accepted % len(fns)].extend(times)
             accepted += 1
+        clock = during(reads)
+        if clock is not None and discarded:
+            clock["throttled_batches"] = discarded
         timing = summarize(samples, "cold" if policy.cold else "hot", "cuda_event", policy.keep_samples,
-                           during(reads), host_ms=1e3 * statistics.median(dispatch), host_bound=host_bound)
+                           clock, host_ms=1e3 * statistics.median(dispatch), host_bound=host_bound,
+                           throttled=throttled)
         self.placement_medians_ms = [round(statistics.median(p), 6) for p in per_placement]
         return timing
 

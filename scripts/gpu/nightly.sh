@@ -9,6 +9,8 @@
 #   power  the gate's detection power: +5 %/+10 % device-side slowdowns injected (scripts/gpu/detection_power.py)
 #   aa     an A/A study through `convbench upgrade` (the host stack against itself, ABBA), forward default
 #   upgrade  `convbench upgrade` of the host stack against the overlay $STACK_B (/tmp/stack-NAME), UPGRADE_ARGS
+#   repeat  REPEAT_RUNS (8) forward sweeps of REPEAT_CASES, one stack on one GPU, back to back: the change-point
+#           false-alarm rate (scripts/changepoint_false_alarms.py) and A/A pairs, read here afterwards
 #   autotune the autotuner study on the host stack and on $STACK_B, both GPUs (0 and 1) each, swapped in two rounds
 #   ortold   the onnxruntime grid on the overlay /tmp/stack-ort1192 (onnxruntime-gpu 1.19.2, CUDA 12 libraries,
 #            torch's own cuDNN), as on the host's onnxruntime
@@ -106,6 +108,18 @@ for g, leg in d["legs"].items():
 PY
   tar czf "$OUT/$stage-runs.tgz" --exclude=cudnn_logs -C "$RES" $(python3 -c "import json,sys,os; d=json.load(open(sys.argv[1])); print(' '.join(os.path.relpath(p, sys.argv[2]) for l in d['legs'].values() for p in l['runs'].values()))" "$OUT/$stage.json" "$RES")
   ;;
+repeat)
+  cases=${REPEAT_CASES:-seed.c8,resnet50.conv1.n32,resnet50.layer1.0.conv2.n32,resnet50.layer2.0.conv3.n32,resnet50.layer3.0.conv2.n32,resnet50.layer4.0.downsample.n32}
+  s0=$(date +%s); : > "$OUT/repeat-runs.txt"
+  for i in $(seq 1 "${REPEAT_RUNS:-8}"); do  # no new run once REPEAT_BUDGET s are spent: each run lands whole
+    [ $(( $(date +%s) - s0 )) -lt "${REPEAT_BUDGET:-470}" ] || break
+    t timeout 200 python3 -m harness.cli sweep --cases "$cases" --directions fwd --no-rankings --results "$RES" \
+      2>&1 | tail -1
+    newest >> "$OUT/repeat-runs.txt"
+  done
+  tar czf "$OUT/repeat-runs.tgz" --exclude=cudnn_logs -C "$RES" $(sed "s|^$RES/||" "$OUT/repeat-runs.txt")
+  python3 scripts/changepoint_false_alarms.py $(cat "$OUT/repeat-runs.txt") 2>&1 | tee "$OUT/changepoint.txt" | tail -3
+  ;;
 autotune)
   b=${STACK_B:?STACK_B=NAME=/tmp/stack-NAME}
   benv=$(python3 -c "import sys; from harness.deploy import stacks; e = stacks.resolve(sys.argv[1]).env({}); \
@@ -129,6 +143,6 @@ ortold)
   t timeout 560 python3 -m harness.run.ort_grid --out "$RES" ${ORT_ARGS:-} 2>&1 | tail -25
   run=$(ls -td "$RES"/*/*/ | head -1); tar czf "$OUT/ortold-run.tgz" -C "$RES" "${run#$RES/}"
   ;;
-*) echo "unknown stage $stage: fwd, bwd, check, ort, fidelity, probe, power, aa, upgrade, autotune or ortold" >&2; exit 2 ;;
+*) echo "unknown stage $stage: fwd, bwd, check, ort, fidelity, probe, power, aa, upgrade, repeat, autotune or ortold" >&2; exit 2 ;;
 esac
 ls -la "$OUT"

@@ -1,0 +1,24 @@
+"""The fidelity benchmark names the cause of every call whose reruns spread more than 1 %, read from the clocks
+NVML reported: checked on the H200 run of 2026-12-01 (docs/evidence), before the timer discarded capped batches."""
+
+import json
+import lzma
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import bench_fidelity  # noqa: E402
+
+
+def test_each_spread_miss_is_named_with_the_clock_cap_seen_or_no_cause():
+    data = json.loads(lzma.decompress((ROOT / "docs/evidence/2026-12-01-h200-session8/fidelity.json.xz").read_bytes()))
+    summary = bench_fidelity.summarize(data["rows"], data["summary"]["gpu"])
+    assert summary["spread_le_1pct"]["cold"] == data["summary"]["spread_le_1pct"]["cold"] == 51
+    misses = {m["call"]: m["cause"] for m in summary["cold_spread_over_1pct"]}
+    assert len(misses) == summary["calls_ge_50us"] - 51 == 4
+    capped = [c for c, why in misses.items() if "sw_power_cap" in why]
+    assert len(capped) == 3 and all(c.startswith("resnet50.layer") and " cudnn FMA" in c for c in capped)
+    assert misses["resnet50.layer3.0.conv2.n32 torch -"].startswith("no cause found")
+    assert summary["throttled_batches_discarded"] == 0  # that timer kept every batch
