@@ -68,7 +68,8 @@ def test_the_autotune_study_runs_every_stage_in_the_worker_pool(tmp_path):
 
 
 class CappedClock:
-    """NVML as seen under a software power cap for the first ``capped`` batches, then at full clock."""
+    """NVML as seen under a software power cap until the timer has judged ``capped`` batches by it (a batch the
+    spacer check rejects reads the clock too, so the count is of judgements, not reads), then at full clock."""
 
     max_sm_mhz = 1980
 
@@ -76,12 +77,12 @@ class CappedClock:
         self.capped = capped
 
     def read(self):
-        self.capped -= 1
-        return (1785, 0x4) if self.capped >= 0 else (1980, 0)
+        return (1785, 0x4) if self.capped > 0 else (1980, 0)
 
     def throttled(self, read):
         from harness.measurement.clocks import DeviceClock
 
+        self.capped -= 1
         return DeviceClock.throttled(self, read)
 
 
