@@ -6,7 +6,7 @@ call-length band; prints, per band, the A/A deviation quantiles and, per candida
 or faster, which a gate would act on), listing them for the defaults. A detection-power file from scripts/gpu/detection_power.py adds, per candidate, the share of the
 injected slowdowns that the same thresholds would call slower, judged on the ratios it measured.
 
-    python3 scripts/calibrate_gate.py RUN [RUN...] [--power detection-power.json[.xz]]
+    python3 scripts/calibrate_gate.py RUN [RUN...] [--power detection-power.json[.xz]] [--nightly-power]
 """
 
 from __future__ import annotations
@@ -70,10 +70,51 @@ def judge_pairs(runs, th: Thresholds, same_machine: bool = True) -> tuple[list[i
     return failing, ambiguous, rows
 
 
+def scaled(rec: dict, factor: float) -> dict:
+    """``rec`` as if its call were ``factor`` times slower: samples, median, IQR and processes' medians."""
+    extra = dict(rec.get("extra") or {})
+    if extra.get("process_medians_ms"):
+        extra["process_medians_ms"] = [x * factor for x in extra["process_medians_ms"]]
+    out = {**rec, "median_ms": rec["median_ms"] * factor, "extra": extra}
+    if rec.get("iqr_ms") is not None:
+        out["iqr_ms"] = rec["iqr_ms"] * factor
+    if rec.get("samples") is not None:
+        out["samples"] = np.asarray(rec["samples"], dtype=np.float64) * factor
+    return out
+
+
+def nightly_power(runs, th: Thresholds) -> dict[str, tuple[int, int, int]]:
+    """Night over night (each run against the one before, the runs before that as history, as the gate runs),
+    the head's samples multiplied by 1.05 (calls >= 50 us) or 1.10 (20-50 us): per band, (injected, called
+    slower with the history, called slower without it). Software injection on real samples: it shows what the
+    history rules (own_noise, process levels, past_level) cost in power, not the device-side power."""
+    out = {"plus5": [0, 0, 0], "plus10": [0, 0, 0]}
+    for i in range(1, len(runs)):
+        if runs[i][1] != runs[i - 1][1]:
+            continue
+        a, b = runs[i - 1][2], runs[i][2]
+        past = [runs[k][2] for k in range(i - 1) if runs[k][1] == runs[i][1]]
+        for key in a.keys() & b.keys():
+            ms = a[key]["median_ms"]
+            name, factor = ("plus5", 1.05) if ms >= 0.05 else ("plus10", 1.10) if ms >= 0.02 else (None, 0)
+            if name is None:
+                continue
+            head = scaled(b[key], factor)
+            noise = own_noise(key, ms, past, th.rel(ms)) if past else 0.0
+            with_h = time_verdict(a[key], head, th, noise, [p[key] for p in past if key in p])
+            without = time_verdict(a[key], head, th)
+            out[name][0] += 1
+            out[name][1] += bool(with_h and with_h[0] == "regression")
+            out[name][2] += bool(without and without[0] == "regression")
+    return {k: tuple(v) for k, v in out.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+")
     ap.add_argument("--power", type=Path)
+    ap.add_argument("--nightly-power", action="store_true",
+                    help="also inject +5 %%/+10 %% into each night's samples and count what the gate calls slower")
     args = ap.parse_args(argv)
     runs = sorted(load(args.runs))  # run ids start with their start time: oldest first
     pairs = [(a, b) for a, b in itertools.combinations(runs, 2) if a[1] == b[1]]
@@ -115,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"   across machines (reported, not gated by default): beyond the thresholds <20us {cross[0]}, "
                       f"20-50us {cross[1]}, >=50us {cross[2]}; ambiguous {cross_amb}")
     thresholds.TIME_BANDS = default
+    if args.nightly_power:
+        for name, (n, with_h, without) in nightly_power(runs, Thresholds()).items():
+            print(f"night over night, {name} injected into the head's samples: {n} calls; called slower "
+                  f"{with_h} ({with_h / max(n, 1):.1%}) with the history, {without} ({without / max(n, 1):.1%}) "
+                  "without it")
     return 0
 
 
