@@ -39,7 +39,7 @@ def test_eight_nights_of_one_stack_fail_no_pair_with_their_history(nights):
 
 
 def test_a_base_at_a_rare_level_fails_later_nights_without_the_known_level_rule(nights, monkeypatch):
-    # night 1 drew 415 us in both processes for a GEMM that sits at 433-446 us in every other run
+    # the second night (index 1) drew 415 us in both processes for a GEMM at 433-446 us in every other run
     monkeypatch.setattr(timechange, "LEVEL_MATCH", 0.0)
     failing = failing_pairs(nights)
     assert {(i, j) for i, j, _ in failing} == {(1, 2), (1, 3), (1, 4), (1, 5), (1, 6)}
