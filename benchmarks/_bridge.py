@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from harness.core import cases as catalogue  # noqa: E402  (no torch, no CUDA)
-from harness.core import vocab  # noqa: E402,F401  (the suite's parameters: algorithms, maths, dtypes, layouts)
+from harness.core import cases as vocab  # noqa: E402,F401  (the suite's parameters: algorithms, maths, dtypes, layouts)
 from harness.run import suite  # noqa: E402  (imports no backend until called)
 from harness.run.suite import BITWISE_STABLE, REL_L2, STATUS, TIME_S, param_key, read_table  # noqa: E402,F401
 

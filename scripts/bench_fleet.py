@@ -40,7 +40,7 @@ MODELS = [("Tesla P40", "6.1"), ("NVIDIA GeForce RTX 3090", "8.6"), ("NVIDIA A10
 IMAGES = ["cu118-cudnn8.9-torch2.1-ort1.17", "cu124-cudnn9.1-torch2.4-ort1.19", "cu126-cudnn9.5-torch2.6-ort1.20",
           "cu130-cudnn9.19-torch2.11-ort1.23"]
 from harness.backends.cudnn_lib import DOCUMENTED_NONDETERMINISTIC  # noqa: E402  (after sys.path)
-from harness.core.vocab import ALGOS as CUDNN_ALGOS  # noqa: E402
+from harness.core.cases import ALGOS as CUDNN_ALGOS  # noqa: E402
 
 ALGOS = list(CUDNN_ALGOS["fwd"])  # onnxruntime's chosen algorithm names (forward)
 # how often a documented non-deterministic record (cuDNN's atomics: backward data ALGO_0, backward filter ALGO_0

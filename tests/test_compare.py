@@ -10,8 +10,7 @@ from _fleet_data import noisy, record, write_run
 
 from harness import cli
 from harness.analysis.compare import compare_records, cross_machine
-from harness.analysis.thresholds import Thresholds
-from harness.analysis.timechange import bootstrap_median_ratio, mann_whitney_greater, time_verdict
+from harness.analysis.timechange import Thresholds, bootstrap_median_ratio, mann_whitney_greater, time_verdict
 from harness.collect.ingest import collect
 from harness.collect.store import Store
 

@@ -9,7 +9,7 @@ import pytest
 
 from harness.analysis import timechange
 from harness.analysis.compare import compare_records, gate
-from harness.analysis.thresholds import Thresholds
+from harness.analysis.timechange import Thresholds
 from harness.collect.ingest import read_runs_into
 from harness.collect.store import Store
 

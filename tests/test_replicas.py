@@ -8,8 +8,7 @@ import statistics
 import numpy as np
 
 from harness.analysis.compare import compare_records
-from harness.analysis.thresholds import Thresholds
-from harness.analysis.timechange import time_verdict
+from harness.analysis.timechange import Thresholds, time_verdict
 from harness.backends import SweepOptions
 from harness.core import cases
 from harness.core.records import CRASHED, OK, Determinism, Record, Timing

@@ -21,7 +21,7 @@ from _fleet_data import record, tar_runs, write_run
 from harness import cli
 from harness.collect.ingest import collect
 from harness.collect.store import Store, StoreError
-from harness.core.errors import EXIT_NO_DATA, EXIT_USAGE, printable
+from harness.core.intake import EXIT_NO_DATA, EXIT_USAGE, printable
 from harness.core.records import dumps
 from harness.core.schema import SchemaError, check_record
 from harness.run.journal import JOURNAL_FILE, Journal, JournalError

@@ -1,7 +1,7 @@
 """Comparisons between runs: two runs record by record into findings (time, accuracy, determinism,
 availability, search) and the gate over them; machines and stacks told apart; N machines side by side.
 
-Whether a time changed is timechange.py's (samples, tests, intervals) and how much counts is thresholds.py's;
+Whether a time changed is timechange.py's (samples, tests, intervals) and so is how much counts (its thresholds);
 this module matches records on their key, applies the rules of the other kinds, and words each finding.
 """
 
@@ -14,8 +14,7 @@ from typing import Any
 
 from ..core.explain import nondeterminism_cause
 from ..core.records import OK, record_key
-from .thresholds import Thresholds
-from .timechange import own_noise, time_verdict
+from .timechange import Thresholds, own_noise, time_verdict
 
 # Worse precision has a higher rank; tf32 and fp16 share 10-bit mantissas (accuracy.py).
 PRECISION_RANK = {"fp32": 0, "tf32": 1, "fp16": 1, "bf16": 2, "broken": 3}

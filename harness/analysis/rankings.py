@@ -16,7 +16,7 @@ from ..core.records import OK
 
 SUCCESS = "CUDNN_STATUS_SUCCESS"
 # A pick this much slower than the measured fastest is counted as a miss a user would notice; below it, a
-# pick within the run-to-run noise of a call is as good as the fastest (analysis/thresholds.py: 4-10 %).
+# pick within the run-to-run noise of a call is as good as the fastest (analysis/timechange.py: 4-10 %).
 NOTICEABLE = 1.10
 _PROBLEM = ("case", "direction", "dtype", "layout", "math")
 

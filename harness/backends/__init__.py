@@ -10,9 +10,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..core.cases import Case
+from ..core.cases import DTYPES, LAYOUTS, Case
 from ..core.records import Ranking, Record
-from ..core.vocab import DTYPES, LAYOUTS
 from ..measurement.timing import TimingPolicy
 
 

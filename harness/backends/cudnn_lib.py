@@ -15,7 +15,7 @@ import os
 from ctypes import POINTER, Structure, byref, c_float, c_int, c_size_t, c_void_p
 from pathlib import Path
 
-from ..core.vocab import ALGOS, BWD_DATA_ALGOS, BWD_FILTER_ALGOS, FWD_ALGOS, MATHS  # noqa: F401 (the enum order)
+from ..core.cases import ALGOS, BWD_DATA_ALGOS, BWD_FILTER_ALGOS, FWD_ALGOS, MATHS  # noqa: F401 (the enum order)
 
 # cuDNN documents these as non-deterministic (they accumulate with atomics).
 DOCUMENTED_NONDETERMINISTIC = {("bwd_data", "ALGO_0"), ("bwd_filter", "ALGO_0"), ("bwd_filter", "ALGO_3")}

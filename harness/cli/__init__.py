@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-from harness.core.errors import EXIT_ENVIRONMENT, EXIT_NO_DATA, EXIT_USAGE, UserError, printable  # noqa: F401
+from harness.core.intake import EXIT_ENVIRONMENT, EXIT_NO_DATA, EXIT_USAGE, UserError, printable  # noqa: F401
 
 # Each module exposes register(subparsers); a subcommand's handler returns the exit code.
 COMMAND_MODULES = ("harness.cli.measure_cmds", "harness.cli.store_cmds", "harness.cli.images_cmds",

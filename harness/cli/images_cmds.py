@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from ..core.errors import EXIT_ENVIRONMENT, UserError
+from ..core.intake import EXIT_ENVIRONMENT, UserError
 
 
 def register(sub) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..collect.store import DEFAULT_STORE, Store, StoreError
-from ..core.errors import EXIT_NO_DATA, UserError, printable
+from ..core.intake import EXIT_NO_DATA, UserError, printable
 
 EXIT_REGRESSION = 1  # `compare` found a regression above the thresholds: the nightly gate fails
 MAX_JOBS = 256
@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print findings as JSON")
     p.add_argument("--time-threshold", type=float, default=None,
                    help="one median ratio for every call at or above which a significant slowdown fails "
-                        "(default: the calibrated thresholds by call length, harness/analysis/thresholds.py TIME_BANDS)")
+                        "(default: the calibrated thresholds by call length, harness/analysis/timechange.py TIME_BANDS)")
     p.add_argument("--abs-us", type=float, default=None,
                    help="absolute floor of a time finding in microseconds (default: calibrated ABS_FLOOR_US)")
     p.add_argument("--across-hardware", action="store_true",
@@ -152,7 +152,7 @@ def _describe(run: dict[str, Any]) -> str:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ..analysis.compare import compare_records, fingerprint_diff, gate, machine_identity
-    from ..analysis.thresholds import ABS_FLOOR_US, Thresholds
+    from ..analysis.timechange import ABS_FLOOR_US, Thresholds
 
     th = Thresholds(time_ratio=args.time_threshold, alpha=args.alpha, error_growth=args.error_growth,
                     bitwise=args.bitwise, ignore=tuple(args.ignore), across_hardware=args.across_hardware,

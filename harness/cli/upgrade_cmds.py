@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import UserError
+from ..core.intake import UserError
 from .measure_cmds import add_sweep_arguments, sweep_setup
 
 

@@ -6,8 +6,8 @@ gets no explanation. The wording is meant for the morning report, read by someon
 
 from __future__ import annotations
 
+from .cases import expected_class
 from .records import OK, SKIPPED, UNSUPPORTED_ARCH, WORKSPACE_TOO_LARGE, Record
-from .vocab import expected_class
 
 TF32_CAUSE = ("TF32 tensor-core math: fp32 operands rounded to 10-bit mantissas (allowed by cuDNN's DEFAULT and "
               "TENSOR_OP math and by PyTorch's default on Ampere and newer); FMA math gives fp32-class error")

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .vocab import DIRECTIONS, DTYPES, LAYOUTS, MATHS  # noqa: F401 (the record's vocabulary, importable here too)
+from .cases import DIRECTIONS, DTYPES, LAYOUTS, MATHS  # noqa: F401 (the record's vocabulary, importable here too)
 
 SCHEMA_VERSION = 1
 

@@ -24,9 +24,8 @@ import zlib
 
 import numpy as np
 
-from ..core.cases import Case
+from ..core.cases import Case, expected_class  # noqa: F401 (callers read expected_class here too)
 from ..core.records import Accuracy
-from ..core.vocab import expected_class  # noqa: F401 (callers read it here too)
 
 U = {"fp32": 2.0**-24, "tf32": 2.0**-11, "fp16": 2.0**-11, "bf16": 2.0**-8}
 BOUND_FP32 = 2.0**-17.5

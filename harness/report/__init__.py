@@ -29,11 +29,10 @@ from .changes import changes_page
 from .determinism import determinism
 from .fingerprints import fingerprints
 from .fmt import fmt_err, fmt_time, minute, settings_str, slug
-from .investigations import findings, ort
+from .investigations import findings, ort, rankings
 from .machine import machine_page
 from .model import MAX_ROWS, MachineInfo, Model, finish, gather
 from .morning import morning, overview
-from .rankings import rankings
 from .regressions import regressions
 from .upgrade import upgrade
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..analysis.compare import fingerprint_diff, gate
-from ..analysis.thresholds import Thresholds
+from ..analysis.timechange import Thresholds
 from .charts import strip_plot
 from .fmt import flatten, fmt_err, fmt_time, minute, settings_str
 from .model import MAX_EVIDENCE_PLOTS, NightlyComparison

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..analysis import changepoint, pairing
 from ..analysis.compare import compare_records
-from ..analysis.thresholds import Thresholds
+from ..analysis.timechange import Thresholds
 from ..collect.store import Store
 from ..core.records import OK
 from .fmt import hardware_label, settings_str, slug

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..analysis import pairing
 from ..analysis.compare import gate
-from ..analysis.thresholds import Thresholds
+from ..analysis.timechange import Thresholds
 from ..core.records import OK, SKIPPED
 from .fmt import minute, settings_str, slug
 from .model import Model, NightlyComparison

@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from ..core.errors import UserError
+from ..core.intake import UserError
 
 MANIFEST = ".convbench-report"  # the files a build made, one relative path a line
 

@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any
 
 from ..analysis.compare import fingerprint_diff
-from ..analysis.thresholds import Thresholds
+from ..analysis.timechange import Thresholds
 from .changes import record_rows
 from .charts import strip_plot
 from .fingerprints import link as fingerprint_link

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import UserError
+from ..core.intake import UserError
 from ..core.records import DIRECTIONS
 from .suite import read_table
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import intake
-from ..core.errors import UserError
+from ..core.intake import UserError
 from ..core.records import SCHEMA_VERSION, Ranking, Record, dumps
 from ..core.schema import SchemaError, check_name, check_record, check_run_header
 from ..measurement import fingerprint as fpmod

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.compare import Finding, compare_records
-from ..analysis.thresholds import Thresholds
+from ..analysis.timechange import Thresholds
 from ..backends import SweepOptions
 from ..core.cases import Case
-from ..core.errors import EXIT_ENVIRONMENT, UserError
+from ..core.intake import EXIT_ENVIRONMENT, UserError
 from ..deploy.stacks import Stack
 from . import replicas, worker
 from .journal import Journal

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..backends import SweepOptions
 from ..core.cases import Case
-from ..core.errors import UserError
+from ..core.intake import UserError
 from ..core.records import OK, wholly_failed
 from ..measurement import fingerprint
 from . import replicas, worker

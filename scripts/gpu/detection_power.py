@@ -31,8 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from harness.analysis.thresholds import Thresholds  # noqa: E402
-from harness.analysis.timechange import time_verdict  # noqa: E402
+from harness.analysis.timechange import Thresholds, time_verdict  # noqa: E402
 from harness.backends import SweepOptions  # noqa: E402
 from harness.backends.cudnn import ConvSession, CudnnBackend, CudnnError, WorkspaceTooLarge  # noqa: E402
 from harness.core import cases as catalogue  # noqa: E402

@@ -29,9 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from ...core.cases import Case
+from ...core.cases import SEARCH_MODES, Case
 from ...core.records import ERROR, OK, SKIPPED, Determinism, Record
-from ...core.vocab import SEARCH_MODES
 from ...measurement import accuracy
 from .. import Combo, SweepOptions
 from . import cudnn_log, models
