@@ -470,13 +470,13 @@ def test_long_tables_are_folded_so_pages_stay_short(tmp_path):
 def test_judges_in_a_pool_give_the_same_pages(tmp_path, monkeypatch):
     """The judgements a fleet report makes in a pool of processes (store.path read again by each) give the very
     pages the report makes in one process, and this process then judges nothing itself."""
-    from harness.report import model
+    from harness.report import judging
 
     db = _fleet(tmp_path)
     pages = {}
     judged_here = []
-    real = model.compare_records
-    monkeypatch.setattr(model, "compare_records", lambda *a, **k: judged_here.append(1) or real(*a, **k))
+    real = judging.compare_records
+    monkeypatch.setattr(judging, "compare_records", lambda *a, **k: judged_here.append(1) or real(*a, **k))
     for workers in (0, 2):
         judged_here.clear()
         with Store(db, create=False) as s:
@@ -493,12 +493,12 @@ def test_judges_in_a_pool_give_the_same_pages(tmp_path, monkeypatch):
 def test_a_failed_pool_leaves_the_judging_to_the_report(tmp_path, monkeypatch):
     """A pool process that cannot judge (here: every judgement raises there) costs nothing but time: the report
     judges in its own process and the pages are the same."""
-    from harness.report import model
+    from harness.report import judging
 
     db = _fleet(tmp_path)
     with Store(db, create=False) as s:
         build(s, tmp_path / "one", workers=0)
-    monkeypatch.setattr(model, "_judge_group", lambda args: (_ for _ in ()).throw(RuntimeError("judge died")))
+    monkeypatch.setattr(judging, "_judge_group", lambda args: (_ for _ in ()).throw(RuntimeError("judge died")))
     with Store(db, create=False) as s:
         written = build(s, tmp_path / "pool", workers=2)
     for p in written:
@@ -508,10 +508,10 @@ def test_a_failed_pool_leaves_the_judging_to_the_report(tmp_path, monkeypatch):
 
 
 def test_the_gates_history_is_read_light_and_equal_to_the_records(tmp_path):
-    """model.history_records (key and median of the ok records, from the packed numbers and the vectors) gives
+    """reading.history_records (key and median of the ok records, from the packed numbers and the vectors) gives
     compare_records what the whole records give it, on every run of the fixtures (journals, asv results, records
     not ok, untimed ones) and of the hand-built fleet."""
-    from harness.report.model import combo_keys, current_records, history_records
+    from harness.report.reading import combo_keys, current_records, history_records
 
     sources, _ = real_sources(tmp_path)
     db = _fleet(tmp_path)

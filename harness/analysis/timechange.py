@@ -33,7 +33,8 @@ from ..measurement.timing import FLOOR_SAMPLES, sample_flags
 # and injected slowdowns (scripts/calibrate_gate.py; docs/performance.md). 2026-12-01, every combination timed in
 # two processes: 97 % of +5 % slowdowns on calls >= 50 us and 91 % of +10 % on 20-50 us detected; A/A pairs failed
 # on 0, 0, 1 and 2 findings (one PyTorch search, one kernel at 4.4 %); 5 % for >= 50 us would fail on none of them
-# and detect 180 of 315 +5 %.
+# and detect 180 of 315 +5 %. Later that day (capped batches discarded, past_level): two A/A studies 0 and 0, and
+# 0 of 28 pairs of eight nights of one stack with their history.
 TIME_BANDS: tuple[tuple[float, float], ...] = ((0.020, 0.10), (0.050, 0.06), (math.inf, 0.04))
 # Host-timed records (the CPU backends, timer perf_counter) share their cores with everything else on the host:
 # one relative threshold and a floor of their own.

@@ -30,8 +30,9 @@ from .determinism import determinism
 from .fingerprints import fingerprints
 from .fmt import fmt_err, fmt_time, minute, settings_str, slug
 from .investigations import findings, ort, rankings
+from .judging import finish
 from .machine import machine_page
-from .model import MAX_ROWS, MachineInfo, Model, finish, gather
+from .model import MAX_ROWS, MachineInfo, Model, gather
 from .morning import morning, overview
 from .regressions import regressions
 from .upgrade import upgrade

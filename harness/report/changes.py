@@ -13,7 +13,8 @@ from ..analysis.compare import fingerprint_diff, gate
 from ..analysis.timechange import Thresholds
 from .charts import strip_plot
 from .fmt import flatten, fmt_err, fmt_time, minute, settings_str
-from .model import MAX_EVIDENCE_PLOTS, NightlyComparison
+from .judging import NightlyComparison
+from .model import MAX_EVIDENCE_PLOTS
 from .morning import anchor, label, rank
 
 MAX_ROWS = 500  # findings listed per comparison

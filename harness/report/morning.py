@@ -18,7 +18,8 @@ from ..analysis.compare import gate
 from ..analysis.timechange import Thresholds
 from ..core.records import OK, SKIPPED
 from .fmt import minute, settings_str, slug
-from .model import Model, NightlyComparison
+from .judging import NightlyComparison
+from .model import Model
 
 TOP = 5  # findings per comparison on the index; the machine's changes page has them all
 # more machines with findings than this: the index opens with one line per machine (the answer on the first

@@ -1,0 +1,223 @@
+"""The judgements the report shows, made by the gate's own ``compare_records``: each machine's latest night against
+its previous night and its previous stack (pairing.py), with the base's history as the gate has it, and every
+image transition. One judgement per pair of record sets, shared by the pages; in a fleet report they run in a
+pool's processes (``judge_in``) while the main process reads and draws, and ``finish`` adds them to the model.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..analysis import pairing
+from ..analysis.compare import compare_records
+from ..analysis.timechange import Thresholds
+from ..collect.store import Store
+from .reading import combo_keys, current_records, history_records
+
+if TYPE_CHECKING:
+    from .model import MachineInfo, Model
+
+
+@dataclass
+class Judging:
+    """What ``finish`` needs to add the judgements: the pool's pending answer and the inputs it was given."""
+
+    pending: Any  # multiprocessing AsyncResult, or None: judged in this process
+    pairs: list[tuple]
+    runs_of: dict[tuple[str, str], list[dict[str, Any]]]
+    vectors: dict[int, dict[str, np.ndarray]]
+    memo: dict[int, list[dict[str, Any]]]
+
+
+def finish(g: Model) -> None:
+    """The part of the model made of judgements (nightly comparisons, image transitions, their counts), once the
+    pool's processes have made theirs: gather(complete=False) leaves it for after the pages that need none."""
+    if g.judging is None:
+        return  # finished already
+    j, g.judging = g.judging, None
+    pending, plan, pairs, runs_of, all_vectors, memo = j.pending, g.plan, j.pairs, j.runs_of, j.vectors, j.memo
+    store, info, latest, current = g.store, g.info, g.latest, g.current
+    verdicts: dict[tuple, list[Any]] = {}  # one compare_records per pair of record sets, shared by the pages
+    if pending is not None:
+        try:
+            parts = pending.get()
+        except Exception:  # noqa: BLE001 - a pool that failed (a process killed, a store it could not open):
+            parts = []  # this process judges instead, and an error of the judgement itself is raised here
+        for part in parts:
+            verdicts.update(part)
+    nightly = nightly_comparisons(store, plan, info, all_vectors, memo, verdicts)
+    th = Thresholds()
+    del memo
+
+    # image transitions on each machine: latest run of an image vs latest run of the image that followed it
+    transitions = []
+    for m, a, b in pairs:
+        rb, rh = latest[(m.name, a)], latest[(m.name, b)]
+        findings = judged(current[(m.name, a)], current[(m.name, b)], th, verdicts,
+                          key=_key(runs_of[(m.name, a)], runs_of[(m.name, b)], (), all_vectors))
+        for f in findings:
+            f.machine, f.base_run, f.head_run = m.name, rb["run_id"], rh["run_id"]
+        transitions.append({"machine": m.name, "slug": m.slug, "label": m.label, "base": rb, "head": rh,
+                            "findings": findings})
+    del all_vectors
+
+    # per-(machine, image) regression counts for the overview
+    regressed: Counter = Counter()
+    for t in transitions:
+        regressed[(t["machine"], t["head"]["image"])] += sum(f.verdict == "regression" for f in t["findings"])
+    g.transitions, g.regressed, g.nightly = transitions, regressed, nightly
+
+
+@dataclass
+class NightlyComparison:
+    """One machine's latest night against a base night, judged by the gate's own ``compare_records``."""
+
+    machine: pairing.MachineNights
+    comparison: pairing.Comparison
+    findings: list[Any]  # compare.Finding
+    base_records: dict[str, dict[str, Any]]  # by record key: the drill-down shows both records
+    head_records: dict[str, dict[str, Any]]
+    base_fp: dict[str, Any]
+    head_fp: dict[str, Any]
+
+
+def transition_pairs(machines: list[MachineInfo], latest: dict[tuple[str, str], dict[str, Any]]) -> list[tuple]:
+    """(machine, image, next image) of every image transition: the latest run of an image against the latest run
+    of the image that followed it on the same machine."""
+    pairs = []
+    for m in machines:
+        # asv results and the suite's own journals are two views, not two images: each is compared with its kind
+        for source in ("journal", "asv"):
+            imgs = [i for i in m.images if latest[(m.name, i)]["source"] == source]
+            pairs.extend((m, a, b) for a, b in zip(imgs[:-1], imgs[1:], strict=True))
+    return pairs
+
+
+def nightly_plan(runs: list[dict[str, Any]], info: dict[int, dict[str, Any]]) -> list[tuple[Any, list[tuple]]]:
+    """Every machine's nights (pairing.py) with, for each of its comparisons, the earlier runs of the base's
+    machine and stack that the gate reads as history."""
+    out = []
+    for m in pairing.machines(runs, info):
+        comps = []
+        for c in m.comparisons:
+            earlier = pairing.history_runs(c.base.runs[-1], info[c.base.runs[-1]["id"]]["fingerprint"],
+                                           [r for n in m.nights for r in n.runs],
+                                           lambda r: info[r["id"]]["fingerprint"])
+            comps.append((c, earlier))
+        out.append((m, comps))
+    return out
+
+
+def _side(runs: list[dict[str, Any]], vectors: dict[int, dict[str, np.ndarray]]) -> tuple[int, ...]:
+    """The ids of the runs ``current_records`` takes records from, found from the vectors alone."""
+    seen: set[int] = set()
+    ids = []
+    for r in reversed(runs):
+        v = vectors.get(r["id"])
+        if v is None or not len(v["combo"]):
+            continue
+        new = set(v["combo"].tolist()) - seen
+        if new:
+            ids.append(r["id"])
+            seen |= new
+    return tuple(sorted(ids))
+
+
+def _key(base: list[dict[str, Any]], head: list[dict[str, Any]], history: Any,
+         vectors: dict[int, dict[str, np.ndarray]]) -> tuple:
+    """What a judgement is kept under: the runs each side's records come from (base, head, each history run)."""
+    return (_side(base, vectors), _side(head, vectors), *(_side([r], vectors) for r in history))
+
+
+def judged(base: list[dict[str, Any]], head: list[dict[str, Any]], th: Thresholds,
+           verdicts: dict[tuple, list[Any]], history: Any = (), *, key: tuple | None = None) -> list[Any]:
+    """``compare_records`` of two record sets (with the history of the base's machine and stack, as the gate
+    has it), once per pair of the runs they come from: a machine's previous stack is usually its previous image,
+    and the two pages share the one judgement. ``history`` may be a callable that reads it, called only when the
+    judgement is not already known."""
+    if key is None:
+        key = tuple(tuple(sorted({x["run"]["id"] for x in side})) for side in (base, head, *history))
+    if key not in verdicts:
+        verdicts[key] = compare_records(base, head, th, history() if callable(history) else history)
+    return verdicts[key]
+
+
+def judgements(plan: list[tuple[Any, list[tuple]]], pairs: list[tuple], runs_of: dict[tuple[str, str], list],
+                vectors: dict[int, dict[str, np.ndarray]]) -> list[list[tuple]]:
+    """Every judgement the report makes, (key, base runs, head runs, history runs), in groups of one machine
+    (whose runs they share)."""
+    groups: dict[str, dict[tuple, tuple]] = defaultdict(dict)
+    for m, comps in plan:
+        for c, earlier in comps:
+            key = _key(c.base.runs, c.head.runs, earlier, vectors)
+            groups[m.name].setdefault(key, (key, c.base.runs, c.head.runs, earlier))
+    for m, a, b in pairs:
+        key = _key(runs_of[(m.name, a)], runs_of[(m.name, b)], (), vectors)
+        groups[m.name].setdefault(key, (key, runs_of[(m.name, a)], runs_of[(m.name, b)], []))
+    return [list(g.values()) for g in groups.values()]
+
+
+_judge_store: Store | None = None
+_judge_keys: dict[int, str] = {}
+
+
+def _judge_group(args: tuple[str, list[tuple]]) -> dict[tuple, list[Any]]:
+    """In a pool process: the judgements of one group, reading the records from its own connection to the
+    store. A judgement whose runs this connection does not see as the report's does (a run replaced by a collect
+    meanwhile) is left out: the report then makes it itself."""
+    global _judge_store, _judge_keys
+    path, group = args
+    if _judge_store is None or _judge_store.path != path:
+        _judge_store = Store(path, create=False, verify=False)
+        _judge_keys = combo_keys(_judge_store)
+    ids = sorted({r["id"] for _, b, h, e in group for r in (*b, *h, *e)})
+    vectors = _judge_store.vectors(ids)
+    memo: dict[int, list[dict[str, Any]]] = {}
+    th = Thresholds()
+    out = {}
+    for key, b, h, e in group:
+        if _key(b, h, e, vectors) != key:
+            continue
+        base, head = current_records(_judge_store, b, vectors, memo), current_records(_judge_store, h, vectors, memo)
+        out[key] = compare_records(base, head, th, history_records(_judge_store, e, vectors, _judge_keys))
+    return out
+
+
+def judge_in(pool: Any, store: Store, groups: list[list[tuple]]) -> Any:
+    """The judgements of ``groups`` started in ``pool``, biggest groups first; ``.get()`` waits for them."""
+    groups = sorted(groups, key=len, reverse=True)
+    return pool.map_async(_judge_group, [(store.path, g) for g in groups], chunksize=1)
+
+
+def nightly_comparisons(store: Store, plan: list[tuple[Any, list[tuple]]], info: dict[int, dict[str, Any]],
+                        vectors: dict[int, dict[str, np.ndarray]], memo: dict[int, list[dict[str, Any]]],
+                        verdicts: dict[tuple, list[Any]]) -> list[tuple[pairing.MachineNights, list[NightlyComparison]]]:
+    """Every machine's nights (pairing.py) with, for each of its comparisons, the findings of its latest night."""
+    th = Thresholds()
+    known: dict[int, str] = {}
+
+    def keys() -> dict[int, str]:  # read once, when a judgement is made here (not in the pool)
+        if not known:
+            known.update(combo_keys(store))
+        return known
+
+    out = []
+    for m, comps in plan:
+        done = []
+        for c, earlier in comps:
+            base = current_records(store, c.base.runs, vectors, memo)
+            head = current_records(store, c.head.runs, vectors, memo)
+            fs = judged(base, head, th, verdicts,
+                        lambda earlier=earlier: history_records(store, earlier, vectors, keys()),
+                        key=_key(c.base.runs, c.head.runs, earlier, vectors))
+            for f in fs:
+                f.machine, f.base_run, f.head_run = m.name, c.base.runs[-1]["run_id"], c.head.runs[-1]["run_id"]
+            done.append(NightlyComparison(m, c, fs, {x["key"]: x for x in base}, {x["key"]: x for x in head},
+                                          info[c.base.runs[-1]["id"]]["fingerprint"],
+                                          info[c.head.runs[-1]["id"]]["fingerprint"]))
+        out.append((m, done))
+    return out
