@@ -232,16 +232,18 @@ class CudaTimer:
             # right after the batch: the clock it ran at, and any cap still in force
             read = self.clock.read() if self.clock is not None else None
             times = [s.elapsed_time(e) for s, e in pairs]
-            spent += sum(times)
             if not ahead and spacer_s < SPACER_MAX_S:
+                spent += sum(times)
                 spacer_s = min(SPACER_MAX_S, 2 * spacer_s)
                 continue
             if self.clock is not None and self.clock.throttled(read):
-                if discarded < THROTTLE_MAX_DISCARDS:  # nvbench's way: drop the batch, let the GPU recover
+                # nvbench's way: drop the batch, let the GPU recover; the budget is for kept samples
+                if discarded < THROTTLE_MAX_DISCARDS:
                     discarded += 1
                     time.sleep(THROTTLE_RECOVERY_S)
                     continue
                 throttled = True  # capped all along: kept, and flagged so no verdict rests on it
+            spent += sum(times)
             reads.append(read)
             host_bound = host_bound or not ahead  # even the longest spacer did not keep the host ahead
             samples.extend(times)
