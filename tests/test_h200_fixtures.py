@@ -13,7 +13,6 @@ from harness.backends.cudnn_lib import ALGOS, MATH
 from harness.core import cases
 from harness.core.explain import explain
 from harness.core.records import OK
-from harness.measurement import accuracy
 
 
 def _load(name: str) -> tuple[dict, list[dict]]:
@@ -100,7 +99,7 @@ def test_every_unexpected_record_carries_an_explanation(fwd):
     recs = fwd[1] + _load("h200-bwd-asv")[1]
     for r in records_of(recs):
         unexpected = r.status != OK or (r.accuracy and r.accuracy.precision_class not in
-                                        (accuracy.expected_class(r.dtype), "fp32"))
+                                        (cases.expected_class(r.dtype), "fp32"))
         if unexpected:
             assert r.explanation, r.key()
         assert r.explanation == explain(r)  # what was journaled is what the rules say today

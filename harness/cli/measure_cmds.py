@@ -10,8 +10,8 @@ from pathlib import Path
 
 from ..backends import BACKENDS, SweepOptions
 from ..core import cases as catalogue
+from ..core.cases import DIRECTIONS, DTYPES, LAYOUTS
 from ..core.intake import EXIT_ENVIRONMENT, UserError, printable
-from ..core.records import DIRECTIONS, DTYPES, LAYOUTS
 from ..deploy import resources
 from ..measurement.timing import TimingPolicy
 from ..run import asvselect

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from ..core import intake
-from ..core.records import DTYPES, LAYOUTS, MATHS, OK
+from ..core.cases import DTYPES, LAYOUTS, MATHS
+from ..core.records import OK
 from .discovery import AsvFile, Refused, sha1_16
 from .rows import combo_row, night
 from .store_packing import ParsedRun, samples_blob

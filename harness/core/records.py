@@ -13,8 +13,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .cases import DIRECTIONS, DTYPES, LAYOUTS, MATHS  # noqa: F401 (the record's vocabulary, importable here too)
-
 SCHEMA_VERSION = 1
 
 # Statuses that are not cuDNN's own. cuDNN statuses are kept verbatim (e.g. "CUDNN_STATUS_NOT_SUPPORTED").

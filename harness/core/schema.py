@@ -22,7 +22,8 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
-from .records import DIRECTIONS, DTYPES, LAYOUTS, SCHEMA_VERSION, Ranking, Record
+from .cases import DIRECTIONS, DTYPES, LAYOUTS
+from .records import SCHEMA_VERSION, Ranking, Record
 
 MAX_TEXT = 1024  # an identity field, a status, a hash, a setting's value
 MAX_LONG_TEXT = 64 << 10  # a reason or an explanation (an exception's message)

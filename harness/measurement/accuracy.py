@@ -24,7 +24,7 @@ import zlib
 
 import numpy as np
 
-from ..core.cases import Case, expected_class  # noqa: F401 (callers read expected_class here too)
+from ..core.cases import Case
 from ..core.records import Accuracy
 
 U = {"fp32": 2.0**-24, "tf32": 2.0**-11, "fp16": 2.0**-11, "bf16": 2.0**-8}

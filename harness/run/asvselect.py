@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..core.cases import DIRECTIONS
 from ..core.intake import UserError
-from ..core.records import DIRECTIONS
 from .suite import read_table
 
 MAX_REGEX_CHARS = 100_000  # one argv string may hold 128 KiB on Linux
