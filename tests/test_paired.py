@@ -268,7 +268,7 @@ def test_a_call_whose_processes_disagree_is_ambiguous_with_their_levels():
 
 
 def test_aa_pairs_after_the_capped_batch_discard_fail_on_nothing():
-    """The A/A studies of 2026-12-01 07:57 and 08:11 UTC (GPU-94c564b6, suite c0ac270: two processes, capped
+    """The A/A studies of 2026-12-01 06:57 and 08:11 UTC (GPU-8d5d7508, GPU-76e4cfee; suite c0ac270: two processes, capped
     batches discarded): the forward default catalogue and the six backward cases, 0 failing findings each; the
     backward outputs that differ are all documented non-deterministic algorithms."""
     for name, both in (("fwd", 2788), ("bwd", 1184)):
