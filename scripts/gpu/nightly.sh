@@ -30,9 +30,13 @@ export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-/tmp/convbench-pycache}
 unset PYTHONDONTWRITEBYTECODE
 # asv records results per commit of branch main: the copied tree gets a one-commit repository of its own;
 # the real suite revision travels in CONVBENCH_REVISION.
-git config --global --add safe.directory '*'
-rm -rf .git && git init -q -b main && git add -A &&
-  git -c user.email=gpu@convbench -c user.name=gpu commit -qm "snapshot of ${CONVBENCH_REVISION:-the working tree}"
+# Only the stages that run asv make it: two stages may run side by side on a two-GPU host (one per GPU), and a
+# second snapshot would pull the repository from under the first one's asv.
+case $stage in fwd|bwd|ort)
+  git config --global --add safe.directory '*'
+  rm -rf .git && git init -q -b main && git add -A &&
+    git -c user.email=gpu@convbench -c user.name=gpu commit -qm "snapshot of ${CONVBENCH_REVISION:-the working tree}" ;;
+esac
 t() { local s=$(date +%s); "$@"; local rc=$?; echo "[timing] $* : $(( $(date +%s) - s )) s (rc=$rc)"; return $rc; }
 newest() { ls -td "$RES/$CONVBENCH_MACHINE"/*/ | head -1; }
 # One tarball per stage: its run directory and asv's results (cuDNN API logs left out: tens of MB).
@@ -48,7 +52,7 @@ fwd)
     > "$OUT/kernel-fault.log" 2>&1; tail -15 "$OUT/kernel-fault.log"
   ;;
 bwd)
-  t env CONVBENCH_DIRECTIONS=bwd_data,bwd_filter timeout 555 python3 -m harness.cli bench --results "$RES" \
+  t env CONVBENCH_DIRECTIONS=bwd_data,bwd_filter timeout "${BWD_TIMEOUT:-555}" python3 -m harness.cli bench --results "$RES" \
     -b "Backward" 2>&1 | tail -3
   run=$(newest); asv_copy; pack "$run"
   python3 scripts/run_breakdown.py "$run" | tee "$OUT/bwd-breakdown.txt"
