@@ -324,3 +324,14 @@ def test_two_gpus_of_one_host_are_two_machines_and_differ_on_one_kernel(tmp_path
     assert failing and {(f["case"], f["dtype"], f["layout"]) for f in failing} == {
         ("resnet50.layer3.0.downsample.n32", "fp32", "NHWC")}
     assert all(1.09 < f["ratio"] < 1.12 for f in failing)
+
+
+def test_backward_aa_timed_in_two_processes_reads_their_levels():
+    """The six backward cases timed in two processes (`--processes 2`, GPU-285623c9, 2026-12-01 10:12 UTC, suite
+    463a0ef): 0 failing; four 1.04-1.05x differences, each within the 4.7-6.6 % between the two processes of one
+    side, are ambiguous instead of slower or faster, levels that a one-process backward run cannot see."""
+    judged = paired.judge(*_study("h200-aa4-bwd").values())
+    assert _failing(judged) == [] and judged["both_ok"] == 1184
+    levels = [f for f in judged["findings"] if f.verdict == "ambiguous" and "between two processes" in f.evidence]
+    assert len(levels) == 4 and all(1.035 < max(f.ratio, 1 / f.ratio) < 1.06 for f in levels)
+    assert "bits:change" not in judged["counts"]
