@@ -1,8 +1,8 @@
 """The gate night over night on eight real forward runs of one stack on one H200 (2026-12-01 06:45-06:51 UTC,
 GPU-94c564b6, six cases, `nightly.sh repeat`): with each base's earlier runs as history, as `convbench compare
 --store` and the report judge, no pair of the eight fails; without the known-level rule (past_level) five do.
-The rule was written after seeing those runs; eight more of another H200 (GPU-990e118d of another host, 09:53-09:59 UTC, made
-after the rule) are its out-of-sample check: 0 of 28 pairs fail with it, 3 without."""
+The rule was written after seeing those runs; eight more of another H200 (GPU-990e118d of another host,
+09:53-09:59 UTC, made after the rule) are its out-of-sample check: 0 of 28 pairs fail with it, 3 without."""
 
 import itertools
 from pathlib import Path
