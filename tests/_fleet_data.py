@@ -135,6 +135,7 @@ def fixture_records(kinds: tuple[str, ...] | None = None) -> list[tuple[dict[str
     (not through collect), so that tests can check the report against the fixtures independently. The run dict
     has ``end_json_present`` when the run wrote end.json (an interrupted run did not)."""
     out = []
+    every_run: list[dict[str, Any]] = []
     for tar_path in fixture_tarballs():
         runs: dict[str, dict[str, Any]] = {}
         lines: dict[str, bytes] = {}
@@ -157,7 +158,39 @@ def fixture_records(kinds: tuple[str, ...] | None = None) -> list[tuple[dict[str
                     continue
                 if kinds is None or d.get("kind") in kinds:
                     out.append((runs[parent], d))
+        every_run += runs.values()
+    as_the_report_names(every_run)
     return out
+
+
+def named_runs(store: Any) -> list[dict[str, Any]]:
+    """A store's runs, each machine named as the report names it (as_the_report_names)."""
+    runs = store.runs()
+    for r in runs:
+        r["fingerprint"] = store.run_json(r["id"])["fingerprint"]
+    as_the_report_names(runs)
+    return runs
+
+
+def as_the_report_names(runs: list[dict[str, Any]]) -> None:
+    """Each run.json's machine renamed as the report's pages name it (docs/harness.md, written out here rather
+    than imported): a machine is its GPU on its host, so a name that covers several GPUs becomes
+    `NAME (GPU-xxxxxxxx)` per GPU (the host in front where the hosts differ), `NAME (no GPU UUID)` without one."""
+    def key(r: dict[str, Any]) -> str:
+        fp = r.get("fingerprint") or {}
+        uuid = (fp.get("gpu") or {}).get("uuid")
+        return f"{fp.get('hostname') or '?'}/{uuid}" if uuid else ""
+    names: dict[str, set[str]] = {}
+    for r in runs:
+        names.setdefault(r["machine"], set()).add(key(r))
+    for r in runs:
+        ids = names[r["machine"]]
+        if len(ids) < 2:
+            continue
+        host, _, uuid = key(r).partition("/")
+        hosts = {i.partition("/")[0] for i in ids if i}
+        suffix = "no GPU UUID" if not uuid else f"{host}/{uuid[:12]}" if len(hosts) > 1 else uuid[:12]
+        r["machine"] += f" ({suffix})"
 
 
 def newest_per_combination(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[tuple[dict[str, Any], dict]]:

@@ -5,7 +5,7 @@ import html
 import re
 
 import pytest
-from _fleet_data import noisy, real_sources, record, write_run
+from _fleet_data import FIXTURES, named_runs, noisy, real_sources, record, write_run
 
 from harness import cli
 from harness.collect.ingest import collect
@@ -87,7 +87,7 @@ def test_report_from_real_runs_via_cli(tmp_path, capsys):
     assert cli.main(["report", "--store", db, "--out", str(out)]) == 0
     assert "report written" in capsys.readouterr().out
     with Store(db) as s:
-        runs = s.runs()
+        runs = named_runs(s)  # a name that covers several GPUs is one cell per GPU
     index = (out / "index.html").read_text()
     assert f"{len(runs)} runs, {sum(r['n_records'] for r in runs)} records" in index
     per_cell: dict = {}
@@ -189,8 +189,9 @@ def test_fixture_report_shows_repro_and_ort_search_modes(tmp_path):
     complete = {run["run_id"] for run, _ in ort} - interrupted
     for run_id in interrupted:
         assert f"{run_id} on " in page and "interrupted: no end.json" in page
+    machine_of = {run["run_id"]: run["machine"] for run, _ in ort}  # as the report names it (one GPU each)
     for run_id in complete:
-        assert re.search(rf"{run_id} on \S+ \(complete\)", page)
+        assert f"{run_id} on {machine_of[run_id]} (complete)" in page
 
 
 # ---- the morning question: pairing, the index, the drill-down ----------------------------------------------------
@@ -524,3 +525,21 @@ def test_the_gates_history_is_read_light_and_equal_to_the_records(tmp_path):
         for r, got in zip(runs, light, strict=True):
             want = [x for x in current_records(s, [r], vectors) if x.get("status") == "ok"]
             assert [(x["key"], x["median_ms"]) for x in got] == [(x["key"], x["median_ms"]) for x in want]
+
+
+def test_one_name_on_two_gpus_is_two_machines_on_every_page(tmp_path):
+    """Both GPUs of one host ran under the name `h200x2-lent` (2026-12-01): each GPU gets a machine page of its
+    own (its runs, its series), named by its UUID, and no page mixes the two; a name on one GPU stays as it is."""
+    db = tmp_path / "s.sqlite"
+    src = [FIXTURES / "h200x2-aa2-fwd.tar.gz", FIXTURES / "h200x2-repeat8-fwd.tar.gz"]
+    assert cli.main(["collect", *map(str, src), "--store", str(db)]) == 0
+    assert cli.main(["report", "--store", str(db), "--out", str(tmp_path / "site")]) == 0
+    pages = {p.name: p.read_text() for p in (tmp_path / "site" / "machines").glob("*.html")}
+    gpus = {"GPU-abd0dca1": "GPU-c77e9498", "GPU-c77e9498": "GPU-abd0dca1"}
+    for gpu, other in gpus.items():
+        (name,) = [n for n in pages if n.startswith(f"h200x2-lent-{gpu}-")]
+        assert f"h200x2-lent ({gpu})" in html.unescape(pages[name])
+        assert gpu in pages[name] and other not in pages[name]
+    (single,) = [n for n in pages if n.startswith("h200x2-lent-gpu1-")]  # one GPU under its own name
+    assert "GPU-990e118d" in pages[single] and "(GPU-990e118d)" not in html.unescape(pages[single])
+    assert len(pages) == 3

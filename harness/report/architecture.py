@@ -84,8 +84,8 @@ def architecture(g: Model) -> dict[str, Any]:
 def picker(g: Model) -> dict[str, Any]:
     """Any machines side by side: every machine's newest records (its newest run's image) as one column each, the
     reader ticks the machines to compare (two hosts of one GPU model, a P40 against an H200...). Ratios are to the
-    first ticked machine, computed in the page. Without a tick, two machines of one GPU model are shown, else the
-    first two GPU machines."""
+    first ticked machine, computed in the page. Without a tick, two machines of one GPU model are shown (on two
+    hosts where there are, with the most combinations in common), else the first two GPU machines."""
     ms = sorted(g.machines, key=lambda m: m.runs[-1]["started"], reverse=True)[:MAX_PICK_MACHINES]
     ms.sort(key=lambda m: (m.hardware != "gpu", m.label, m.name))
     per = []
@@ -119,8 +119,12 @@ def picker(g: Model) -> dict[str, Any]:
         if m.hardware == "gpu":
             models[m.label].append(i)
     host = [m.latest_fp.get("hostname") if isinstance(m.latest_fp, dict) else None for m in ms]
-    pair = next(([v[0], j] for v in models.values() for j in v[1:] if host[j] != host[v[0]]), None) or next(
-        (v[:2] for v in models.values() if len(v) >= 2), None)
+    # the default pair: one GPU model on two hosts (else on one), the two that measured the most combinations in
+    # common, so that the first view has ratios to read (one machine may have run only a backward study)
+    same = [(i, j) for v in models.values() for a, i in enumerate(v) for j in v[a + 1:]]
+    pair = max(same, key=lambda ij: (host[ij[0]] != host[ij[1]], len(per[ij[0]].keys() & per[ij[1]].keys())),
+               default=None)
+    pair = list(pair) if pair else None
     default = pair or [i for i, m in enumerate(ms) if m.hardware == "gpu"][:2] or list(range(min(2, len(ms))))
     cols = [{"name": m.name, "label": m.label, "slug": m.slug, "run": m.runs[-1], "checked": i in default}
             for i, m in enumerate(ms)]

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..analysis import changepoint
+from ..analysis.pairing import machine_key
 from ..collect.store import Store
 from .fmt import hardware_label, settings_str, slug
 from .judging import Judging, NightlyComparison, finish, judge_in, judgements, nightly_plan, transition_pairs
@@ -114,11 +115,34 @@ def _combo_label(c: dict[str, Any]) -> dict[str, Any]:
             "raw_settings": settings}
 
 
+def one_machine_per_gpu(runs: list[dict[str, Any]], info: dict[int, dict[str, Any]]) -> None:
+    """A machine is its GPU on its host, not a name: where one machine name covers several GPUs (a name reused
+    when the hardware behind it changed; the lent H200s of 2026-11-29 to 12-01 ran under one name on 18 GPUs),
+    each run's name is followed by its GPU's UUID (and host where those differ), so that pages, series, change
+    points and image transitions never mix two GPUs. Runs with no GPU UUID under such a name say so."""
+    keys = {r["id"]: machine_key(r, info[r["id"]]["fingerprint"] or {}) for r in runs}
+    by_name: dict[str, set[str]] = defaultdict(set)
+    for r in runs:
+        by_name[r["machine"]].add(keys[r["id"]])
+    for r in runs:
+        ids = by_name[r["machine"]]
+        if len(ids) < 2:
+            continue
+        key = keys[r["id"]]
+        if key.startswith("machine:"):
+            r["machine"] += " (no GPU UUID)"
+            continue
+        host, gpu = key.split("/", 1)
+        hosts = {k.split("/", 1)[0] for k in ids if not k.startswith("machine:")}
+        r["machine"] += f" ({host}/{gpu[:12]})" if len(hosts) > 1 else f" ({gpu[:12]})"
+
+
 def gather(store: Store, title: str, pool: Any = None, complete: bool = True) -> Model:
     """The model of every page. ``pool`` (a multiprocessing pool forked before the store was read): the
     judgements run in its processes. ``complete=False``: without the judgements yet (``finish(g)`` adds them)."""
     runs = store.runs()
     info = store.run_jsons()  # fingerprint and options: stacks, studies
+    one_machine_per_gpu(runs, info)
     combos = store.combos()
     names = store.names()
     fps: dict[int, dict[str, Any]] = {}
