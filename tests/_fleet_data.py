@@ -165,9 +165,9 @@ def fixture_records(kinds: tuple[str, ...] | None = None) -> list[tuple[dict[str
 
 def named_runs(store: Any) -> list[dict[str, Any]]:
     """A store's runs, each machine named as the report names it (as_the_report_names)."""
-    runs = store.runs()
+    runs, info = store.runs(), store.run_jsons()
     for r in runs:
-        r["fingerprint"] = store.run_json(r["id"])["fingerprint"]
+        r["fingerprint"] = info[r["id"]]["fingerprint"]
     as_the_report_names(runs)
     return runs
 

@@ -124,17 +124,17 @@ def one_machine_per_gpu(runs: list[dict[str, Any]], info: dict[int, dict[str, An
     by_name: dict[str, set[str]] = defaultdict(set)
     for r in runs:
         by_name[r["machine"]].add(keys[r["id"]])
+    many_hosts = {name: len({k.split("/", 1)[0] for k in ids if not k.startswith("machine:")}) > 1
+                  for name, ids in by_name.items() if len(ids) > 1}
     for r in runs:
-        ids = by_name[r["machine"]]
-        if len(ids) < 2:
+        name, key = r["machine"], keys[r["id"]]
+        if name not in many_hosts:
             continue
-        key = keys[r["id"]]
         if key.startswith("machine:"):
             r["machine"] += " (no GPU UUID)"
             continue
         host, gpu = key.split("/", 1)
-        hosts = {k.split("/", 1)[0] for k in ids if not k.startswith("machine:")}
-        r["machine"] += f" ({host}/{gpu[:12]})" if len(hosts) > 1 else f" ({gpu[:12]})"
+        r["machine"] += f" ({host}/{gpu[:12]})" if many_hosts[name] else f" ({gpu[:12]})"
 
 
 def gather(store: Store, title: str, pool: Any = None, complete: bool = True) -> Model:
