@@ -70,10 +70,12 @@ def judge_pairs(runs, th: Thresholds, same_machine: bool = True) -> tuple[list[i
 
 
 def scaled(rec: dict, factor: float) -> dict:
-    """``rec`` as if its call were ``factor`` times slower: samples, median, IQR and processes' medians."""
+    """``rec`` as if its call were ``factor`` times slower: samples, median, IQR, processes' and placements'
+    medians."""
     extra = dict(rec.get("extra") or {})
-    if extra.get("process_medians_ms"):
-        extra["process_medians_ms"] = [x * factor for x in extra["process_medians_ms"]]
+    for levels in ("process_medians_ms", "placement_medians_ms"):
+        if extra.get(levels):
+            extra[levels] = [x * factor for x in extra[levels]]
     out = {**rec, "median_ms": rec["median_ms"] * factor, "extra": extra}
     if rec.get("iqr_ms") is not None:
         out["iqr_ms"] = rec["iqr_ms"] * factor

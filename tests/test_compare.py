@@ -73,6 +73,25 @@ def test_time_verdict_needs_significance_and_size():
     assert v and v[0] == "regression" and "no samples" in v[1]
 
 
+def test_a_change_within_where_the_placements_sit_is_ambiguous():
+    """The placements (and processes) of a run are its independent level draws: a head whose draws overlap the
+    base's cannot be told from where its operands sat, however many samples each draw holds. Measured on the
+    H200 (2026-12-01): backward-filter ALGO_0 fp16 at 1.04x with placements 446-464 us against 460-481 us."""
+    th = Thresholds()
+    base, head = _pair(noisy(0.455, rel=0.002, n=64, seed=1), noisy(0.475, rel=0.002, n=64, seed=2))
+    assert time_verdict(base, head, th)[0] == "regression"  # 1.04x, tight samples: a rank test alone says slower
+    base["extra"] = {"placement_medians_ms": [0.446, 0.450, 0.455, 0.459, 0.464]}
+    head["extra"] = {"placement_medians_ms": [0.460, 0.466, 0.475, 0.477, 0.481]}
+    v = time_verdict(base, head, th)
+    assert v[0] == "ambiguous" and "placements overlap (base 446.0-464.0 us, head 460.0-481.0 us)" in v[1]
+    # every head placement beyond every base placement: decided as before
+    head["extra"] = {"placement_medians_ms": [0.470, 0.471, 0.473, 0.475, 0.476]}
+    assert time_verdict(base, head, th)[0] == "regression"
+    # one side without draws (an asv result, an old record): nothing to overlap
+    head["extra"] = {}
+    assert time_verdict(base, head, th)[0] == "regression"
+
+
 def test_time_verdict_absolute_floor_and_untrusted_samples():
     th = Thresholds()
     # issue 13: a constant +1.4 us per call between hosts put every call under ~14 us past a 10 % ratio; the

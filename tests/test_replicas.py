@@ -10,9 +10,10 @@ import numpy as np
 from harness.analysis.compare import compare_records
 from harness.analysis.timechange import Thresholds, time_verdict
 from harness.backends import SweepOptions
+from harness.backends.cudnn import PLACEMENTS, placements
 from harness.core import cases
 from harness.core.records import CRASHED, OK, Determinism, Record, Timing
-from harness.measurement.timing import FLOOR_SAMPLES, TimingPolicy, pooled
+from harness.measurement.timing import FLOOR_SAMPLES, TimingPolicy, _enough, pooled
 from harness.run import replicas, sweep, worker
 from harness.run.journal import JOURNAL_FILE, iter_journal
 
@@ -23,7 +24,21 @@ def test_each_process_samples_its_share_and_keeps_every_sample():
     assert half.budget_ms == p.budget_ms / 2 and half.min_samples == p.min_samples // 2
     assert half.max_samples == p.max_samples // 2 == half.keep_samples  # nothing thinned before the pooling
     assert abs(half.noise_target - p.noise_target * 2 ** 0.5) < 1e-12
-    assert p.share(1) is p and TimingPolicy(min_samples=4).share(2).min_samples == FLOOR_SAMPLES
+    assert p.share(1) is p and TimingPolicy(min_samples=4).share(2).min_samples == FLOOR_SAMPLES // 2
+
+
+def test_the_floor_and_the_placements_are_split_not_paid_per_process():
+    """A long call whose budget is spent stops at half the floor in each process, so the two pool to one
+    floor's worth; and the two processes time the run's placements between them (3 + 2), not 5 each."""
+    half = TimingPolicy().share(2)
+    assert half.floor_samples * 2 == FLOOR_SAMPLES
+    assert _enough([3.0] * half.floor_samples, spent_ms=half.budget_ms, policy=half)
+    assert not _enough([3.0] * (half.floor_samples - 1), spent_ms=half.budget_ms, policy=half)
+    one = SweepOptions(processes=1)
+    main, replica = SweepOptions(processes=2), SweepOptions(processes=2, timing_only=True)
+    assert placements(one) == PLACEMENTS
+    assert placements(main) + placements(replica) == PLACEMENTS and placements(main) > placements(replica) > 0
+    assert placements(replicas.replica_options(main)) == placements(replica)
 
 
 def _timing(samples, **kw) -> Timing:

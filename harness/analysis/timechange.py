@@ -6,8 +6,9 @@ the median ratio lies above 1. Samples from one run share that run's clocks and 
 would flag real but tiny differences between two sessions; the thresholds keep the gate to differences a person
 would act on. A change beyond the thresholds on a record whose samples cannot be trusted (host-bound,
 multi-modal, too few: timing.sample_flags) is **ambiguous**, with the evidence, never slower or faster; so is a
-change within the gap between two processes of one run (run/replicas.py: the level a fresh process lands on), and
-a head back at a level an earlier run of the same machine and stack measured (past_level).
+change within the gap between two processes of one run (run/replicas.py: the level a fresh process lands on), one
+whose two sides' placements overlap (draws_overlap: where the operands sit moves the call as much), and a head
+back at a level an earlier run of the same machine and stack measured (past_level).
 Without samples (asv data) the fallback is the thresholds plus non-overlapping interquartile ranges.
 numpy only: the two tests need a rank sum, a normal tail and resampling, not scipy.
 """
@@ -165,6 +166,25 @@ def process_spread(recs: list[dict[str, Any]]) -> tuple[float, list[float]]:
     return max(((max(pm) / min(pm) - 1, pm) for pm in map(process_levels, recs) if pm), default=(0.0, []))
 
 
+def draws(rec: dict[str, Any]) -> list[float]:
+    """The medians of a record's independent level draws: each placement of its operands in each process
+    (run/replicas.py keeps them all), else each process; [] with fewer than two."""
+    extra = rec.get("extra") or {}
+    placed = [x for x in extra.get("placement_medians_ms") or () if x]
+    return placed if len(placed) >= 2 else process_levels(rec)
+
+
+def draws_overlap(base: dict[str, Any], head: dict[str, Any], slower: bool) -> tuple[list[float], list[float]] | None:
+    """(base draws, head draws) when both sides have them and they overlap against the direction of the change
+    (a slower head with a draw at or below the base's slowest, or the reverse); else None. Samples within one
+    draw are not independent of each other: a placement or process sets a level they share, so the draws are
+    the unit a change must clear, as a rank test's samples are not."""
+    b, h = draws(base), draws(head)
+    if not b or not h:
+        return None
+    return (b, h) if (min(h) <= max(b) if slower else max(h) >= min(b)) else None
+
+
 # A head within this of a level an earlier run of the same machine and stack measured (its median or one of its
 # processes') is back at a known level. Some kernels settle per process on one of a few levels: on the H200
 # (2026-12-01, 8 forward runs, 16 processes) resnet50.layer3.0.conv2 GEMM fp16/bf16 NCHW at 412-416, 427-437 or
@@ -207,6 +227,12 @@ def time_verdict(base: dict[str, Any], head: dict[str, Any], th: Thresholds, noi
         return "ambiguous", (f"{size}, within the {spread:.1%} between two processes of one run "
                              f"({' and '.join(f'{x * 1e3:.1f}' for x in levels)} us): which level a fresh "
                              "process lands on, not a change"), nums
+    overlap = draws_overlap(base, head, slower)
+    if overlap is not None:
+        b, h = overlap
+        return "ambiguous", (f"{size}, but the two runs' placements overlap (base {min(b) * 1e3:.1f}-"
+                             f"{max(b) * 1e3:.1f} us, head {min(h) * 1e3:.1f}-{max(h) * 1e3:.1f} us): where the "
+                             "operands sit moves this call as much"), nums
     seen = past_level(hm, past)
     if seen is not None:
         return "ambiguous", (f"{size}, but {hm * 1e3:.1f} us is a level this machine and stack already ran it at "

@@ -126,6 +126,16 @@ class CudnnBackend:
 # 2026-11-30, docs/performance.md): forward A/A pairs failed on 6 findings a pair instead of 16, none a placement
 # level. The forward A/A study (both stacks, both GPUs in parallel) took 275 s; single-placement, one GPU: 214 s.
 PLACEMENTS = 5
+
+
+def placements(options: SweepOptions) -> int:
+    """How many of a run's PLACEMENTS this process times: all in a run of one process; split between a run's
+    processes otherwise (run/replicas.py: the main process the larger part, the timing-only replica the rest),
+    so that a run still pools PLACEMENTS placements and does not pay each process's floor of one batch a
+    placement twice."""
+    k = max(1, options.processes)
+    part = PLACEMENTS // k
+    return part if options.timing_only else PLACEMENTS - part * (k - 1)
 # A placement gets a workspace of its own up to this size; larger workspaces are shared (memory, not time).
 PLACEMENT_WORKSPACE_MAX = 256 << 20
 
@@ -307,7 +317,7 @@ class ConvSession:
         if output_hash is not None:
             rec.determinism = Determinism(hash=output_hash, hash_algo=accuracy.HASH_ALGO, repeats=0,
                                           repeat_equal=None, fresh_handle_equal=None)
-        rec.time = self.timer(self.placed_calls(algo_id, ws, ws_bytes))
+        rec.time = self.timer(self.placed_calls(algo_id, ws, ws_bytes, placements(self.options)))
         rec.extra["placement_medians_ms"] = self.timer.placement_medians_ms
         rec.status = OK
         return rec

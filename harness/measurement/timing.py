@@ -26,6 +26,10 @@ from dataclasses import dataclass, replace
 from ..core.records import Timing
 from .clocks import DeviceClock, during
 
+# Below this many samples a rank test is not worth running (the normal approximation of Mann-Whitney's U
+# needs about 7 a side): the budget never stops sampling before it, and compare calls such records ambiguous.
+FLOOR_SAMPLES = 8
+
 
 @dataclass(frozen=True)
 class TimingPolicy:
@@ -44,16 +48,20 @@ class TimingPolicy:
     batch: int = 8
     cold: bool = False  # flush L2 before each repetition (outside the timed region)
     keep_samples: int = 64  # samples stored in the record (evenly thinned); the summary uses all
+    floor_samples: int = FLOOR_SAMPLES  # a spent budget stops this process's sampling only past this many
 
     def share(self, k: int) -> TimingPolicy:
-        """This policy's sampling split over ``k`` processes (run/replicas.py): each takes 1/k of the budget and
-        of the samples, to a noise target sqrt(k) looser, and keeps every sample, so that ``pooled`` summarises
-        the k processes' samples together as one policy's worth."""
+        """This policy's sampling split over ``k`` processes (run/replicas.py): each takes 1/k of the budget, of
+        the samples and of the floor, to a noise target sqrt(k) looser, and keeps every sample, so that ``pooled``
+        summarises the k processes' samples together as one policy's worth. The floor is shared too: with a
+        floor of its own each process took 8 samples of a long call where one process takes 8 in all."""
         if k <= 1:
             return self
-        most = max(FLOOR_SAMPLES, self.max_samples // k)
-        return replace(self, budget_ms=self.budget_ms / k, min_samples=max(FLOOR_SAMPLES, -(-self.min_samples // k)),
-                       max_samples=most, noise_target=self.noise_target * math.sqrt(k), keep_samples=most)
+        floor = -(-self.floor_samples // k)
+        most = max(floor, self.max_samples // k)
+        return replace(self, budget_ms=self.budget_ms / k, min_samples=max(floor, -(-self.min_samples // k)),
+                       max_samples=most, noise_target=self.noise_target * math.sqrt(k), keep_samples=most,
+                       floor_samples=floor)
 
 
 def median_rel_stderr(samples: list[float]) -> float:
@@ -103,9 +111,6 @@ def pooled(timings: Sequence[Timing], keep: int) -> Timing:
                      throttled=any("throttled" in t.flags for t in timings))
 
 
-# Below this many samples a rank test is not worth running (the normal approximation of Mann-Whitney's U
-# needs about 7 a side): the budget never stops sampling before it, and compare calls such records ambiguous.
-FLOOR_SAMPLES = 8
 # The shapes of sample sets whose median flips between runs (issue 13, H200 forward runs, 2026-11-30: 31-43
 # records a run past either edge, e.g. 77.3, 724.4 and 79.6 us for one call): median/min and IQR/median.
 MULTIMODAL_MEDIAN_OVER_MIN = 1.5
@@ -135,7 +140,7 @@ def _enough(samples: list[float], spent_ms: float, policy: TimingPolicy) -> bool
     n = len(samples)
     if n >= policy.max_samples:
         return True
-    if spent_ms >= policy.budget_ms and n >= FLOOR_SAMPLES:
+    if spent_ms >= policy.budget_ms and n >= policy.floor_samples:
         return True
     if spent_ms >= 4 * policy.budget_ms and n >= 3:  # very long calls: a bounded cost, flagged few_samples
         return True

@@ -1,8 +1,8 @@
 """Detection power and false alarms of the time gate, measured on the GPU with a known injected slowdown.
 
 For a set of real cuDNN forward calls (default cases, several algorithms, math types, dtypes, layouts), four
-passes, each timing every call once as a nightly run does (its five placements, ``TimingPolicy().share(2)``), as
-four nightly runs would:
+passes, each timing every call once as a nightly run does (each process its share of the five placements,
+``TimingPolicy().share(2)``), as four nightly runs would:
   1. base;  2. +5 %;  3. +10 %;  4. base again (the A/A pair with pass 1).
 A run times each combination in two processes (harness/run/replicas.py), so the script runs its passes twice, in
 two processes one after the other (``--part 1``, ``--part 2``), and ``--judge`` pools each call's two timings
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from harness.analysis.timechange import Thresholds, time_verdict  # noqa: E402
 from harness.backends import SweepOptions  # noqa: E402
-from harness.backends.cudnn import ConvSession, CudnnBackend, CudnnError, WorkspaceTooLarge  # noqa: E402
+from harness.backends.cudnn import ConvSession, CudnnBackend, CudnnError, WorkspaceTooLarge, placements  # noqa: E402
 from harness.core import cases as catalogue  # noqa: E402
 from harness.core.records import Timing  # noqa: E402
 from harness.measurement.timing import CudaTimer, TimingPolicy, pooled  # noqa: E402
@@ -55,11 +55,13 @@ def fit_spin(torch, timer) -> tuple[float, float]:
 PASSES = (("base", 0.0), ("plus5", 0.05), ("plus10", 0.10), ("base2", 0.0))
 
 
-def measure(cases: str) -> dict:
-    """Every call's timing in each pass, in this process (one of a run's two)."""
+def measure(cases: str, part: int) -> dict:
+    """Every call's timing in each pass, in this process (one of a run's two: part 1 times as the main process
+    does, part 2 as the replica, each on its share of the placements)."""
     import torch
 
     options = SweepOptions()
+    share = placements(SweepOptions(processes=2, timing_only=part == 2))
     cudnn = CudnnBackend().cudnn
     timer = CudaTimer(TimingPolicy().share(2))
     a0, per_cycle = fit_spin(torch, CudaTimer(TimingPolicy()))
@@ -82,13 +84,14 @@ def measure(cases: str) -> dict:
                     calls.append({"case": case.id, "dtype": dtype, "layout": layout, "algo": algo, "math": math,
                                   "session": session})
     passes: dict[str, list] = {}
+    placed: dict[str, list] = {}
     for name, frac in PASSES:
-        out = []
+        out, spots = [], []
         for i, c in enumerate(calls):
             # bound again right before timing: binding sets the session's math type and may grow (reallocate)
             # its workspace, which would leave an earlier bound call pointing at freed memory
             session = c["session"]
-            fns = session.placed_calls(*session.bind(c["algo"], c["math"]))
+            fns = session.placed_calls(*session.bind(c["algo"], c["math"]), share)
             if frac:
                 base_ms = passes["base"][i].median_ms
                 want = frac * base_ms
@@ -97,18 +100,22 @@ def measure(cases: str) -> dict:
                 cycles = max(0, cycles + int((want - got) / per_cycle))  # one correction from the trial
                 fns = [lambda f=f, cy=cycles: (f(), torch.cuda._sleep(cy)) for f in fns]
             out.append(timer(fns))
-        passes[name] = out
+            spots.append(timer.placement_medians_ms)
+        passes[name], placed[name] = out, spots
         print(f"pass {name}: {len(out)} calls ({time.perf_counter() - t0:.0f} s so far)")
     return {"spin": [a0, per_cycle],
             "calls": [{k: c[k] for k in ("case", "dtype", "layout", "algo", "math")} for c in calls],
-            "passes": {name: [asdict(t) for t in ts] for name, ts in passes.items()}}
+            "passes": {name: [asdict(t) for t in ts] for name, ts in passes.items()}, "placements": placed}
 
 
-def as_record(timings: list) -> dict:
-    """The stored form compare reads, of one call's timings pooled over the processes that measured it."""
+def as_record(timings: list, spots: list | None = None) -> dict:
+    """The stored form compare reads, of one call's timings pooled over the processes that measured it (and,
+    where the parts recorded them, the medians of every placement they timed, as replicas.merge keeps them)."""
     t = pooled(timings, TimingPolicy().keep_samples)
-    return {"median_ms": t.median_ms, "samples": t.samples_ms, "n": t.n, "timer": t.timer,
-            "extra": {"flags": t.flags, "process_medians_ms": [x.median_ms for x in timings]}}
+    extra = {"flags": t.flags, "process_medians_ms": [x.median_ms for x in timings]}
+    if spots and all(s is not None for s in spots):
+        extra["placement_medians_ms"] = [x for s in spots for x in s]
+    return {"median_ms": t.median_ms, "samples": t.samples_ms, "n": t.n, "timer": t.timer, "extra": extra}
 
 
 def judge(parts: list[dict]) -> dict:
@@ -119,13 +126,15 @@ def judge(parts: list[dict]) -> dict:
         raise SystemExit("the parts did not time the same calls (another catalogue or GPU?)")
     timed = {name: [[Timing(**p["passes"][name][i]) for p in parts] for i in range(len(calls))]
              for name, _ in PASSES}
+    spots = {name: [[(p.get("placements") or {}).get(name, [None] * len(calls))[i] for p in parts]
+                    for i in range(len(calls))] for name, _ in PASSES}
     rows = []
     for i, c in enumerate(calls):
-        base = as_record(timed["base"][i])
+        base = as_record(timed["base"][i], spots["base"][i])
         row = dict(c, base_ms=base["median_ms"], flags=base["extra"]["flags"],
                    process_medians_ms=base["extra"]["process_medians_ms"])
         for name in ("plus5", "plus10", "base2"):
-            head = as_record(timed[name][i])
+            head = as_record(timed[name][i], spots[name][i])
             v = time_verdict(base, head, th)
             row[name] = {"ratio": head["median_ms"] / base["median_ms"], "verdict": v[0] if v else "same",
                          "flags": head["extra"]["flags"], "process_medians_ms": head["extra"]["process_medians_ms"]}
@@ -166,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in out["summary"].items():
             print(k, json.dumps(v)[:400])
     else:
-        out = measure(args.cases)
+        out = measure(args.cases, args.part)
     args.json.write_text(json.dumps(out, indent=1 if args.judge else None))
     return 0
 
