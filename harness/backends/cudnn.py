@@ -125,6 +125,8 @@ class CudnnBackend:
 # quantile of the other four; it takes three slow ones to move it to the slow level. Measured after (H200 x2,
 # 2026-11-30, docs/performance.md): forward A/A pairs failed on 6 findings a pair instead of 16, none a placement
 # level. The forward A/A study (both stacks, both GPUs in parallel) took 275 s; single-placement, one GPU: 214 s.
+# A run timed in two processes splits them (``placements``); its forward A/A pair then failed on 0 of 2,788
+# (H200, 2026-12-01 12:27 UTC, docs/performance.md).
 PLACEMENTS = 5
 
 

@@ -8,9 +8,10 @@ forward A/A pairs. A run that times each combination in one process draws one le
 reads the draw as a change. So the sweep's worker pool runs each slice twice: first in a second worker process,
 timing only (``SweepOptions.timing_only``: one checked run for its output's hash, then the timer), whose records
 come back to the parent and are not journaled; then in the main worker, which measures everything and, before it
-journals a record, pools the replica's samples into it (``merge``). Each process samples half the budget
-(``TimingPolicy.share``), yet the forward sweep took 210 s instead of 97 s on the H200 (2026-12-01: a second
-session per slice, and each process's floor of one batch per placement): hence one process by default where a
+journals a record, pools the replica's samples into it (``merge``). Each process samples half the budget and
+half the floor (``TimingPolicy.share``) on its share of the placements (``cudnn.placements``: 3 + 2), yet a second
+process still costs a second session per slice and its own checked run, warm-up and batches: on the H200
+(2026-12-01) the backward sweep came to about 1.2x, over its 10 minutes, hence one process by default where a
 sweep has a backward direction (``default_processes``). The record keeps
 each process's median (``extra.process_medians_ms``): a compare reads their spread as the call's own level noise
 (analysis/timechange.py), and ``extra.fresh_process_equal`` says whether the two processes computed the same bits.
@@ -35,7 +36,8 @@ def default_processes(directions: tuple[str, ...]) -> int:
     (2026-12-01, docs/performance.md): the forward sweep took 210 s with two (97 s with one) and its A/A pairs
     failed on 0-1 findings instead of 6; the backward A/A pairs failed on 2 and 0 with two processes, 1 and 0
     with one (2026-11-30), so the second process bought nothing measurable there, while the backward sweep (468 s
-    with one) must stay within 10 minutes."""
+    with one) must stay within 10 minutes: in two processes, even with the placements and the floor split
+    between them, it swept 25 of its 26 cases in 551 s (2026-12-01 12:09 UTC), about 660 s with asv."""
     return DEFAULT_PROCESSES if set(directions) == {"fwd"} else 1
 
 
