@@ -77,6 +77,22 @@ def test_bench_sweeps_what_the_selected_classes_read(monkeypatch):
     asv_sweeps(ROOT, [])  # leave the suite's modules imported as the other tests expect them
 
 
+def test_bench_times_in_the_processes_asked_for():
+    """`convbench bench --processes 2` times a backward sweep in two processes (how the H200 measured that it
+    does not fit in 10 minutes); without it forward takes two and backward one (run/replicas.py)."""
+    from harness.cli import build_parser
+    from harness.cli.measure_cmds import bench_options
+
+    assert bench_options(("fwd",), True, None).processes == 2
+    assert bench_options(("bwd_data", "bwd_filter"), True, None).processes == 1
+    assert bench_options(("bwd_data", "bwd_filter"), True, 2).processes == 2
+    assert bench_options(("fwd",), False, None).device == "cpu"
+    args = build_parser().parse_args(["bench", "--processes", "2", "-b", "Backward"])
+    assert args.processes == 2 and args.bench == ["Backward"]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "--processes", "3"])
+
+
 def test_ort_class_on_a_gpu_host_without_the_cuda_ep_journals_why(tmp_path, monkeypatch):
     """Seen on the H200: asv's environment did not see onnxruntime-gpu, and every CUDA setting went n/a
     with no word in the journal. Now each becomes a skipped record naming the cause, and asv says it too."""

@@ -133,6 +133,9 @@ def register(sub) -> None:
     p.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="results root (default: %(default)s)")
     p.add_argument("-b", "--bench", action="append", default=[],
                    help="asv benchmark regex (repeatable; default: every class)")
+    p.add_argument("--processes", type=int, choices=(1, 2), default=None,
+                   help="processes each cuDNN / PyTorch combination is timed in (default: 2 forward, 1 with a "
+                        "backward direction, which in two takes the backward sweep over 10 minutes on an H200)")
     p.set_defaults(handler=bench)
 
 
@@ -233,6 +236,13 @@ def asv_env(base: dict[str, str], **extra: str) -> dict[str, str]:
     return env
 
 
+def bench_options(directions: tuple[str, ...], gpu: bool, processes: int | None) -> SweepOptions:
+    """The nightly sweep's options: the directions the selected classes read, on the GPU where there is one,
+    in the processes asked for or the directions' default (run/replicas.py)."""
+    return SweepOptions(device="cuda" if gpu else "cpu", directions=directions,
+                        processes=processes or default_processes(directions))
+
+
 def bench(args) -> int:
     """Run the asv suite with one shared run journal; asv keeps its results, the journal keeps everything.
 
@@ -269,8 +279,7 @@ def bench(args) -> int:
     swept = [f"{b}:{d}" for b in wanted for d in directions]
     backends = ["cudnn", "torch"]
     _, _, libraries = sweep_mod.load_backends(backends)
-    options = SweepOptions(device="cuda" if gpu else "cpu", directions=directions or ("fwd",),
-                           processes=default_processes(directions or ("fwd",)))
+    options = bench_options(directions or ("fwd",), gpu, args.processes)
     results = args.results.resolve()
     journal = sweep_mod.new_journal(results, options, cases, backends, libraries)
     t0 = time.perf_counter()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole GPU job for one lent machine, in stages that each fit one 10-minute call:
 #   fwd    the default forward sweep through asv (timed), then a real kernel fault under the worker watchdog
-#   bwd    the default backward sweep (backward-data and backward-filter) through asv (timed)
+#   bwd    the default backward sweep (backward-data and backward-filter) through asv (timed); BENCH_ARGS go to
+#          `convbench bench` (fwd too), e.g. BENCH_ARGS="--processes 2"
 #   check  the backward run replayed in a fresh process (hashes compared), the GPU tests
 #   ort    the default onnxruntime grid through asv (timed), its GPU tests, latency vs onnxruntime's profiler
 #   fidelity  the suite's timer against triton's do_bench (scripts/bench_fidelity.py), FIDELITY_TIMEOUT s at most
@@ -45,7 +46,7 @@ asv_copy() { mkdir -p "$RES/asv-results" && cp -r .asv/results/. "$RES/asv-resul
 case $stage in
 fwd)
   python3 -m harness.cli doctor > "$OUT/doctor.txt" 2>&1; head -30 "$OUT/doctor.txt"
-  t python3 -m harness.cli bench --results "$RES" -b "CudnnForward|TorchForward" 2>&1 | tail -3
+  t python3 -m harness.cli bench --results "$RES" -b "CudnnForward|TorchForward" ${BENCH_ARGS:-} 2>&1 | tail -3
   run=$(newest); asv_copy; pack "$run"
   python3 scripts/run_breakdown.py "$run" | tee "$OUT/fwd-breakdown.txt"
   t env CONVBENCH_TEST_BACKENDS=1 timeout 120 python3 -m pytest -q -s -rs tests/test_worker.py -k real_kernel_fault \
@@ -53,7 +54,7 @@ fwd)
   ;;
 bwd)
   t env CONVBENCH_DIRECTIONS=bwd_data,bwd_filter timeout "${BWD_TIMEOUT:-555}" python3 -m harness.cli bench --results "$RES" \
-    -b "Backward" 2>&1 | tail -3
+    -b "Backward" ${BENCH_ARGS:-} 2>&1 | tail -3
   run=$(newest); asv_copy; pack "$run"
   python3 scripts/run_breakdown.py "$run" | tee "$OUT/bwd-breakdown.txt"
   ;;
