@@ -129,6 +129,9 @@ class CudnnBackend:
 # (H200, 2026-12-01 12:27 UTC, docs/performance.md).
 PLACEMENTS = 5
 
+# A placement gets a workspace of its own up to this size; larger workspaces are shared (memory, not time).
+PLACEMENT_WORKSPACE_MAX = 256 << 20
+
 
 def placements(options: SweepOptions) -> int:
     """How many of a run's PLACEMENTS this process times: all in a run of one process; split between a run's
@@ -138,8 +141,6 @@ def placements(options: SweepOptions) -> int:
     k = max(1, options.processes)
     part = PLACEMENTS // k
     return part if options.timing_only else PLACEMENTS - part * (k - 1)
-# A placement gets a workspace of its own up to this size; larger workspaces are shared (memory, not time).
-PLACEMENT_WORKSPACE_MAX = 256 << 20
 
 
 class ConvSession:
