@@ -15,6 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.collect import journals as col
+from harness.collect.discovery import Archive, RawRun, Refused, dir_run, discover
+from harness.core.intake import Hostile
+
 ROOT = Path(__file__).resolve().parents[1]
 ESCAPE = Path("/tmp/convbench-escape")  # where the traversal members of the corpus point
 
@@ -129,3 +133,39 @@ def test_every_scenario_is_refused_cleanly_where_it_enters(corpus):
     assert summary["tried"] == summary["scenarios"] >= 140
     assert summary["failed"] == []
     assert summary["refused cleanly"] == summary["tried"]
+
+
+def test_every_hostile_run_is_refused_on_the_plain_path_in_the_general_paths_words(corpus):
+    """collect's plain path (real lines and rankings checked per run, collect/columns.py) refuses each hostile run
+    of the corpus as the general path (check_record on every line) does, in the same words, with the identities
+    of its good lines verified beforehand so that its lines may take the plain path."""
+    out, items, mod = corpus
+    good = RawRun("good", json.dumps(mod.valid_meta()).encode(), b"".join(mod.GOOD_LINES), None)
+    col.parse_journal(good, col.journal_identity(good)[0])
+
+    def outcome(raw, full):
+        try:
+            p = col._parse_journal(raw, meta, True) if full else col.parse_journal(raw, meta)
+        except Refused as exc:
+            return str(exc)
+        return p.run, p.combos, p.records, p.rankings
+
+    compared = 0
+    for it in items:
+        if not it["category"].startswith(("record", "ranking", "journal")):
+            continue
+        for found in discover([out / it["path"].split("/")[0]]):
+            runs = [x for x in found.items if isinstance(x, RawRun)] if isinstance(found, Archive) else []
+            if isinstance(found, tuple):
+                try:
+                    runs = [dir_run(found[1])]
+                except Hostile:
+                    continue
+            for raw in runs:
+                try:
+                    meta = col.journal_identity(raw)[0]
+                except Refused:
+                    continue
+                assert outcome(raw, False) == outcome(raw, True), it
+                compared += 1
+    assert compared >= 500

@@ -11,11 +11,14 @@ from typing import Any
 
 import numpy as np
 
+from ..core.records import Timing
 from ..core.schema import (
     _CONTROL,
     _ENUMS,
     _LONG_TEXTS,
     _REQUIRED,
+    CLOCK_TYPES,
+    EXTRA_TYPES,
     MAX_INT,
     MAX_ITEMS,
     MAX_LONG_TEXT,
@@ -152,6 +155,10 @@ def _values_pass(values: Any, tp: Any, name: str) -> bool:
         return types == {int} and _numbers_ok(values, types, True)
     if tp in (bool, bool | None):
         return types == {bool}
+    if tp == list[str]:  # a timer's flags, a clock's slowdowns: the items checked as one text column
+        if types != {list} or max(map(len, values)) > MAX_ITEMS:
+            return False
+        return _values_pass(list(itertools.chain.from_iterable(values)), str, name)
     if tp == list[float]:  # timing samples (null items are left to the line-by-line check)
         if types != {list} or max(map(len, values)) > (MAX_SAMPLES if name == "samples_ms" else MAX_ITEMS):
             return False
@@ -159,3 +166,46 @@ def _values_pass(values: Any, tp: Any, name: str) -> bool:
         types = set(map(type, items))
         return types <= _FLOAT_TYPES and _numbers_ok(items, types, False)
     return False
+
+
+# The optional parts every real measurement line carries (a timed line: the timer's host time and flags, the GPU's
+# clock; every line: extra's wall time, and a sweep's replica medians and fresh-process verdict), each with the type
+# check_record holds it to. A plain line may carry these (the clock with its known keys only, extra with these
+# keys only): their values are gathered by name and checked per run; any other key makes the line not plain.
+PLAIN_EXTRA = ("wall_ms", "process_medians_ms", "placement_medians_ms", "fresh_process_equal", "replica",
+               "documented_nondeterministic")
+OPTIONAL_TYPES: dict[str, Any] = {"host_ms": typing.get_type_hints(Timing)["host_ms"],
+                                  "flags": typing.get_type_hints(Timing)["flags"], **CLOCK_TYPES,
+                                  **{k: EXTRA_TYPES[k] for k in PLAIN_EXTRA}}
+_EXTRA_KEYS = frozenset(PLAIN_EXTRA)
+_CLOCK_KEYS = frozenset(CLOCK_TYPES)
+_TIME_KEYS = frozenset(typing.get_type_hints(Timing))
+assert len(OPTIONAL_TYPES) == 2 + len(CLOCK_TYPES) + len(PLAIN_EXTRA)  # one name, one column
+
+
+def take_optional(t: dict[str, Any] | None, extra: dict[str, Any], optional: dict[str, list]) -> bool:
+    """Whether a line's time and extra hold nothing but the optional parts a plain line may carry; if so their
+    values are appended to ``optional`` (name -> values), to be checked per run by optional_pass."""
+    if extra and not extra.keys() <= _EXTRA_KEYS:
+        return False
+    clock = None
+    if t is not None and len(t) != 7:  # the seven fields of every time (journals.parse_journal read them) and more
+        if not t.keys() <= _TIME_KEYS:
+            return False
+        clock = t.get("clock")
+        if clock is not None and (clock.__class__ is not dict or not clock.keys() <= _CLOCK_KEYS):
+            return False
+        for k in ("host_ms", "flags"):
+            if k in t:
+                optional[k].append(t[k])
+    if clock:
+        for k, v in clock.items():
+            optional[k].append(v)
+    for k, v in extra.items():
+        optional[k].append(v)
+    return True
+
+
+def optional_pass(optional: dict[str, list]) -> bool:
+    """Every optional value take_optional gathered passes the check check_record makes of it."""
+    return all(_values_pass(values, OPTIONAL_TYPES[name], name) for name, values in optional.items())

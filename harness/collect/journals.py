@@ -9,16 +9,16 @@ append-only journal, hash of end.json) tells whether re-collecting it changes an
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import operator
-from collections import Counter
+from collections import Counter, defaultdict
+from json.encoder import c_make_encoder, encode_basestring_ascii
 from typing import Any
 
 import numpy as np
 
 from ..core import intake
-from ..core.records import OK, SCHEMA_VERSION, Accuracy, Determinism, Record, Timing
+from ..core.records import OK, SCHEMA_VERSION, Accuracy, Determinism, Ranking, Record, Timing
 from ..core.schema import SchemaError, check_record, check_run_header
 from . import columns as column_checks
 from .discovery import RawRun, Refused, sha1_16
@@ -94,24 +94,55 @@ _GET_TIME, _GET_ACC, _GET_DET, _GET_TOP = (operator.itemgetter(*f) for f in (TIM
                                                                            TOP_FIELDS))
 
 
-# the one key of extra a plain line may carry: cuDNN's documented non-determinism (backends/cudnn.py marks every
-# record of such an algorithm, an eighth of a full sweep's records), as check_record passes it (a boolean, true)
-_DOC = "documented_nondeterministic"
-_DOC_JSON = json.dumps({_DOC: True}, sort_keys=True)
-
-
 class _NotPlain(Exception):
     """A run whose columns did not all pass check_column: it is read again, every line through check_record."""
 
 
 _PLAIN_TOP = ("status", "reason", "device", "workspace_bytes", "chosen_algo", "explanation")
-_TIME_KEYS = frozenset(f.name for f in dataclasses.fields(Timing))
+_RANK_FIELDS = ("case", "direction", "dtype", "layout", "math", "source", "rank", "algo", "status", "time_ms",
+                "memory_bytes", "determinism", "math_reported")
+_GET_RANK = operator.itemgetter(*_RANK_FIELDS)
+_TIME_EXTRAS = ("clock", "flags", "host_ms")
 
 
-def _plain_time(t: dict[str, Any]) -> bool:
-    """A time with the optional fields a plain line may carry, all empty (nothing joins the store's extra)."""
-    return (t.keys() <= _TIME_KEYS and t.get("clock") is None and t.get("host_ms") is None
-            and t.get("flags", ()) in ((), []))
+def _json_encoder() -> Any:
+    """json.dumps(x, sort_keys=True) of parsed JSON, without the Python layers json.dumps adds to its C encoder on
+    every call (a third of its time on a real line's extra). Parsed JSON holds no cycles and nothing the encoder
+    cannot write, so neither the cycle check nor a default is needed."""
+    if c_make_encoder is None:  # pragma: no cover - a Python without json's C accelerator
+        return json.JSONEncoder(sort_keys=True).encode
+
+    def unwritable(o: Any) -> Any:
+        raise TypeError(f"{type(o).__name__} is not JSON")
+
+    chunks = c_make_encoder(None, unwritable, encode_basestring_ascii, None, ": ", ", ", True, False, True)
+    return lambda o: "".join(chunks(o, 0))
+
+
+_encode = _json_encoder()
+
+
+def _plain_ranking(d: dict[str, Any]) -> tuple | None:
+    """A ranking line's row where the line is every field of a ranking and nothing else (its values are checked
+    per run, in columns); None for anything else, which check_record reads."""
+    schema = d.get("schema")
+    if len(d) != len(_RANK_FIELDS) + 2 or schema.__class__ is not int or schema != SCHEMA_VERSION:
+        return None
+    try:
+        return _GET_RANK(d)
+    except KeyError:
+        return None
+
+
+def _stored_extra(t: dict[str, Any] | None, extra: dict[str, Any] | None) -> str | None:
+    """The store's extra column of a record: its extra, joined by the clock the samples were taken at, the timer's
+    flags and the host's dispatch time where set (the store has no columns of their own for them)."""
+    if t and (t.get("clock") or t.get("flags") or t.get("host_ms")):
+        extra = dict(extra or ())
+        for k in _TIME_EXTRAS:
+            if t.get(k):
+                extra[k] = t[k]
+    return _encode(extra) if extra else None
 
 
 def parse_journal(raw: RawRun, meta: dict[str, Any] | None = None) -> ParsedRun:
@@ -138,13 +169,15 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
     loads, combo, blob, memo, get_rec = _loads, _combo, samples_blob, _COMBO_MEMO, _GET_REC
     get_time, get_acc, get_det, get_top = _GET_TIME, _GET_ACC, _GET_DET, _GET_TOP
     none7, none6 = (None,) * 7, (None,) * 6
-    verified, plain_time, remember = column_checks.VERIFIED_IDS, _plain_time, column_checks.remember
-    max_line, doc = intake.MAX_LINE_BYTES, _DOC
+    verified, remember = column_checks.VERIFIED_IDS, column_checks.remember
+    take_optional, plain_ranking, stored_extra = column_checks.take_optional, _plain_ranking, _stored_extra
+    max_line = intake.MAX_LINE_BYTES
     tops: list[tuple] = []
     times: list[tuple] = []
     accs: list[tuple] = []
     dets: list[tuple] = []
     reductions: list[Any] = []
+    optional: defaultdict[str, list] = defaultdict(list)
     for lineno, line in enumerate(data.splitlines(), 1):
         try:
             if len(line) > max_line:
@@ -155,8 +188,12 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
                 if not line.strip():
                     raise ValueError("the line is empty (a journal has one record per line)") from None
                 raise
+            if not full and d.__class__ is dict and d.get("kind") == "ranking":
+                r = plain_ranking(d)
+                if r is not None:
+                    rankings.append(r)
+                    continue
             checked = full
-            plain = False
             if full:
                 check_record(d)
             try:  # fast path: every field there, combination seen before; anything else takes the full path
@@ -172,16 +209,18 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
                     tv = get_time(t) if t else none7
                     av = get_acc(a) if a else none7
                     hv = get_det(h) if h else none6
-                    # a plain line: an identity check_record passed before, every field there and nothing else,
-                    # no open-ended extra; its values are checked per run, in columns, after the loop
+                    # a plain line: an identity check_record passed before, every field there and nothing else
+                    # but the optional parts real lines carry (columns.take_optional); its values are checked per
+                    # run, in columns, after the loop
                     if not checked and (sig in verified and len(d) == 20 and settings.__class__ is dict
                                         and schema.__class__ is int and extra.__class__ is dict
-                                        and (not extra or (len(extra) == 1 and extra.get(doc) is True))
-                                        and (t is None or (t.__class__ is dict and (len(t) == 7 or plain_time(t))))
+                                        and (t is None or t.__class__ is dict)
                                         and (a is None or (a.__class__ is dict and (len(a) == 7 or (
                                             len(a) == 8 and "reduction" in a))))
-                                        and (h is None or (h.__class__ is dict and len(h) == 6))):
-                        checked = plain = True
+                                        and (h is None or (h.__class__ is dict and len(h) == 6))
+                                        and ((not extra and (t is None or len(t) == 7))
+                                             or take_optional(t, extra, optional))):
+                        checked = True
                         tops.append((status, reason, device, workspace, chosen_algo, explanation))
                         if t is not None:
                             times.append(tv)
@@ -201,9 +240,7 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
                     raise Refused(f"{raw.origin}: records.jsonl line {lineno} has schema {d.get('schema')!r}; "
                                   f"this convbench reads schema {SCHEMA_VERSION}")
                 if d["kind"] == "ranking":
-                    rankings.append((d["case"], d["direction"], d["dtype"], d["layout"], d["math"], d["source"],
-                                     d["rank"], d["algo"], d["status"], d["time_ms"], d["memory_bytes"],
-                                     d["determinism"], d["math_reported"]))
+                    rankings.append(tuple(d[k] for k in _RANK_FIELDS))
                     continue
                 c = combo(d)
                 t, a, h = d["time"], d["accuracy"], d["determinism"]
@@ -219,14 +256,7 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
                     hv = tuple(h.get(k) for k in DET_FIELDS)
                     status, reason, device, workspace, chosen_algo, explanation, extra = (d.get(k)
                                                                                          for k in TOP_FIELDS)
-            if plain:  # no clock, flags or host time (a plain time); extra empty or the documented mark
-                extra_json = _DOC_JSON if extra else None
-            else:
-                if t and (t.get("clock") or t.get("flags") or t.get("host_ms")):
-                    # the clock the samples were taken at, the timer's flags and the host's dispatch time travel
-                    # in the store's extra column
-                    extra = {**(extra or empty), **{k: t[k] for k in ("clock", "flags", "host_ms") if t.get(k)}}
-                extra_json = json.dumps(extra, sort_keys=True) if extra else None
+            extra_json = stored_extra(t, extra)
             combos.append(c)
             rows.append((status, reason, device, *tv[:6], blob(tv[6]), workspace, *av, *hv, chosen_algo,
                          explanation, extra_json))
@@ -237,7 +267,9 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError) as exc:
             raise Refused(f"{raw.origin}: records.jsonl line {lineno} is not a valid record "
                           f"({repr(exc)[:200]})") from None
-    if not full and not _columns_pass(tops, times, accs, reductions, dets):
+    if not full and not (_columns_pass(tops, times, accs, reductions, dets)
+                         and column_checks.optional_pass(optional)
+                         and column_checks.check_columns(rankings, Ranking, _RANK_FIELDS)):
         raise _NotPlain
     if len({c[0] for c in combos}) != len(combos):  # a line written twice (a resumed run): the last one counts
         last = {c[0]: i for i, c in enumerate(combos)}
