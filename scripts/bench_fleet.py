@@ -7,7 +7,9 @@ The fleet is synthetic by design (a year of 50 machines does not exist on this h
 journal format with realistic shapes (5 GPU models, 4 images a year, CUDA 13 images not on Pascal, 2% night noise,
 a few image regressions and nightly steps; forward and both backward passes, the records of cuDNN's documented
 non-deterministic algorithms marked as real runs mark them and giving other bits on about half their nights, and an
-undocumented surprise on about one machine in five). It measures the harness, not GPUs.
+undocumented surprise on about one machine in five; each line with the wall time, clock, flags, host time and
+process and placement medians a real sweep writes, which cost collect 1.8x the parse of lines without them,
+docs/fleet.md). It measures the harness, not GPUs.
 Prints measured figures and ratios; nothing is hard-coded.
 
     python scripts/bench_fleet.py                       # full: 50 machines x 365 nights x 548 records
@@ -67,11 +69,29 @@ def combos(n: int) -> list[dict]:
     return out[:n]
 
 
+def _extra(c: dict, status: str, med: float) -> str:
+    """extra as a real sweep writes it: every line its wall time; a timed cuDNN line also its two processes' and
+    five placements' medians and whether the processes agreed (run/replicas.py). Derived from the median, not
+    drawn, so the fleet's random stream (and so its findings) is the same as without them."""
+    parts = [f'"wall_ms": {med * 60 + 2.5:.3f}']
+    if c["documented"]:
+        parts.append('"documented_nondeterministic": true')
+    if status == "ok" and c["backend"] == "cudnn":
+        placed = ", ".join(f"{med * (1 + 0.0005 * (k - 2)):.6g}" for k in range(5))
+        parts += ['"fresh_process_equal": true', f'"placement_medians_ms": [{placed}]',
+                  f'"process_medians_ms": [{med:.6g}, {med * 1.001:.6g}]']
+    return "{" + ", ".join(sorted(parts)) + "}"
+
+
+# the clock, flags and host time of a real timed line (measurement/timing.py): a GPU at its clock, nothing flagged
+_TIMER_EXTRAS = '"clock": {"sm_mhz_max": 1980, "sm_mhz_min": 1980, "slowdowns": []}, "flags": [], "host_ms": 0.021, '
+
+
 def _line(c: dict, status: str, med: float, samples: list[float], err: float, cls: str, h: int,
           chosen: str | None, rep_eq: bool) -> str:
     s = ",".join(f"{v:.6g}" for v in samples)
     settings = json.dumps(c["settings"], sort_keys=True)
-    extra = '{"documented_nondeterministic": true}' if c["documented"] else "{}"
+    extra = _extra(c, status, med)
     d = c["direction"]
     ch = f'"{chosen}"' if chosen else "null"
     if status != "ok":
@@ -88,7 +108,7 @@ def _line(c: dict, status: str, med: float, samples: list[float], err: float, cl
             f'"hash_algo": "polyhash2x64-v1", "repeat_equal": {"true" if rep_eq else "false"}, "repeats": 2}}, '
             f'"device": "cuda:0", "direction": "{d}", "dtype": "{c["dtype"]}", "explanation": null, "extra": {extra}, '
             f'"kind": "measurement", "layout": "NHWC", "math": "{c["math"]}", "reason": null, "schema": 1, '
-            f'"settings": {settings}, "status": "ok", "time": {{"iqr_ms": {med * 0.01:.4g}, "median_ms": {med:.6g}, '
+            f'"settings": {settings}, "status": "ok", "time": {{{_TIMER_EXTRAS}"iqr_ms": {med * 0.01:.4g}, "median_ms": {med:.6g}, '
             f'"min_ms": {min(samples):.6g}, "mode": "hot", "n": {len(samples)}, "samples_ms": [{s}], '
             f'"timer": "cuda_event"}}, "workspace_bytes": 0}}\n')
 
