@@ -174,12 +174,12 @@ def _values_pass(values: Any, tp: Any, name: str) -> bool:
 # keys only): their values are gathered by name and checked per run; any other key makes the line not plain.
 PLAIN_EXTRA = ("wall_ms", "process_medians_ms", "placement_medians_ms", "fresh_process_equal", "replica",
                "documented_nondeterministic")
-OPTIONAL_TYPES: dict[str, Any] = {"host_ms": typing.get_type_hints(Timing)["host_ms"],
-                                  "flags": typing.get_type_hints(Timing)["flags"], **CLOCK_TYPES,
+_TIME_HINTS = typing.get_type_hints(Timing)
+OPTIONAL_TYPES: dict[str, Any] = {"host_ms": _TIME_HINTS["host_ms"], "flags": _TIME_HINTS["flags"], **CLOCK_TYPES,
                                   **{k: EXTRA_TYPES[k] for k in PLAIN_EXTRA}}
 _EXTRA_KEYS = frozenset(PLAIN_EXTRA)
 _CLOCK_KEYS = frozenset(CLOCK_TYPES)
-_TIME_KEYS = frozenset(typing.get_type_hints(Timing))
+_TIME_KEYS = frozenset(_TIME_HINTS)
 assert len(OPTIONAL_TYPES) == 2 + len(CLOCK_TYPES) + len(PLAIN_EXTRA)  # one name, one column
 
 

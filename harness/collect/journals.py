@@ -9,6 +9,7 @@ append-only journal, hash of end.json) tells whether re-collecting it changes an
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import operator
 from collections import Counter, defaultdict
@@ -99,8 +100,7 @@ class _NotPlain(Exception):
 
 
 _PLAIN_TOP = ("status", "reason", "device", "workspace_bytes", "chosen_algo", "explanation")
-_RANK_FIELDS = ("case", "direction", "dtype", "layout", "math", "source", "rank", "algo", "status", "time_ms",
-                "memory_bytes", "determinism", "math_reported")
+_RANK_FIELDS = tuple(f.name for f in dataclasses.fields(Ranking) if f.name not in ("kind", "schema"))
 _GET_RANK = operator.itemgetter(*_RANK_FIELDS)
 _TIME_EXTRAS = ("clock", "flags", "host_ms")
 
@@ -126,7 +126,7 @@ def _plain_ranking(d: dict[str, Any]) -> tuple | None:
     """A ranking line's row where the line is every field of a ranking and nothing else (its values are checked
     per run, in columns); None for anything else, which check_record reads."""
     schema = d.get("schema")
-    if len(d) != len(_RANK_FIELDS) + 2 or schema.__class__ is not int or schema != SCHEMA_VERSION:
+    if len(d) != len(_RANK_FIELDS) + 2 or schema.__class__ is not int or schema != SCHEMA_VERSION:  # + kind, schema
         return None
     try:
         return _GET_RANK(d)
@@ -240,7 +240,7 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
                     raise Refused(f"{raw.origin}: records.jsonl line {lineno} has schema {d.get('schema')!r}; "
                                   f"this convbench reads schema {SCHEMA_VERSION}")
                 if d["kind"] == "ranking":
-                    rankings.append(tuple(d[k] for k in _RANK_FIELDS))
+                    rankings.append(_GET_RANK(d))
                     continue
                 c = combo(d)
                 t, a, h = d["time"], d["accuracy"], d["determinism"]

@@ -61,7 +61,7 @@ def measure(cases: str, part: int) -> dict:
     import torch
 
     options = SweepOptions()
-    share = placements(SweepOptions(processes=2, timing_only=part == 2))
+    n_placed = placements(SweepOptions(processes=2, timing_only=part == 2))
     cudnn = CudnnBackend().cudnn
     timer = CudaTimer(TimingPolicy().share(2))
     a0, per_cycle = fit_spin(torch, CudaTimer(TimingPolicy()))
@@ -91,7 +91,7 @@ def measure(cases: str, part: int) -> dict:
             # bound again right before timing: binding sets the session's math type and may grow (reallocate)
             # its workspace, which would leave an earlier bound call pointing at freed memory
             session = c["session"]
-            fns = session.placed_calls(*session.bind(c["algo"], c["math"]), share)
+            fns = session.placed_calls(*session.bind(c["algo"], c["math"]), n_placed)
             if frac:
                 base_ms = passes["base"][i].median_ms
                 want = frac * base_ms
