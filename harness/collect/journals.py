@@ -13,7 +13,6 @@ import dataclasses
 import json
 import operator
 from collections import Counter, defaultdict
-from json.encoder import c_make_encoder, encode_basestring_ascii
 from typing import Any
 
 import numpy as np
@@ -23,6 +22,7 @@ from ..core.records import OK, SCHEMA_VERSION, Accuracy, Determinism, Ranking, R
 from ..core.schema import SchemaError, check_record, check_run_header
 from . import columns as column_checks
 from .discovery import RawRun, Refused, sha1_16
+from .json_texts import encode_all
 from .rows import ACC_FIELDS, DET_FIELDS, TIME_FIELDS, TOP_FIELDS, combo_row, hash64, night
 from .store_packing import ParsedRun, samples_blob
 
@@ -105,23 +105,6 @@ _GET_RANK = operator.itemgetter(*_RANK_FIELDS)
 _TIME_EXTRAS = ("clock", "flags", "host_ms")
 
 
-def _json_encoder() -> Any:
-    """json.dumps(x, sort_keys=True) of parsed JSON, without the Python layers json.dumps adds to its C encoder on
-    every call (a third of its time on a real line's extra). Parsed JSON holds no cycles and nothing the encoder
-    cannot write, so neither the cycle check nor a default is needed."""
-    if c_make_encoder is None:  # pragma: no cover - a Python without json's C accelerator
-        return json.JSONEncoder(sort_keys=True).encode
-
-    def unwritable(o: Any) -> Any:
-        raise TypeError(f"{type(o).__name__} is not JSON")
-
-    chunks = c_make_encoder(None, unwritable, encode_basestring_ascii, None, ": ", ", ", True, False, True)
-    return lambda o: "".join(chunks(o, 0))
-
-
-_encode = _json_encoder()
-
-
 def _plain_ranking(d: dict[str, Any]) -> tuple | None:
     """A ranking line's row where the line is every field of a ranking and nothing else (its values are checked
     per run, in columns); None for anything else, which check_record reads."""
@@ -134,15 +117,16 @@ def _plain_ranking(d: dict[str, Any]) -> tuple | None:
         return None
 
 
-def _stored_extra(t: dict[str, Any] | None, extra: dict[str, Any] | None) -> str | None:
-    """The store's extra column of a record: its extra, joined by the clock the samples were taken at, the timer's
-    flags and the host's dispatch time where set (the store has no columns of their own for them)."""
+def _stored_extra(t: dict[str, Any] | None, extra: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the store's extra column of a record holds (as JSON, json_texts.encode_all): its extra, joined by the
+    clock the samples were taken at, the timer's flags and the host's dispatch time where set (the store has no
+    columns of their own for them); None for nothing."""
     if t and (t.get("clock") or t.get("flags") or t.get("host_ms")):
         extra = dict(extra or ())
         for k in _TIME_EXTRAS:
             if t.get(k):
                 extra[k] = t[k]
-    return _encode(extra) if extra else None
+    return extra or None
 
 
 def parse_journal(raw: RawRun, meta: dict[str, Any] | None = None) -> ParsedRun:
@@ -159,7 +143,7 @@ def parse_journal(raw: RawRun, meta: dict[str, Any] | None = None) -> ParsedRun:
 
 
 def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
-    combos, rows, rankings = [], [], []
+    combos, rows, rankings, extras, texts = [], [], [], [], []
     data = raw.records
     if data and not data.endswith(b"\n") and raw.end_json is None:
         data = data[:data.rfind(b"\n") + 1]  # a torn last line: the run was killed mid-write
@@ -256,10 +240,13 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
                     hv = tuple(h.get(k) for k in DET_FIELDS)
                     status, reason, device, workspace, chosen_algo, explanation, extra = (d.get(k)
                                                                                          for k in TOP_FIELDS)
-            extra_json = stored_extra(t, extra)
+            extras.append(stored_extra(t, extra))
+            if len(extras) == 256:  # encoded a few hundred at a time: what they hold is freed young
+                texts += encode_all(extras)
+                extras = []
             combos.append(c)
             rows.append((status, reason, device, *tv[:6], blob(tv[6]), workspace, *av, *hv, chosen_algo,
-                         explanation, extra_json))
+                         explanation))
         except Refused:
             raise
         except SchemaError as exc:
@@ -271,6 +258,8 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
                          and column_checks.optional_pass(optional)
                          and column_checks.check_columns(rankings, Ranking, _RANK_FIELDS)):
         raise _NotPlain
+    texts += encode_all(extras)
+    rows = list(map(operator.add, rows, zip(texts)))  # the extra column
     if len({c[0] for c in combos}) != len(combos):  # a line written twice (a resumed run): the last one counts
         last = {c[0]: i for i, c in enumerate(combos)}
         keep = sorted(last.values())
