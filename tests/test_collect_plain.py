@@ -190,3 +190,15 @@ def test_an_empty_line_is_refused_as_such(tmp_path, blank):
     with pytest.raises(col.Refused) as exc:
         col.parse_journal(raw, meta)
     assert "records.jsonl line 8 is not a valid record (ValueError('the line is empty" in str(exc.value)
+
+
+@pytest.mark.parametrize(("journal", "words"), [
+    (b"", "holds no record"), (b" \t\r\n\n", "holds no record"),
+    (b"\x0b\n", "line 1 is not a valid record"), (b"\n\x0c", "line 1 is not a valid record"),
+])
+def test_a_journal_of_blanks_is_told_from_one_of_other_bytes(tmp_path, journal, words):
+    raw, meta, _ = _run(tmp_path)
+    raw.records = journal
+    with pytest.raises(col.Refused) as exc:
+        col.parse_journal(raw, meta)
+    assert words in str(exc.value)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import operator
+import re
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -103,6 +104,7 @@ _PLAIN_TOP = ("status", "reason", "device", "workspace_bytes", "chosen_algo", "e
 _RANK_FIELDS = tuple(f.name for f in dataclasses.fields(Ranking) if f.name not in ("kind", "schema"))
 _GET_RANK = operator.itemgetter(*_RANK_FIELDS)
 _TIME_EXTRAS = ("clock", "flags", "host_ms")
+_BLANK = re.compile(rb"[ \t\r\n]*\Z")  # what bytes.strip(b" \t\r\n") empties, found without copying the journal
 
 
 def _plain_ranking(d: dict[str, Any]) -> tuple | None:
@@ -147,7 +149,7 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
     data = raw.records
     if data and not data.endswith(b"\n") and raw.end_json is None:
         data = data[:data.rfind(b"\n") + 1]  # a torn last line: the run was killed mid-write
-    if not data.strip(b" \t\r\n"):
+    if _BLANK.match(data):
         raise Refused(f"{raw.origin}: records.jsonl is missing or holds no record (whitespace or nothing)")
     empty: dict[str, Any] = {}
     loads, combo, blob, memo, get_rec = _loads, _combo, samples_blob, _COMBO_MEMO, _GET_REC
