@@ -336,7 +336,10 @@ class ConvSession:
         self.desc.set_math(math)
         ws_bytes = min(max_ws, self.ws_limit)
         ws = self.workspace(ws_bytes)
-        for source, call in (("get_v7", self.conv.get_v7), ("find", lambda: self.conv.find(ws, ws_bytes))):
+        sources = [("get_v7", self.conv.get_v7)]
+        if self.options.find:
+            sources.append(("find", lambda: self.conv.find(ws, ws_bytes)))
+        for source, call in sources:
             try:
                 rows = call()
             except CudnnError as exc:
