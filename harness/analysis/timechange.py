@@ -202,11 +202,12 @@ def placements_apart(base: dict[str, Any], head: dict[str, Any], slower: bool,
     the placements of either side spread, with p, the exact one-sided rank-sum p of two such separated sets of
     placement medians (1 / C(m + n, m)), under ``alpha``: gap and spread in ms. Else None.
     Why: samples a few % wide (IQR over 5 % of the median, timing.sample_flags) come from calls whose
-    repetitions jitter, not only from calls whose level moves; a placement's median pools 30-80 of them, so
+    repetitions jitter, not only from calls whose level moves; a placement's median pools 8-80 of them, so
     where each side's placements agree the call's level is known although its samples are wide (H200,
     2026-12-01: +10 % on 20-50 us calls, placements within 1 % on each side, vetoed as wide). One process a
     side is not enough: its placements share that process's level (a one-process backward A/A, 17 us at 1.11x,
-    separated by 1.6x their spread), which only a second process's placements show."""
+    separated by 1.6x their spread), which only a second process's placements show. In two processes a side,
+    no only-wide record pair of the committed A/A runs (3,313) had its placements apart by their spread."""
     b, h = placement_levels(base), placement_levels(head)
     if len(b) < MIN_PLACEMENTS or len(h) < MIN_PLACEMENTS or not (process_levels(base) and process_levels(head)):
         return None
