@@ -60,9 +60,9 @@ class SweepOptions:
 
 
 # Find's ranking costs a sweep every algorithm of every problem again under cuDNN's own timer: 36.5 s of the
-# backward sweep in two processes on the H200 (2026-12-01 15:05 UTC), which with it did not fit its 10 minutes.
-# So a sweep with a backward direction records Get_v7's ranking only unless asked (--find); the forward sweep, whose
-# rankings explain onnxruntime's EXHAUSTIVE search (cudnnFind), records both.
+# two-process backward sweep on the H200 (2026-12-01 14:56 UTC), a sweep that must fit in 10 minutes. So a sweep with
+# a backward direction records Get_v7's ranking only unless asked (--find); the forward sweep, whose rankings
+# explain onnxruntime's EXHAUSTIVE search (cudnnFind), records both.
 def default_find(directions: tuple[str, ...]) -> bool:
     """Whether a sweep of ``directions`` records Find's ranking by default: forward only."""
     return set(directions) == {"fwd"}
