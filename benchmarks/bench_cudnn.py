@@ -49,15 +49,15 @@ class _Numerics:
         return lambda key: key[0] == case and key[2] == math and key[3] == dtype
 
     def setup(self, cache, case, math, dtype):
-        summary(cache, self._group(case, math, dtype), REL_L2, max)
+        summary(cache, case, self._group(case, math, dtype), REL_L2, max)
 
     def track_worst_rel_l2_error(self, cache, case, math, dtype):
-        return summary(cache, self._group(case, math, dtype), REL_L2, max)
+        return summary(cache, case, self._group(case, math, dtype), REL_L2, max)
 
     track_worst_rel_l2_error.unit = "relative L2 error vs float64 (worst algo/layout)"
 
     def track_unstable_combinations(self, cache, case, math, dtype):
-        return summary(cache, self._group(case, math, dtype), BITWISE_STABLE, lambda v: len(v) - sum(v))
+        return summary(cache, case, self._group(case, math, dtype), BITWISE_STABLE, lambda v: len(v) - sum(v))
 
     track_unstable_combinations.unit = "combinations not bitwise reproducible"
 

@@ -66,15 +66,15 @@ class _Numerics:
         return lambda key: key in keys
 
     def setup(self, cache, case, precision, setting):
-        summary(cache, self._group(case, precision, setting), REL_L2, max)
+        summary(cache, case, self._group(case, precision, setting), REL_L2, max)
 
     def track_worst_rel_l2_error(self, cache, case, precision, setting):
-        return summary(cache, self._group(case, precision, setting), REL_L2, max)
+        return summary(cache, case, self._group(case, precision, setting), REL_L2, max)
 
     track_worst_rel_l2_error.unit = "relative L2 error vs float64 (worst layout)"
 
     def track_unstable_combinations(self, cache, case, precision, setting):
-        return summary(cache, self._group(case, precision, setting), BITWISE_STABLE, lambda v: len(v) - sum(v))
+        return summary(cache, case, self._group(case, precision, setting), BITWISE_STABLE, lambda v: len(v) - sum(v))
 
     track_unstable_combinations.unit = "combinations not bitwise reproducible"
 

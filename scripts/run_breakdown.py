@@ -1,22 +1,52 @@
 """Where a run's wall time went: measuring each record, and per slice rankings and operands/references (from
 slices.jsonl), against the run's total (the rest: asv, start-up).
 
-    python3 scripts/run_breakdown.py RUN_DIR
+    python3 scripts/run_breakdown.py RUN_DIR [--against OTHER_RUN_DIR]
+
+With --against, the records both runs timed, per backend: their measuring wall time and samples in each run, and
+the median ratio of their device medians and of their host dispatch times (this run over the other). The same
+sweep on two lent H200s (2026-12-01) took 7-27 % longer on one whose host dispatched 19-30 % slower at equal
+device times: the sweep's wall follows the host as well as the GPU.
 """
 
 from __future__ import annotations
 
+import argparse
 import collections
 import json
+import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness.run import slicetime  # noqa: E402
 from harness.run.journal import JOURNAL_FILE, iter_journal  # noqa: E402
+from harness.run.suite import param_key  # noqa: E402
 
 
-def main(run_dir: str) -> int:
+def timed(run: Path) -> dict[tuple, dict]:
+    """The run's timed measurement records by (backend, direction, param_key)."""
+    return {(r["backend"], r["direction"], *param_key(r)): r for r in iter_journal(run / JOURNAL_FILE)
+            if r.get("kind") == "measurement" and r.get("time")}
+
+
+def against(run: Path, other: Path) -> None:
+    mine, theirs = timed(run), timed(other)
+    both = [k for k in mine if k in theirs]
+    for backend in sorted({k[0] for k in both}):
+        keys = [k for k in both if k[0] == backend]
+        a, b = [mine[k] for k in keys], [theirs[k] for k in keys]
+        wall = [sum(r["extra"].get("wall_ms", 0) for r in rs) / 1e3 for rs in (a, b)]
+        n = [sum(r["time"]["n"] for r in rs) for rs in (a, b)]
+        device = statistics.median(x["time"]["median_ms"] / y["time"]["median_ms"] for x, y in zip(a, b, strict=True))
+        hosts = [x["time"]["host_ms"] / y["time"]["host_ms"] for x, y in zip(a, b, strict=True)
+                 if x["time"].get("host_ms") and y["time"].get("host_ms")]
+        host = f"{statistics.median(hosts):.3f}" if hosts else "-"
+        print(f"against  {backend:10s} {len(keys)} records in both: measuring {wall[0]:.1f} s here, {wall[1]:.1f} s "
+              f"there; samples {n[0]} / {n[1]}; device median ratio {device:.3f}, host dispatch ratio {host}")
+
+
+def main(run_dir: str, other: str | None = None) -> int:
     run = Path(run_dir)
     end = json.loads((run / "end.json").read_text()) if (run / "end.json").exists() else {}
     wall = collections.Counter()
@@ -49,8 +79,14 @@ def main(run_dir: str) -> int:
         if slices:
             outside = total - sum(c["seconds"] for c in per.values())
             print(f"outside the slices   {outside:8.1f} s (asv's processes, worker start-up, fingerprint, summaries)")
+    if other:
+        against(run, Path(other))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run_dir")
+    ap.add_argument("--against", help="another run of the same sweep: the records both timed, side by side")
+    args = ap.parse_args()
+    sys.exit(main(args.run_dir, args.against))

@@ -93,6 +93,23 @@ def test_bench_times_in_the_processes_asked_for():
         build_parser().parse_args(["bench", "--processes", "3"])
 
 
+def test_find_ranking_is_forward_only_unless_asked():
+    """Find's ranking times every algorithm again: a sweep with a backward direction records Get_v7's alone unless
+    --find asks for Find's too; a forward sweep records both unless --no-find (backends.default_find)."""
+    from harness.cli import build_parser
+    from harness.cli.measure_cmds import bench_options, sweep_setup
+
+    assert bench_options(("fwd",), True, None).find
+    assert not bench_options(("bwd_data", "bwd_filter"), True, None).find
+    assert bench_options(("bwd_data", "bwd_filter"), True, None, find=True).find
+    assert build_parser().parse_args(["bench", "--find"]).find is True
+    parse = build_parser().parse_args
+    for argv, find in ((["--directions", "fwd"], True), (["--directions", "fwd,bwd_data"], False),
+                       (["--directions", "bwd_filter", "--find"], True), (["--no-find"], False)):
+        _, options = sweep_setup(parse(["sweep", "--cases", "seed.c4", *argv]))
+        assert options.find is find, argv
+
+
 def test_ort_class_on_a_gpu_host_without_the_cuda_ep_journals_why(tmp_path, monkeypatch):
     """Seen on the H200: asv's environment did not see onnxruntime-gpu, and every CUDA setting went n/a
     with no word in the journal. Now each becomes a skipped record naming the cause, and asv says it too."""

@@ -15,6 +15,7 @@ from _fleet_data import records_of, run_tarball
 
 from harness.backends.cudnn import (
     NONDETERMINISTIC_BUDGET_S,
+    NONDETERMINISTIC_LONG_MIN_REPEATS,
     NONDETERMINISTIC_MIN_REPEATS,
     NONDETERMINISTIC_REPEATS,
 )
@@ -69,14 +70,18 @@ def test_documented_nondeterministic_algorithms_are_shown_and_no_others(bwd):
         documented = (r.direction, r.algo) in DOCUMENTED_NONDETERMINISTIC
         assert bool(r.extra.get("documented_nondeterministic")) == documented
         if documented:
-            assert NONDETERMINISTIC_MIN_REPEATS <= r.determinism.repeats <= NONDETERMINISTIC_REPEATS
+            assert NONDETERMINISTIC_LONG_MIN_REPEATS <= r.determinism.repeats <= NONDETERMINISTIC_REPEATS
     # an unstable one stops once it has shown it (past the floor); a stable one runs all its repeats unless
-    # each costs more than the budget spread over them
+    # they would cost more than the budget: fewer than the floor only where the floor itself would
     assert all(r.determinism.repeats < NONDETERMINISTIC_REPEATS for r in unstable)
-    per_run_ms = NONDETERMINISTIC_BUDGET_S * 1e3 / NONDETERMINISTIC_REPEATS
     stable = [r for r in ok if r.extra.get("documented_nondeterministic") and r not in unstable]
     assert any(r.determinism.repeats < NONDETERMINISTIC_REPEATS for r in stable)
-    assert all(r.time.median_ms > 0.5 * per_run_ms for r in stable if r.determinism.repeats < NONDETERMINISTIC_REPEATS)
+    budget_ms = NONDETERMINISTIC_BUDGET_S * 1e3
+    for r in stable:
+        if r.determinism.repeats < NONDETERMINISTIC_REPEATS:  # the budget stopped it (its device time, roughly)
+            assert r.time.median_ms * (r.determinism.repeats + 1) > 0.5 * budget_ms
+        if r.determinism.repeats < NONDETERMINISTIC_MIN_REPEATS:
+            assert r.time.median_ms * NONDETERMINISTIC_MIN_REPEATS > budget_ms
     assert all("documented as non-deterministic" in r.explanation for r in unstable)
     assert all(r.explanation == explain(r) for r in ok)
 

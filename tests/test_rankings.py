@@ -82,3 +82,24 @@ def test_the_rankings_page_shows_them_and_investigations_links_it(tmp_path):
     assert "1 problems ranked and timed" in text and "The heuristic's choice was the fastest in 0 , 1 times" in text
     assert "c1 fwd fp32 NCHW DEFAULT WINOGRAD 1 ms GEMM 3.00 WINOGRAD 1.00 1.6 ms 3" in text
     assert 'href="rankings.html"' in (tmp_path / "site" / "investigations.html").read_text()
+    assert "Find ranked" not in text  # every problem has Find's ranking here
+
+
+def test_problems_without_find_ranking_say_so(tmp_path):
+    """A backward sweep records Get_v7's ranking only unless --find: its problems are "not ranked" by Find, counted
+    apart from a Find choice that was not timed, and the page says why."""
+    rankings = _rankings() + [_ranking("get_v7", 0, "GEMM", case="c2")]
+    rows = {r["case"]: r for r in compare_rankings(_dicts(rankings), _dicts(_measured()))}
+    assert rows["c2"]["find_algo"] is None and rows["c2"]["heuristic_algo"] == "GEMM"
+    s = summarise(list(rows.values()))
+    assert s["find"]["ranked"] == 1 and s["heuristic"]["ranked"] == 2 and s["find"]["untimed"] == 0
+    write_run(tmp_path / "results", "h200", "cu13", T0, [*_measured(), *rankings])
+    collect(tmp_path / "s.sqlite", [tmp_path / "results"])
+    st = Store(tmp_path / "s.sqlite")
+    try:
+        build(st, tmp_path / "site")
+    finally:
+        st.close()
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", (tmp_path / "site" / "rankings.html").read_text())).split())
+    assert "Find ranked 1 of the 2 problems" in text and "only with --find" in text
+    assert "c2 fwd fp32 NCHW DEFAULT GEMM 2 ms GEMM 1.00 not ranked - -" in text

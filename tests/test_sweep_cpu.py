@@ -102,3 +102,9 @@ def test_every_slice_says_where_its_time_went(tmp_path, isolate):
     script = Path(__file__).resolve().parents[1] / "scripts" / "run_breakdown.py"
     out = subprocess.run([sys.executable, str(script), str(journal.path)], capture_output=True, text=True, check=True)
     assert "slices   torch" in out.stdout and "outside the slices" in out.stdout
+    # against itself: every timed record in both, at equal device and host times
+    out = subprocess.run([sys.executable, str(script), str(journal.path), "--against", str(journal.path)],
+                         capture_output=True, text=True, check=True)
+    n = sum(1 for r in recs if r["backend"] == "torch" and r.get("time"))
+    line = next(x for x in out.stdout.splitlines() if x.startswith("against  torch"))
+    assert f"{n} records in both" in line and "device median ratio 1.000" in line, line

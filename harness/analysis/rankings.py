@@ -68,6 +68,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for name in ("heuristic", "find"):
         costs = [r[f"{name}_cost"] for r in rows if r[f"{name}_cost"] is not None]
         out[name] = {
+            "ranked": sum(r[f"{name}_algo"] is not None for r in rows),  # Find's: forward sweeps by default
             "timed": len(costs),
             "fastest": sum(r[f"{name}_algo"] == r["best_algo"] for r in rows),
             "noticeable": sum(c >= NOTICEABLE for c in costs),

@@ -5,7 +5,9 @@ a floor (Thresholds), a one-sided Mann-Whitney U test says so (p < alpha) and th
 the median ratio lies above 1. Samples from one run share that run's clocks and temperature, so the test alone
 would flag real but tiny differences between two sessions; the thresholds keep the gate to differences a person
 would act on. A change beyond the thresholds on a record whose samples cannot be trusted (host-bound,
-multi-modal, too few: timing.sample_flags) is **ambiguous**, with the evidence, never slower or faster; so is a
+multi-modal, too few: timing.sample_flags) is **ambiguous**, with the evidence, never slower or faster (samples
+that are only ``wide`` are judged on their placements instead, where two processes a side timed them:
+placements_apart); so is a
 change within the gap between two processes of one run (run/replicas.py: the level a fresh process lands on), one
 whose two sides' placements overlap (draws_overlap: where the operands sit moves the call as much), and a head
 back at a level an earlier run of the same machine and stack measured (past_level).
@@ -166,11 +168,15 @@ def process_spread(recs: list[dict[str, Any]]) -> tuple[float, list[float]]:
     return max(((max(pm) / min(pm) - 1, pm) for pm in map(process_levels, recs) if pm), default=(0.0, []))
 
 
+def placement_levels(rec: dict[str, Any]) -> list[float]:
+    """The medians of each placement of a record's operands in each process (run/replicas.py keeps them all)."""
+    return [x for x in (rec.get("extra") or {}).get("placement_medians_ms") or () if x]
+
+
 def draws(rec: dict[str, Any]) -> list[float]:
-    """The medians of a record's independent level draws: each placement of its operands in each process
-    (run/replicas.py keeps them all), else each process; [] with fewer than two."""
-    extra = rec.get("extra") or {}
-    placed = [x for x in extra.get("placement_medians_ms") or () if x]
+    """The medians of a record's independent level draws: each placement of its operands in each process,
+    else each process; [] with fewer than two."""
+    placed = placement_levels(rec)
     return placed if len(placed) >= 2 else process_levels(rec)
 
 
@@ -183,6 +189,32 @@ def draws_overlap(base: dict[str, Any], head: dict[str, Any], slower: bool) -> t
     if not b or not h:
         return None
     return (b, h) if (min(h) <= max(b) if slower else max(h) >= min(b)) else None
+
+
+# The fewest placements a side needs before its placement medians, not its samples, may decide a change.
+MIN_PLACEMENTS = 3
+
+
+def placements_apart(base: dict[str, Any], head: dict[str, Any], slower: bool,
+                     alpha: float) -> tuple[float, float, float] | None:
+    """(gap, spread, p) where both sides were timed in two processes or more, on MIN_PLACEMENTS placements or
+    more, and every head placement lies beyond every base placement (in the change's direction) by more than
+    the placements of either side spread, with p, the exact one-sided rank-sum p of two such separated sets of
+    placement medians (1 / C(m + n, m)), under ``alpha``: gap and spread in ms. Else None.
+    Why: samples a few % wide (IQR over 5 % of the median, timing.sample_flags) come from calls whose
+    repetitions jitter, not only from calls whose level moves; a placement's median pools 8-80 of them, so
+    where each side's placements agree the call's level is known although its samples are wide (H200,
+    2026-12-01: +10 % on 20-50 us calls, placements within 1 % on each side, vetoed as wide). One process a
+    side is not enough: its placements share that process's level (a one-process backward A/A, 17 us at 1.11x,
+    separated by 1.6x their spread), which only a second process's placements show. In two processes a side,
+    no only-wide record pair of the committed A/A runs (3,313) had its placements apart by their spread."""
+    b, h = placement_levels(base), placement_levels(head)
+    if len(b) < MIN_PLACEMENTS or len(h) < MIN_PLACEMENTS or not (process_levels(base) and process_levels(head)):
+        return None
+    gap = min(h) - max(b) if slower else min(b) - max(h)
+    spread = max(max(b) - min(b), max(h) - min(h))
+    p = 1 / math.comb(len(b) + len(h), len(b))
+    return (gap, spread, p) if gap > spread and p < alpha else None
 
 
 # A head within this of a level an earlier run of the same machine and stack measured (its median or one of its
@@ -237,7 +269,17 @@ def time_verdict(base: dict[str, Any], head: dict[str, Any], th: Thresholds, noi
     if seen is not None:
         return "ambiguous", (f"{size}, but {hm * 1e3:.1f} us is a level this machine and stack already ran it at "
                              f"({seen * 1e3:.1f} us in an earlier run): the base is the excursion, not the head"), nums
-    doubts = [f"{side} {'+'.join(fl)}" for side, fl in (("base", untrusted(base)), ("head", untrusted(head))) if fl]
+    flags = {"base": untrusted(base), "head": untrusted(head)}
+    doubts = [f"{side} {'+'.join(fl)}" for side, fl in flags.items() if fl]
+    apart = placements_apart(base, head, slower, th.alpha) if {f for fl in flags.values() for f in fl} == {"wide"} else None
+    if apart is not None:
+        gap, spread, p = apart
+        nums.update(p=p)
+        return ("regression" if slower else "improvement"), (
+            f"{size}; samples are {', '.join(doubts)}, decided on the placements: every head placement is "
+            f"{gap * 1e3:.1f} us or more {'above' if slower else 'below'} every base placement, beyond the "
+            f"{spread * 1e3:.1f} us either side's placements spread ({len(placement_levels(base))}/"
+            f"{len(placement_levels(head))} placements, rank p={p:.3f})"), nums
     if doubts:
         return "ambiguous", (f"{size}, but not decided: samples are {', '.join(doubts)} "
                              f"(thresholds {rel:.0%} and {floor:g} us)"), nums

@@ -50,12 +50,23 @@ class SweepOptions:
     timing: TimingPolicy = field(default_factory=TimingPolicy)
     repeats: int = 2  # in-place repeats compared bitwise with the first output
     workspace_limit: int = 8 << 30  # bytes; an algorithm asking for more is recorded, not run
-    rankings: bool = True  # also record cuDNN's own Find / Get_v7 rankings
+    rankings: bool = True  # also record cuDNN's own rankings: Get_v7's heuristic one, and Find's where ``find``
+    find: bool = True  # Find's ranking times every algorithm again (default_find)
     device: str = "cuda"
     # Processes each combination is timed in (run/replicas.py; the commands ask for 2 on CUDA): a fresh process
     # can put a call at a level of its own. A driver sets 1 where it does not replicate.
     processes: int = 1
     timing_only: bool = False  # a replica's pass: one checked run (its output's hash) and the timing, nothing else
+
+
+# Find's ranking costs a sweep every algorithm of every problem again under cuDNN's own timer: about 16 s of the
+# two-process backward sweep on the H200 (2026-12-01 14:56 and 15:10 UTC: rankings 36.5 s with Find, 20.5 s
+# without), a sweep that must fit in 10 minutes. So a sweep with a backward direction records Get_v7's ranking only
+# unless asked (--find); the forward sweep, whose rankings explain onnxruntime's EXHAUSTIVE search (cudnnFind),
+# records both.
+def default_find(directions: tuple[str, ...]) -> bool:
+    """Whether a sweep of ``directions`` records Find's ranking by default: forward only."""
+    return set(directions) == {"fwd"}
 
 
 class Backend(Protocol):

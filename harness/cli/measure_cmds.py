@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..backends import BACKENDS, SweepOptions
+from ..backends import BACKENDS, SweepOptions, default_find
 from ..core import cases as catalogue
 from ..core.cases import DIRECTIONS, DTYPES, LAYOUTS
 from ..core.intake import EXIT_ENVIRONMENT, UserError, printable
@@ -64,6 +64,9 @@ def add_sweep_arguments(p) -> None:
                    help="device time spent sampling one combination (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=2, help="in-place repeats checked bitwise (default: 2)")
     p.add_argument("--no-rankings", action="store_true", help="skip cuDNN's own Find/Get_v7 rankings")
+    p.add_argument("--find", action=argparse.BooleanOptionalAction, default=None,
+                   help="record Find's ranking beside Get_v7's (default: forward-only sweeps; it times every "
+                        "algorithm again)")
     p.add_argument("--processes", type=int, choices=(1, 2), default=None,
                    help="processes each cuDNN / PyTorch combination is timed in, each with its share of the budget "
                         "(default: 2 forward, 1 with a backward direction; with isolated workers on CUDA only)")
@@ -87,6 +90,7 @@ def sweep_setup(args) -> tuple[list, SweepOptions]:
     options = SweepOptions(directions=args.directions, dtypes=args.dtypes, layouts=args.layouts,
                            timing=TimingPolicy(cold=args.cold, budget_ms=args.budget_ms), repeats=args.repeats,
                            rankings=not args.no_rankings, device="cuda" if gpu else "cpu",
+                           find=default_find(tuple(args.directions)) if args.find is None else args.find,
                            processes=args.processes or default_processes(tuple(args.directions)))
     return cases, options
 
@@ -136,6 +140,8 @@ def register(sub) -> None:
     p.add_argument("--processes", type=int, choices=(1, 2), default=None,
                    help="processes each cuDNN / PyTorch combination is timed in (default: 2 forward, 1 with a "
                         "backward direction, which in two takes the backward sweep over 10 minutes on an H200)")
+    p.add_argument("--find", action=argparse.BooleanOptionalAction, default=None,
+                   help="record Find's ranking beside Get_v7's (default: forward-only sweeps)")
     p.set_defaults(handler=bench)
 
 
@@ -236,11 +242,13 @@ def asv_env(base: dict[str, str], **extra: str) -> dict[str, str]:
     return env
 
 
-def bench_options(directions: tuple[str, ...], gpu: bool, processes: int | None) -> SweepOptions:
+def bench_options(directions: tuple[str, ...], gpu: bool, processes: int | None,
+                  find: bool | None = None) -> SweepOptions:
     """The nightly sweep's options: the directions the selected classes read, on the GPU where there is one,
-    in the processes asked for or the directions' default (run/replicas.py)."""
+    in the processes asked for or the directions' default (run/replicas.py), Find's ranking likewise."""
     return SweepOptions(device="cuda" if gpu else "cpu", directions=directions,
-                        processes=processes or default_processes(directions))
+                        processes=processes or default_processes(directions),
+                        find=default_find(directions) if find is None else find)
 
 
 def bench(args) -> int:
@@ -279,7 +287,7 @@ def bench(args) -> int:
     swept = [f"{b}:{d}" for b in wanted for d in directions]
     backends = ["cudnn", "torch"]
     _, _, libraries = sweep_mod.load_backends(backends)
-    options = bench_options(directions or ("fwd",), gpu, args.processes)
+    options = bench_options(directions or ("fwd",), gpu, args.processes, args.find)
     results = args.results.resolve()
     journal = sweep_mod.new_journal(results, options, cases, backends, libraries)
     t0 = time.perf_counter()

@@ -71,7 +71,8 @@ class Timing:
     host_ms: float | None = None
     # what the samples themselves say against trusting the median (measure.sample_flags): "host_bound",
     # "multimodal", "wide", "few_samples", and "throttled" (timed under a clock cap that never lifted); a compare
-    # calls a change on such a record ambiguous instead of slower/faster
+    # calls a change on such a record ambiguous instead of slower/faster (only-"wide" samples timed in two
+    # processes a side are judged on their placements: analysis.timechange.placements_apart)
     flags: list[str] = field(default_factory=list)
 
 

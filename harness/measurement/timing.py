@@ -33,7 +33,7 @@ FLOOR_SAMPLES = 8
 
 @dataclass(frozen=True)
 class TimingPolicy:
-    warmup_ms: float = 1.0  # at least one call always runs untimed first
+    warmup_ms: float = 1.0  # every placement runs once untimed first, the first one for at least this long
     # At least four batches: with one batch of 8 the medians of 50-140 us calls moved by up to 4 % between reruns
     # on the H200; with 32 samples by at most 1.05 % (2026-11-29, docs/performance.md).
     min_samples: int = 32
@@ -182,17 +182,16 @@ class CudaTimer:
         torch, policy = self.torch, self.policy
         fns = list(fn) if isinstance(fn, Sequence) else [fn]
         stream = torch.cuda.current_stream()
-        for f in fns:
-            f()
-        stream.synchronize()
-        fn = fns[0]
+        # Warm-up: every placement once (its first call is never a sample), then the first placement until
+        # warmup_ms have passed. Each warm-up call is timed, for the batch size and the spacer below.
         t0 = time.perf_counter()
         host_s, warm = [], []
-        while (time.perf_counter() - t0) * 1e3 < policy.warmup_ms or not host_s:
+        while len(host_s) < len(fns) or (time.perf_counter() - t0) * 1e3 < policy.warmup_ms:
+            f = fns[len(host_s)] if len(host_s) < len(fns) else fns[0]
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             h = time.perf_counter()
             start.record(stream)
-            fn()
+            f()
             end.record(stream)
             host_s.append(time.perf_counter() - h)
             end.synchronize()

@@ -35,21 +35,38 @@ def sweep_direction(cases: list[Case], backend: str, direction: str, results_roo
     """Sweep every combination of ``backend`` in ``direction`` into a new run under ``results_root``; its path.
 
     On the GPU when CUDA is usable here, else on the CPU."""
-    from ..backends import SweepOptions
+    from ..backends import SweepOptions, default_find
     from ..backends.cudnn import cuda_unavailable_reason
     from . import sweep
     from .replicas import default_processes
 
     gpu = cuda_unavailable_reason() is None
-    opts = SweepOptions(directions=(direction,), device="cuda" if gpu else "cpu", processes=default_processes((direction,)))
+    opts = SweepOptions(directions=(direction,), device="cuda" if gpu else "cpu",
+                        processes=default_processes((direction,)), find=default_find((direction,)))
     return sweep.run(cases, [backend], opts, results_root).path
 
 
-def read_table(run_dir: Path, backend: str, direction: str) -> dict:
+class Table(dict):
+    """The rows asv's classes read, keyed by ``param_key``, and each case's keys (``by_case``): a summary over one
+    case's rows then reads those, not the whole table. Each parameter set runs in a process of its own, so an
+    index made there is made again for every set: this one is made once, in setup_cache, and pickled along."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_case: dict[str, list[tuple]] = {}
+
+    def index(self) -> Table:
+        self.by_case = {}
+        for key in self:
+            self.by_case.setdefault(key[0], []).append(key)
+        return self
+
+
+def read_table(run_dir: Path, backend: str, direction: str) -> Table:
     """The table asv's classes read: one row per journaled combination of ``backend`` in ``direction``."""
     from .journal import JOURNAL_FILE, iter_journal
 
-    table: dict = {}
+    table = Table()
     for rec in iter_journal(run_dir / JOURNAL_FILE):
         if rec.get("kind") != "measurement" or rec["backend"] != backend or rec["direction"] != direction:
             continue
@@ -60,7 +77,7 @@ def read_table(run_dir: Path, backend: str, direction: str) -> dict:
             acc["rel_l2"] if acc else None,
             None if det is None else int(bool(det["repeat_equal"]) and det["fresh_handle_equal"] is not False),
         )
-    return table
+    return table.index()
 
 
 def param_key(rec: dict) -> tuple:
