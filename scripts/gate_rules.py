@@ -88,15 +88,8 @@ def stderr_decide(base, head, slower, alpha):
 
 
 def rank(processes):
-    """Exact rank test on the placement medians (separated sets: p = 1 / C(m + n, m))."""
-    def rule(base, head, slower, alpha):
-        sides = _sides(base, head, 3, processes)
-        if sides is None:
-            return None
-        gap, spread = _apart(*sides, slower)
-        p = 1 / math.comb(len(sides[0]) + len(sides[1]), len(sides[0]))
-        return (gap, spread, p) if gap > 0 and p < alpha else None
-    return rule
+    """Exact rank test on the placement medians (separated sets: p = 1 / C(m + n, m)): `gap` with k = 0."""
+    return gap(0, processes)
 
 
 def welch(processes):

@@ -69,16 +69,20 @@ def test_a_choice_that_was_not_timed_is_said_not_counted_as_fast():
     assert s["heuristic"]["untimed"] == 1 and s["heuristic"]["timed"] == 1
 
 
-def test_the_rankings_page_shows_them_and_investigations_links_it(tmp_path):
-    write_run(tmp_path / "results", "h200", "cu13", T0, [*_measured(), *_rankings()])
+def _rankings_page(tmp_path, recs: list) -> str:
+    """The rankings page of a store holding one run of ``recs``, as text."""
+    write_run(tmp_path / "results", "h200", "cu13", T0, recs)
     collect(tmp_path / "s.sqlite", [tmp_path / "results"])
     st = Store(tmp_path / "s.sqlite")
     try:
         build(st, tmp_path / "site")
     finally:
         st.close()
-    page = html.unescape(re.sub(r"<[^>]+>", " ", (tmp_path / "site" / "rankings.html").read_text()))
-    text = " ".join(page.split())
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", (tmp_path / "site" / "rankings.html").read_text())).split())
+
+
+def test_the_rankings_page_shows_them_and_investigations_links_it(tmp_path):
+    text = _rankings_page(tmp_path, [*_measured(), *_rankings()])
     assert "1 problems ranked and timed" in text and "The heuristic's choice was the fastest in 0 , 1 times" in text
     assert "c1 fwd fp32 NCHW DEFAULT WINOGRAD 1 ms GEMM 3.00 WINOGRAD 1.00 1.6 ms 3" in text
     assert 'href="rankings.html"' in (tmp_path / "site" / "investigations.html").read_text()
@@ -93,13 +97,6 @@ def test_problems_without_find_ranking_say_so(tmp_path):
     assert rows["c2"]["find_algo"] is None and rows["c2"]["heuristic_algo"] == "GEMM"
     s = summarise(list(rows.values()))
     assert s["find"]["ranked"] == 1 and s["heuristic"]["ranked"] == 2 and s["find"]["untimed"] == 0
-    write_run(tmp_path / "results", "h200", "cu13", T0, [*_measured(), *rankings])
-    collect(tmp_path / "s.sqlite", [tmp_path / "results"])
-    st = Store(tmp_path / "s.sqlite")
-    try:
-        build(st, tmp_path / "site")
-    finally:
-        st.close()
-    text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", (tmp_path / "site" / "rankings.html").read_text())).split())
+    text = _rankings_page(tmp_path, [*_measured(), *rankings])
     assert "Find ranked 1 of the 2 problems" in text and "only with --find" in text
     assert "c2 fwd fp32 NCHW DEFAULT GEMM 2 ms GEMM 1.00 not ranked - -" in text
