@@ -108,3 +108,28 @@ def test_every_slice_says_where_its_time_went(tmp_path, isolate):
     n = sum(1 for r in recs if r["backend"] == "torch" and r.get("time"))
     line = next(x for x in out.stdout.splitlines() if x.startswith("against  torch"))
     assert f"{n} records in both" in line and "device median ratio 1.000" in line, line
+
+
+def test_the_replica_probe_counts_every_timed_record_of_the_pass(capsys):
+    """scripts/gpu/replica_probe.py (the next GPU diagnosis of the two-process sweep's cost) runs the replica's
+    timing-only pass; without CUDA, PyTorch's on the CPU: every timed record lands in one band of its report."""
+    import re
+    import sys
+    from pathlib import Path
+
+    scripts = Path(__file__).resolve().parents[1] / "scripts" / "gpu"
+    sys.path.insert(0, str(scripts))
+    try:
+        import replica_probe
+    finally:
+        sys.path.remove(str(scripts))
+    assert replica_probe.main(["--cases", "quick.seed,quick.pointwise", "--directions", "fwd"]) == 0
+    out = capsys.readouterr().out
+    assert "replica pass on the CPU" in out and "for 2 cases, torch" in out
+    counted = sum(int(n) for n in re.findall(r"torch +[<>]=? [\d.]+ ms: +(\d+) records", out))
+    from harness.run.replicas import replica_options
+    from harness.run.workerchild import resolve_backend
+
+    options = replica_options(SweepOptions(directions=("fwd",), device="cpu", processes=2))
+    torch_backend = resolve_backend("torch")
+    assert counted == sum(len(torch_backend.combos(c, options)) for c in cases.select("quick.seed,quick.pointwise"))

@@ -7,6 +7,7 @@
 #   ort    the default onnxruntime grid through asv (timed), its GPU tests, latency vs onnxruntime's profiler
 #   fidelity  the suite's timer against triton's do_bench (scripts/bench_fidelity.py), FIDELITY_TIMEOUT s at most
 #   probe  diagnosis, not the nightly job: a profiled in-process backward sweep of four heavy cases
+#   probe-replica  diagnosis: the same four cases' replica pass (timing only), profiled (scripts/gpu/replica_probe.py)
 #   power  the gate's detection power: +5 %/+10 % device-side slowdowns injected (scripts/gpu/detection_power.py)
 #   aa     an A/A study through `convbench upgrade` (the host stack against itself, ABBA), forward default
 #   upgrade  `convbench upgrade` of the host stack against the overlay $STACK_B (/tmp/stack-NAME), UPGRADE_ARGS
@@ -84,6 +85,10 @@ probe)
   python3 -c "import pstats,sys; p=pstats.Stats(sys.argv[1]); p.sort_stats('tottime').print_stats(30); \
     p.sort_stats('cumulative').print_stats(45)" "$OUT/bwd-sweep.prof" > "$OUT/bwd-sweep-profile.txt"
   grep -A32 "Ordered by: internal" "$OUT/bwd-sweep-profile.txt" | cut -c1-150
+  ;;
+probe-replica)
+  t timeout 300 python3 scripts/gpu/replica_probe.py --profile "$OUT/replica.prof" > "$OUT/replica-probe.txt" 2>&1
+  head -60 "$OUT/replica-probe.txt" | cut -c1-150
   ;;
 power)  # two processes one after the other on each GPU (a run's two), the GPUs in parallel
   for g in ${POWER_GPUS:-0}; do
