@@ -60,10 +60,6 @@ def _sides(base, head, min_n, processes):
     return b, h
 
 
-def _apart(b, h, slower):
-    return (min(h) - max(b) if slower else min(b) - max(h)), max(max(b) - min(b), max(h) - min(h))
-
-
 def samples_decide(base, head, slower, alpha, draws=True):
     """The veto lifted: the samples' rank test and bootstrap interval decide, as for trusted samples (with
     ``draws``, only where both sides have draws, which time_verdict has already found apart)."""
@@ -102,7 +98,7 @@ def welch(processes):
         b, h = np.asarray(sides[0]), np.asarray(sides[1])
         se = math.sqrt(b.var(ddof=1) / len(b) + h.var(ddof=1) / len(h))
         t = (h.mean() - b.mean()) / se * (1 if slower else -1) if se else math.inf
-        return (*_apart(b, h, slower), 0.0) if t > crit[min(len(b), len(h)) - 1] else None
+        return (*timechange.placement_gap(b, h, slower), 0.0) if t > crit[min(len(b), len(h)) - 1] else None
     return rule
 
 
@@ -112,7 +108,7 @@ def gap(k, processes):
         sides = _sides(base, head, 3, processes)
         if sides is None:
             return None
-        g, spread = _apart(*sides, slower)
+        g, spread = timechange.placement_gap(*sides, slower)
         p = 1 / math.comb(len(sides[0]) + len(sides[1]), len(sides[0]))
         return (g, spread, p) if g > k * spread and p < alpha else None
     return rule
@@ -198,7 +194,7 @@ def wide_pairs(pairs) -> dict[str, list[int]]:
                 continue
             ratio, rel = head["median_ms"] / base["median_ms"], th.rel(base["median_ms"])
             over = (ratio >= 1 + rel or ratio <= 1 / (1 + rel)) and abs(head["median_ms"] - base["median_ms"]) * 1e3 >= th.abs_us
-            g, spread = _apart(*sides, ratio > 1)
+            g, spread = timechange.placement_gap(*sides, ratio > 1)
             row = out["two processes" if _sides(base, head, 3, True) else "one process"]
             for i, hit in enumerate((True, g > 0, g > 0 and over, g > spread, g > spread and over)):
                 row[i] += hit

@@ -195,6 +195,12 @@ def draws_overlap(base: dict[str, Any], head: dict[str, Any], slower: bool) -> t
 MIN_PLACEMENTS = 3
 
 
+def placement_gap(b: list[float], h: list[float], slower: bool) -> tuple[float, float]:
+    """(gap, spread) of two sides' placement medians: how far every head placement lies beyond every base one in
+    the change's direction (negative where they overlap), and the larger of the two sides' spreads."""
+    return (min(h) - max(b) if slower else min(b) - max(h)), max(max(b) - min(b), max(h) - min(h))
+
+
 def placements_apart(base: dict[str, Any], head: dict[str, Any], slower: bool,
                      alpha: float) -> tuple[float, float, float] | None:
     """(gap, spread, p) where both sides were timed in two processes or more, on MIN_PLACEMENTS placements or
@@ -211,8 +217,7 @@ def placements_apart(base: dict[str, Any], head: dict[str, Any], slower: bool,
     b, h = placement_levels(base), placement_levels(head)
     if len(b) < MIN_PLACEMENTS or len(h) < MIN_PLACEMENTS or not (process_levels(base) and process_levels(head)):
         return None
-    gap = min(h) - max(b) if slower else min(b) - max(h)
-    spread = max(max(b) - min(b), max(h) - min(h))
+    gap, spread = placement_gap(b, h, slower)
     p = 1 / math.comb(len(b) + len(h), len(b))
     return (gap, spread, p) if gap > spread and p < alpha else None
 
