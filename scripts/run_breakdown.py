@@ -48,6 +48,10 @@ def against(run: Path, other: Path) -> None:
 
 def main(run_dir: str, other: str | None = None) -> int:
     run = Path(run_dir)
+    for d in (run, Path(other)) if other else (run,):
+        if not (d / JOURNAL_FILE).is_file():
+            print(f"run_breakdown: {d} is not a run directory (no {JOURNAL_FILE})", file=sys.stderr)
+            return 2
     end = json.loads((run / "end.json").read_text()) if (run / "end.json").exists() else {}
     wall = collections.Counter()
     count = collections.Counter()

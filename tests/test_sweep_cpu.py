@@ -108,6 +108,10 @@ def test_every_slice_says_where_its_time_went(tmp_path, isolate):
     n = sum(1 for r in recs if r["backend"] == "torch" and r.get("time"))
     line = next(x for x in out.stdout.splitlines() if x.startswith("against  torch"))
     assert f"{n} records in both" in line and "device median ratio 1.000" in line, line
+    bad = subprocess.run([sys.executable, str(script), str(journal.path), "--against", str(tmp_path / "none")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.strip() == f"run_breakdown: {tmp_path / 'none'} is not a run directory (no records.jsonl)"
 
 
 def test_the_replica_probe_counts_every_timed_record_of_the_pass(capsys):
