@@ -108,7 +108,7 @@ if "fwd" in DIRECTIONS:
 
 if "bwd_data" in DIRECTIONS:
     class TorchBackwardData(_Time):
-        """torch.autograd.grad of F.conv2d with respect to the input: time of every combination."""
+        """F.conv2d's gradient with respect to the input (autograd's op, timed alone): every combination's time."""
 
         setup_cache = _bwd_data
 
@@ -119,7 +119,7 @@ if "bwd_data" in DIRECTIONS:
 
 if "bwd_filter" in DIRECTIONS:
     class TorchBackwardFilter(_Time):
-        """torch.autograd.grad of F.conv2d with respect to the weight: time of every combination."""
+        """F.conv2d's gradient with respect to the weight (autograd's op, timed alone): every combination's time."""
 
         setup_cache = _bwd_filter
 

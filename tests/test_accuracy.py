@@ -136,3 +136,30 @@ def test_a_sweep_leaves_the_shared_operands_as_drawn(tmp_path):
         for k in fresh:
             assert torch.equal(torch.from_numpy(shared[k]), torch.from_numpy(fresh[k])), (direction, k)
     assert accuracy.host_inputs(case, "bwd_filter")["x"] is accuracy.host_inputs(case, "fwd")["x"]
+
+
+def _timed_backward_against_autograd(device: str, dtype: str, layout: str, case_id: str, direction: str):
+    """The PyTorch backend's timed backward call against autograd.grad of F.conv2d on the same operands."""
+    from harness.backends.pytorch import TorchBackend
+    from harness.core import cases
+
+    case = cases.get(case_id)
+    call, *_ = TorchBackend().prepare(case, direction, dtype, layout, device, reference=False)
+    got = call()
+    fmt = torch.channels_last if layout == "NHWC" else torch.contiguous_format
+    ops = {k: torch.from_numpy(v).to(device, accuracy.torch_dtype(dtype)).contiguous(memory_format=fmt)
+           for k, v in accuracy.host_inputs(case, direction).items()}
+    x, w = ops["x"].requires_grad_(direction == "bwd_data"), ops["w"].requires_grad_(direction == "bwd_filter")
+    y = F.conv2d(x, w, stride=case.stride, padding=case.pad, dilation=case.dilation, groups=case.groups)
+    want = torch.autograd.grad(y, x if direction == "bwd_data" else w, ops["dy"])[0]
+    return got, want
+
+
+@pytest.mark.parametrize("case_id", ["quick.seed", "quick.grouped"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("direction", ["bwd_data", "bwd_filter"])
+def test_the_timed_backward_is_autograds_gradient_bit_for_bit(case_id, layout, direction):
+    """PyTorch's backward is timed as the one op autograd runs for it (aten.convolution_backward), without
+    the forward conv: it must compute exactly what autograd.grad of F.conv2d computes."""
+    got, want = _timed_backward_against_autograd("cpu", "fp32", layout, case_id, direction)
+    assert got.shape == want.shape and accuracy.bitwise_equal(got.contiguous(), want.contiguous())

@@ -101,3 +101,22 @@ def test_batches_timed_under_a_clock_cap_are_discarded_then_flagged(capped, disc
     assert THROTTLE_MAX_DISCARDS == 8
     assert t.clock["throttled_batches"] == discarded and t.flags == flags
     assert t.clock["slowdowns"] == (["sw_power_cap"] if flags else []) and t.n >= FAST.min_samples
+
+
+@pytest.mark.parametrize("direction", ["bwd_data", "bwd_filter"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_the_timed_backward_is_autograds_gradient_on_the_gpu(direction, layout):
+    """On cuDNN with deterministic algorithms (both calls then pick the same one), bit for bit."""
+    import torch
+    from test_accuracy import _timed_backward_against_autograd
+
+    from harness.measurement import accuracy
+
+    saved = torch.backends.cudnn.deterministic
+    torch.backends.cudnn.deterministic = True
+    try:
+        got, want = _timed_backward_against_autograd("cuda", "fp16", layout, "resnet50.layer2.0.conv2.n32",
+                                                     direction)
+    finally:
+        torch.backends.cudnn.deterministic = saved
+    assert got.shape == want.shape and accuracy.bitwise_equal(got.contiguous(), want.contiguous())

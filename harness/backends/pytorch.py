@@ -1,4 +1,8 @@
-"""PyTorch backend: ``F.conv2d`` (and its autograd backward) under PyTorch's conv settings grid.
+"""PyTorch backend: ``F.conv2d`` and its gradients under PyTorch's conv settings grid.
+
+A backward direction is timed as the one op F.conv2d's autograd node runs for it (``aten.convolution_backward``
+with that gradient's output mask), not as ``autograd.grad`` of a fresh forward: that timed the forward conv and
+autograd's host work too (suites before 2026-12-01 evening did; their PyTorch backward times are not comparable).
 
 On CUDA the grid is TF32 (allow_tf32 / conv.fp32_precision) x cudnn.benchmark x cudnn.deterministic; on a
 CPU these settings do not apply, so the CPU runs one setting per dtype and layout through the same
@@ -138,14 +142,15 @@ class TorchBackend:
             def call():
                 return F.conv2d(ops["x"], ops["w"], **kw)
         else:
-            x = ops["x"].detach().requires_grad_(direction == "bwd_data")
-            w = ops["w"].detach().requires_grad_(direction == "bwd_filter")
-            wrt = x if direction == "bwd_data" else w
+            # The op F.conv2d's autograd node runs for this gradient (same output mask, same flags, so the same
+            # kernels under PyTorch's settings), called alone: timing autograd.grad of F.conv2d also timed the
+            # forward conv and autograd's own host work (the dispatch was 2x the device time on the H200).
+            backward = torch.ops.aten.convolution_backward
+            mask, which = ([True, False, False], 0) if direction == "bwd_data" else ([False, True, False], 1)
+            geometry = (list(case.stride), list(case.pad), list(case.dilation), False, [0, 0], case.groups)
 
             def call():
-                with torch.enable_grad():
-                    y = F.conv2d(x, w, **kw)
-                    return torch.autograd.grad(y, wrt, ops["dy"])[0]
+                return backward(ops["dy"], ops["x"], ops["w"], None, *geometry, mask)[which]
         return call, ref, scale, accuracy.reduction_length(case, direction)
 
     def _measure(self, rec: Record, prepared, timer, options: SweepOptions, device: str) -> None:
@@ -159,7 +164,7 @@ class TorchBackend:
                 sync()
                 rec.determinism = Determinism(hash=accuracy.output_hash(out), hash_algo=accuracy.HASH_ALGO,
                                               repeats=0, repeat_equal=None, fresh_handle_equal=None)
-                rec.time = timer(call)
+                rec.time = timer(call, warmed=1)  # the checked run above was its first call
             rec.status = OK
             return
         with torch.no_grad():
@@ -183,5 +188,5 @@ class TorchBackend:
             rec.determinism = Determinism(hash=first_hash, hash_algo=accuracy.HASH_ALGO, repeats=options.repeats,
                                           repeat_equal=repeat_equal, fresh_handle_equal=None,
                                           distinct_outputs=len(hashes))
-            rec.time = timer(call)
+            rec.time = timer(call, warmed=1)  # the checked run above was its first call
         rec.status = OK
