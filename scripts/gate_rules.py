@@ -11,7 +11,9 @@ tried on 2026-12-01 (docs/evidence/2026-12-01-session12-gate.md), on the committ
   (c) software-injected nightly power on the eight nights of 09:54 (scripts/calibrate_gate.py --nightly-power).
 
 A candidate replaces timechange.placements_apart, which time_verdict asks only about records whose samples are
-only `wide` and whose placements do not overlap; "current" is the rule in force, "veto" none at all.
+only `wide` and whose placements do not overlap; "current" is the rule in force, "veto" none at all. A "close"
+candidate (2026-12-01 evening) replaces timechange.placements_close instead, the veto of any change whose sides'
+placements are apart by less than their spread, with the wide rule in force.
 
     python3 scripts/gate_rules.py [RULE ...]
 """
@@ -47,6 +49,7 @@ EVIDENCE = ROOT / "docs" / "evidence"
 STUDIES = {"03:59": "2026-12-01-h200-session8", "12:20": "2026-12-01-h200-session11"}
 NIGHTS = ("h200-repeat8-fwd", "h200x2-repeat8-fwd")
 CURRENT = timechange.placements_apart
+CLOSE = timechange.placements_close  # the veto of placements apart by less than their spread (any samples)
 
 
 # --- the candidates: (base, head, slower, alpha) -> (gap, spread, p) to decide, None to veto ---
@@ -123,6 +126,22 @@ RULES = {
     "gap>spread": gap(1.0, False), "gap>0.5spread-2proc": gap(0.5, True), "gap>2spread-2proc": gap(2.0, True),
     "current": CURRENT,  # gap > spread, two processes a side
 }
+
+
+def close_within(k):
+    """A change whose sides' placements are apart by no more than k times one side's spread is ambiguous."""
+    def rule(base, head, slower):
+        b, h = timechange.placement_levels(base), timechange.placement_levels(head)
+        if len(b) < timechange.MIN_PLACEMENTS or len(h) < timechange.MIN_PLACEMENTS:
+            return None
+        g, spread = timechange.placement_gap(b, h, slower)
+        return (g, spread) if g <= k * spread else None
+    return rule
+
+
+# the veto of placements apart by less than their spread, beside the wide rule in force ("current" keeps both)
+CLOSE_RULES = {"without-close": lambda *a: None, "close<=0.5spread": CLOSE,
+               "close<=spread": close_within(1.0), "close<=2spread": close_within(2.0)}
 
 
 # --- the data ---
@@ -203,9 +222,10 @@ def wide_pairs(pairs) -> dict[str, list[int]]:
 
 def main(argv: list[str] | None = None) -> int:
     names = (argv if argv is not None else sys.argv[1:]) or list(RULES)
-    unknown = [n for n in names if n not in RULES]
+    unknown = [n for n in names if n not in RULES and n not in CLOSE_RULES]
     if unknown:
-        print(f"gate_rules: unknown rule {', '.join(unknown)} (known: {', '.join(RULES)})", file=sys.stderr)
+        print(f"gate_rules: unknown rule {', '.join(unknown)} (known: {', '.join([*RULES, *CLOSE_RULES])})",
+              file=sys.stderr)
         return 2
     aa = aa_pairs()
     studies = {s: parts(s) for s in STUDIES}
@@ -224,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"only-wide A/A record pairs, {processes} a side: {n}; placements apart {apart} ({apart_over} beyond "
               f"the thresholds); apart by more than their spread {beyond} ({beyond_over} beyond the thresholds)")
     for name in names:
-        timechange.placements_apart = RULES[name]
+        timechange.placements_apart = RULES.get(name, CURRENT)
+        timechange.placements_close = CLOSE_RULES.get(name, CLOSE)
         try:
             failing = {}
             for pair, a, b in aa:
@@ -239,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
                                   for i, j in itertools.combinations(range(len(r)), 2)) for n, r in nights.items()}
             nightly = calibrate_gate.nightly_power(nightly_runs, th)
         finally:
-            timechange.placements_apart = CURRENT
+            timechange.placements_apart, timechange.placements_close = CURRENT, CLOSE
         print(f"\n{name}: A/A failing {sum(failing.values())} "
               f"({', '.join(f'{p} {n}' for p, n in failing.items() if n)})")
         for study, (d10, n10, d5, n5, aa_alarms) in power.items():

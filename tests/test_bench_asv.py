@@ -78,14 +78,17 @@ def test_bench_sweeps_what_the_selected_classes_read(monkeypatch):
 
 
 def test_bench_times_in_the_processes_asked_for():
-    """`convbench bench --processes 2` times a backward sweep in two processes (how the H200 measured that it
-    does not fit in 10 minutes); without it forward takes two and backward one (run/replicas.py)."""
+    """`convbench bench --processes 1` times a sweep in one process; without it every direction takes two
+    (run/replicas.py: the backward sweep fits its 10 minutes in two since 2026-12-01 evening)."""
     from harness.cli import build_parser
-    from harness.cli.measure_cmds import bench_options
+    from harness.cli.measure_cmds import bench_options, sweep_setup
 
     assert bench_options(("fwd",), True, None).processes == 2
-    assert bench_options(("bwd_data", "bwd_filter"), True, None).processes == 1
-    assert bench_options(("bwd_data", "bwd_filter"), True, 2).processes == 2
+    assert bench_options(("bwd_data", "bwd_filter"), True, None).processes == 2
+    assert bench_options(("bwd_data", "bwd_filter"), True, 1).processes == 1
+    for argv, processes in (([], 2), (["--directions", "bwd_data,bwd_filter"], 2), (["--processes", "1"], 1)):
+        _, options = sweep_setup(build_parser().parse_args(["sweep", "--cases", "seed.c4", *argv]))
+        assert options.processes == processes, argv
     assert bench_options(("fwd",), False, None).device == "cpu"
     args = build_parser().parse_args(["bench", "--processes", "2", "-b", "Backward"])
     assert args.processes == 2 and args.bench == ["Backward"]

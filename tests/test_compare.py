@@ -84,8 +84,12 @@ def test_a_change_within_where_the_placements_sit_is_ambiguous():
     head["extra"] = {"placement_medians_ms": [0.460, 0.466, 0.475, 0.477, 0.481]}
     v = time_verdict(base, head, th)
     assert v[0] == "ambiguous" and "placements overlap (base 446.0-464.0 us, head 460.0-481.0 us)" in v[1]
-    # every head placement beyond every base placement: decided as before
+    # every head placement beyond every base placement, but by less than half the base's 18 us spread: ambiguous
     head["extra"] = {"placement_medians_ms": [0.470, 0.471, 0.473, 0.475, 0.476]}
+    v = time_verdict(base, head, th)
+    assert v[0] == "ambiguous" and "only 6.0 us apart where one side's spread 18.0 us" in v[1]
+    # beyond it by more: decided as before
+    head["extra"] = {"placement_medians_ms": [0.4741, 0.475, 0.476, 0.477, 0.478]}
     assert time_verdict(base, head, th)[0] == "regression"
     # one side without draws (an asv result, an old record): nothing to overlap
     head["extra"] = {}

@@ -15,7 +15,7 @@ from ..core.intake import EXIT_ENVIRONMENT, UserError, printable
 from ..deploy import resources
 from ..measurement.timing import TimingPolicy
 from ..run import asvselect
-from ..run.replicas import default_processes
+from ..run.replicas import DEFAULT_PROCESSES
 from ..run.worker import DEFAULT_TIMEOUT_S
 
 DEFAULT_RESULTS = Path(os.environ.get("CONVBENCH_RESULTS", "results"))
@@ -69,7 +69,7 @@ def add_sweep_arguments(p) -> None:
                         "algorithm again)")
     p.add_argument("--processes", type=int, choices=(1, 2), default=None,
                    help="processes each cuDNN / PyTorch combination is timed in, each with its share of the budget "
-                        "(default: 2 forward, 1 with a backward direction; with isolated workers on CUDA only)")
+                        "(default: 2; with isolated workers on CUDA only)")
 
 
 def sweep_setup(args) -> tuple[list, SweepOptions]:
@@ -91,7 +91,7 @@ def sweep_setup(args) -> tuple[list, SweepOptions]:
                            timing=TimingPolicy(cold=args.cold, budget_ms=args.budget_ms), repeats=args.repeats,
                            rankings=not args.no_rankings, device="cuda" if gpu else "cpu",
                            find=default_find(tuple(args.directions)) if args.find is None else args.find,
-                           processes=args.processes or default_processes(tuple(args.directions)))
+                           processes=args.processes or DEFAULT_PROCESSES)
     return cases, options
 
 
@@ -138,8 +138,8 @@ def register(sub) -> None:
     p.add_argument("-b", "--bench", action="append", default=[],
                    help="asv benchmark regex (repeatable; default: every class)")
     p.add_argument("--processes", type=int, choices=(1, 2), default=None,
-                   help="processes each cuDNN / PyTorch combination is timed in (default: 2 forward, 1 with a "
-                        "backward direction, which in two takes the backward sweep over 10 minutes on an H200)")
+                   help="processes each cuDNN / PyTorch combination is timed in (default: 2, on CUDA; 1 halves "
+                        "the replica's cost and reads no process-level noise)")
     p.add_argument("--find", action=argparse.BooleanOptionalAction, default=None,
                    help="record Find's ranking beside Get_v7's (default: forward-only sweeps)")
     p.set_defaults(handler=bench)
@@ -247,7 +247,7 @@ def bench_options(directions: tuple[str, ...], gpu: bool, processes: int | None,
     """The nightly sweep's options: the directions the selected classes read, on the GPU where there is one,
     in the processes asked for or the directions' default (run/replicas.py), Find's ranking likewise."""
     return SweepOptions(device="cuda" if gpu else "cpu", directions=directions,
-                        processes=processes or default_processes(directions),
+                        processes=processes or DEFAULT_PROCESSES,
                         find=default_find(directions) if find is None else find)
 
 

@@ -11,9 +11,8 @@ come back to the parent and are not journaled; then in the main worker, which me
 journals a record, pools the replica's samples into it (``merge``). Each process samples half the budget and
 half the floor (``TimingPolicy.share``) on its share of the placements (``cudnn.placements``: 3 + 2), yet a second
 process still costs a second session per slice and its own checked run, warm-up and batches: on the H200
-(2026-12-01) the backward sweep came to about 1.2x, over its 10 minutes, and once made cheaper still about 600 s
-on one host and over 585 s on another whose host dispatched slower, hence one process by default where a sweep
-has a backward direction (``default_processes``). The record keeps each process's median (``extra.process_medians_ms``): a compare reads their spread as the call's own level noise
+(2026-12-01) the backward sweep came to about 1.2x of one process's, which it fits in its 10 minutes since
+PyTorch's backward is timed as its one op (``DEFAULT_PROCESSES``). The record keeps each process's median (``extra.process_medians_ms``): a compare reads their spread as the call's own level noise
 (analysis/timechange.py), and ``extra.fresh_process_equal`` says whether the two processes computed the same bits.
 """
 
@@ -28,19 +27,12 @@ from ..core.cases import Case
 from ..core.records import OK, Ranking, Record
 from ..measurement.timing import pooled
 
-DEFAULT_PROCESSES = 2  # what `convbench sweep`, `bench` and `upgrade` ask for on CUDA (--processes) forward
-
-
-def default_processes(directions: tuple[str, ...]) -> int:
-    """Two processes for a forward sweep, one where it has a backward direction. Measured on the H200
-    (2026-12-01, docs/performance.md): the forward sweep took 210 s with two (97 s with one) and its A/A pairs
-    failed on 0-1 findings instead of 6; the backward A/A pairs failed on 2 and 0 with two processes, 1 and 0
-    with one (2026-11-30), so the second process bought nothing measurable there, while the backward sweep (468 s
-    with one) must stay within 10 minutes: in two processes, even with the placements and the floor split
-    between them, it swept 25 of its 26 cases in 551 s (2026-12-01 12:09 UTC), about 660 s with asv; made
-    cheaper (repeats, warm-up, Find forward-only), 26 in 518 s on one H200 (14:56) and not all 26 in 585 s on
-    another whose host dispatched 1.19-1.30x slower (15:10): no margin for a nightly job."""
-    return DEFAULT_PROCESSES if set(directions) == {"fwd"} else 1
+# What `convbench sweep`, `bench` and `upgrade` ask for on CUDA (--processes), every direction. The backward
+# sweep ran in one until it fitted its 10 minutes in two: on the H200 (2026-12-01) two took it to about 600 s on
+# one host and past 585 s on another; with PyTorch's backward timed as its one op and the checked run taken as a
+# placement's warm-up, the whole backward job ran in 465 s through asv (17:15 UTC, sweep 389.9 s), and its A/A
+# pairs in two processes fail on nothing (17:23, 17:36 UTC) where one process a side failed 0, 2, 0, 3, 0.
+DEFAULT_PROCESSES = 2
 
 
 def effective(options: SweepOptions, backend: Any, isolated: bool) -> SweepOptions:

@@ -38,11 +38,11 @@ def sweep_direction(cases: list[Case], backend: str, direction: str, results_roo
     from ..backends import SweepOptions, default_find
     from ..backends.cudnn import cuda_unavailable_reason
     from . import sweep
-    from .replicas import default_processes
+    from .replicas import DEFAULT_PROCESSES
 
     gpu = cuda_unavailable_reason() is None
     opts = SweepOptions(directions=(direction,), device="cuda" if gpu else "cpu",
-                        processes=default_processes((direction,)), find=default_find((direction,)))
+                        processes=DEFAULT_PROCESSES, find=default_find((direction,)))
     return sweep.run(cases, [backend], opts, results_root).path
 
 
