@@ -27,11 +27,11 @@ def fixture_tarballs() -> list[Path]:
     return sorted(FIXTURES.glob("*.tar.gz")) if FIXTURES.is_dir() else []
 
 
-def run_tarball(name: str) -> tuple[dict[str, Any], dict[str, Any] | None, list[dict[str, Any]]]:
-    """(run.json, end.json or None, record lines) of the one run in tests/fixtures/runs/<name>.tar.gz."""
+def run_tarball(name: str, path: Path | None = None) -> tuple[dict[str, Any], dict[str, Any] | None, list[dict[str, Any]]]:
+    """(run.json, end.json or None, record lines) of the one run in tests/fixtures/runs/<name>.tar.gz (or ``path``)."""
     meta = end = None
     recs: list[dict[str, Any]] = []
-    with tarfile.open(FIXTURES / f"{name}.tar.gz") as tar:
+    with tarfile.open(path or FIXTURES / f"{name}.tar.gz") as tar:
         for m in tar.getmembers():
             if m.name.endswith("run.json"):
                 meta = json.load(tar.extractfile(m))

@@ -169,3 +169,24 @@ def test_ort_no_setting_drifts_and_tf32_is_what_changes_the_bits(ort):
     # per model one output for all fp32-class settings and one for the TF32 ones, whatever the search mode
     assert all(len(h) == 1 for h in hashes.values())
     assert {cls for _, cls in hashes} == {"fp32", "tf32"}
+
+
+def test_the_backward_job_in_two_processes_fits_and_times_the_device():
+    """The default backward job once two processes became its default (H200 GPU-01b22bfe, 2026-12-01 17:15 UTC,
+    suite 9e5ccb3; docs/evidence/2026-12-01-h200-session13/): complete through asv within its 10 minutes, every
+    timed record pooled from two processes, none host-bound or past issue 13's multi-modal shapes, and PyTorch's
+    backward, now timed as its one op, dispatched in less host time than its device time on most records."""
+    from pathlib import Path
+
+    tarball = Path(__file__).resolve().parents[1] / "docs/evidence/2026-12-01-h200-session13/bwd-2proc-run.tar.gz"
+    meta, end, recs = run_tarball("", tarball)
+    assert meta["suite_revision"] == "9e5ccb3" and meta["options"]["sweep"]["processes"] == 2
+    assert end["asv_returncode"] == 0 and end["seconds"] < 600 and end["ok"] == 5080
+    timed = [r for r in recs if r["kind"] == "measurement" and r["status"] == OK and r["time"]]
+    assert len(timed) == 5080 and all(len(r["extra"]["process_medians_ms"]) == 2 for r in timed)
+    for r in timed:
+        t = r["time"]
+        assert "host_bound" not in t["flags"] and t["median_ms"] / t["min_ms"] <= 1.5
+        assert t["iqr_ms"] / t["median_ms"] <= 0.5
+    torch = [r["time"] for r in timed if r["backend"] == "torch"]
+    assert len(torch) == 1664 and sum(t["host_ms"] < t["median_ms"] for t in torch) > len(torch) / 2

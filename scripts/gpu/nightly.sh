@@ -2,7 +2,7 @@
 # The whole GPU job for one lent machine, in stages that each fit one 10-minute call:
 #   fwd    the default forward sweep through asv (timed), then a real kernel fault under the worker watchdog
 #   bwd    the default backward sweep (backward-data and backward-filter) through asv (timed); BENCH_ARGS go to
-#          `convbench bench` (fwd too), e.g. BENCH_ARGS="--processes 2"
+#          `convbench bench` (fwd too), e.g. BENCH_ARGS="--processes 1"
 #   check  the backward run replayed in a fresh process (hashes compared), the GPU tests
 #   ort    the default onnxruntime grid through asv (timed), its GPU tests, latency vs onnxruntime's profiler
 #   fidelity  the suite's timer against triton's do_bench (scripts/bench_fidelity.py), FIDELITY_TIMEOUT s at most
