@@ -354,6 +354,14 @@ def test_every_page_clean_narrow_fast_and_linked(browser, tmp_path):
     assert len(page.evaluate(visible)) == len(heads) - 1
     assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH
     _keep(page.screenshot(tmp_path / "p.png"), "page-architecture-picked.png")
+    # two machines that ran nothing in common (the H200 host's forward night, the CPU machine's quick cases):
+    # no row to read, and the page says why
+    page.evaluate("(() => { for (const l of document.querySelectorAll('#pick-form label')) {"
+                  " const b = l.querySelector('input'); b.checked = l.innerText.includes('h200-host-b')"
+                  " || l.innerText.includes('dev-vm-cpu'); b.dispatchEvent(new Event('change')); } })()")
+    rows = page.evaluate("Array.from(document.querySelectorAll('#picktable tbody tr')).filter(r => !r.hidden).length")
+    note = page.evaluate("document.getElementById('pick-note').textContent")
+    assert rows == 0 and note.startswith("The ticked machines ran none of these"), (rows, note)
 
 
 def test_a_combinations_history_is_drawn_from_the_pickers(browser, tmp_path):

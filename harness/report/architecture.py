@@ -81,6 +81,21 @@ def architecture(g: Model) -> dict[str, Any]:
     return {"sections": sections, "note": note, "pick": picker(g)}
 
 
+def _default_pair(ms: list, per: list[dict[str, Any]]) -> list[int]:
+    """The machines ticked without a choice: one GPU model on two hosts (else on one), the two that measured the
+    most combinations in common (one machine may have run only a backward study); else the first two GPUs."""
+    models: dict[str, list[int]] = defaultdict(list)
+    for i, m in enumerate(ms):
+        if m.hardware == "gpu":
+            models[m.label].append(i)
+    host = [m.latest_fp.get("hostname") if isinstance(m.latest_fp, dict) else None for m in ms]
+    same = [(i, j) for v in models.values() for a, i in enumerate(v) for j in v[a + 1:]]
+    pair = max(same, key=lambda ij: (host[ij[0]] != host[ij[1]], len(per[ij[0]].keys() & per[ij[1]].keys())),
+               default=None)
+    return list(pair) if pair else ([i for i, m in enumerate(ms) if m.hardware == "gpu"][:2]
+                                    or list(range(min(2, len(ms)))))
+
+
 def picker(g: Model) -> dict[str, Any]:
     """Any machines side by side: every machine's newest records (its newest run's image) as one column each, the
     reader ticks the machines to compare (two hosts of one GPU model, a P40 against an H200...). Ratios are to the
@@ -97,7 +112,11 @@ def picker(g: Model) -> dict[str, Any]:
     for p in per:
         for k in p:
             seen[k] += 1
-    keys = sorted(seen, key=lambda k: (-seen[k], k))[:MAX_PICK_ROWS]
+    default = _default_pair(ms, per)
+    # the default pair's common combinations first, so that the first view has ratios to read, then those the
+    # most machines measured (a picked pair sharing none of them is told so by the page)
+    shared = per[default[0]].keys() & per[default[1]].keys() if len(default) == 2 else set()
+    keys = sorted(seen, key=lambda k: (k not in shared, -seen[k], k))[:MAX_PICK_ROWS]
     rows = []
     for k in keys:
         rec = next(p[k] for p in per if k in p)
@@ -114,18 +133,6 @@ def picker(g: Model) -> dict[str, Any]:
         rows.append({"combo": " ".join((rec["case"], rec["backend"], rec["direction"], rec["algo"], rec["math"],
                                         rec["dtype"], rec["layout"], settings_str(rec["settings"]))).strip(),
                      "cells": cells, "n": seen[k]})
-    models: dict[str, list[int]] = defaultdict(list)
-    for i, m in enumerate(ms):
-        if m.hardware == "gpu":
-            models[m.label].append(i)
-    host = [m.latest_fp.get("hostname") if isinstance(m.latest_fp, dict) else None for m in ms]
-    # the default pair: one GPU model on two hosts (else on one), the two that measured the most combinations in
-    # common, so that the first view has ratios to read (one machine may have run only a backward study)
-    same = [(i, j) for v in models.values() for a, i in enumerate(v) for j in v[a + 1:]]
-    pair = max(same, key=lambda ij: (host[ij[0]] != host[ij[1]], len(per[ij[0]].keys() & per[ij[1]].keys())),
-               default=None)
-    pair = list(pair) if pair else None
-    default = pair or [i for i, m in enumerate(ms) if m.hardware == "gpu"][:2] or list(range(min(2, len(ms))))
     cols = [{"name": m.name, "label": m.label, "slug": m.slug, "run": m.runs[-1], "checked": i in default}
             for i, m in enumerate(ms)]
     return {"cols": cols, "rows": rows, "left_out": max(0, len(seen) - len(keys)),
