@@ -69,6 +69,23 @@ def default_find(directions: tuple[str, ...]) -> bool:
     return set(directions) == {"fwd"}
 
 
+# What the commands (`sweep`, `bench`, `upgrade`, asv's own setup) time each combination in on CUDA, every
+# direction (run/replicas.py runs the second process). The backward sweep ran in one until it fitted its 10
+# minutes in two: on the H200 (2026-12-01) two took it to about 600 s on one host and past 585 s on another; with
+# PyTorch's backward timed as its one op and the checked run taken as a placement's warm-up, the whole backward
+# job ran in 465 s through asv (17:15 UTC, sweep 389.9 s), and its A/A pairs in two processes fail on nothing
+# (17:23, 17:36 UTC) where one process a side failed 0, 2, 0, 3 and 0 findings (docs/performance.md).
+DEFAULT_PROCESSES = 2
+
+
+def command_options(directions: tuple[str, ...], device: str, processes: int | None = None,
+                    find: bool | None = None, **fields) -> SweepOptions:
+    """A command's sweep options: the processes and Find's ranking asked for, else the defaults above; in one
+    place, so that `sweep`, `bench`, `upgrade` and the asv suite's own sweep cannot drift apart."""
+    return SweepOptions(directions=tuple(directions), device=device, processes=processes or DEFAULT_PROCESSES,
+                        find=default_find(tuple(directions)) if find is None else find, **fields)
+
+
 class Backend(Protocol):
     name: str
 

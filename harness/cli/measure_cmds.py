@@ -8,14 +8,13 @@ import os
 import sys
 from pathlib import Path
 
-from ..backends import BACKENDS, SweepOptions, default_find
+from ..backends import BACKENDS, SweepOptions, command_options
 from ..core import cases as catalogue
 from ..core.cases import DIRECTIONS, DTYPES, LAYOUTS
 from ..core.intake import EXIT_ENVIRONMENT, UserError, printable
 from ..deploy import resources
 from ..measurement.timing import TimingPolicy
 from ..run import asvselect
-from ..run.replicas import DEFAULT_PROCESSES
 from ..run.worker import DEFAULT_TIMEOUT_S
 
 DEFAULT_RESULTS = Path(os.environ.get("CONVBENCH_RESULTS", "results"))
@@ -87,11 +86,10 @@ def sweep_setup(args) -> tuple[list, SweepOptions]:
         raise UserError(str(exc)) from None
     if not cases:
         raise UserError(f"--cases {args.cases!r} selects no case; `convbench cases` lists them")
-    options = SweepOptions(directions=args.directions, dtypes=args.dtypes, layouts=args.layouts,
-                           timing=TimingPolicy(cold=args.cold, budget_ms=args.budget_ms), repeats=args.repeats,
-                           rankings=not args.no_rankings, device="cuda" if gpu else "cpu",
-                           find=default_find(tuple(args.directions)) if args.find is None else args.find,
-                           processes=args.processes or DEFAULT_PROCESSES)
+    options = command_options(args.directions, "cuda" if gpu else "cpu", args.processes, args.find,
+                              dtypes=args.dtypes, layouts=args.layouts, repeats=args.repeats,
+                              timing=TimingPolicy(cold=args.cold, budget_ms=args.budget_ms),
+                              rankings=not args.no_rankings)
     return cases, options
 
 
@@ -245,10 +243,8 @@ def asv_env(base: dict[str, str], **extra: str) -> dict[str, str]:
 def bench_options(directions: tuple[str, ...], gpu: bool, processes: int | None,
                   find: bool | None = None) -> SweepOptions:
     """The nightly sweep's options: the directions the selected classes read, on the GPU where there is one,
-    in the processes asked for or the directions' default (run/replicas.py), Find's ranking likewise."""
-    return SweepOptions(device="cuda" if gpu else "cpu", directions=directions,
-                        processes=processes or DEFAULT_PROCESSES,
-                        find=default_find(directions) if find is None else find)
+    the processes and Find's ranking asked for or the commands' defaults (backends.command_options)."""
+    return command_options(directions, "cuda" if gpu else "cpu", processes, find)
 
 
 def bench(args) -> int:

@@ -12,7 +12,8 @@ journals a record, pools the replica's samples into it (``merge``). Each process
 half the floor (``TimingPolicy.share``) on its share of the placements (``cudnn.placements``: 3 + 2), yet a second
 process still costs a second session per slice and its own checked run, warm-up and batches: on the H200
 (2026-12-01) the backward sweep came to about 1.2x of one process's, which it fits in its 10 minutes since
-PyTorch's backward is timed as its one op (``DEFAULT_PROCESSES``). The record keeps each process's median (``extra.process_medians_ms``): a compare reads their spread as the call's own level noise
+PyTorch's backward is timed as its one op (``backends.DEFAULT_PROCESSES``). The record keeps each process's
+median (``extra.process_medians_ms``): a compare reads their spread as the call's own level noise
 (analysis/timechange.py), and ``extra.fresh_process_equal`` says whether the two processes computed the same bits.
 """
 
@@ -26,13 +27,6 @@ from ..backends import Combo, SweepOptions
 from ..core.cases import Case
 from ..core.records import OK, Ranking, Record
 from ..measurement.timing import pooled
-
-# What `convbench sweep`, `bench` and `upgrade` ask for on CUDA (--processes), every direction. The backward
-# sweep ran in one until it fitted its 10 minutes in two: on the H200 (2026-12-01) two took it to about 600 s on
-# one host and past 585 s on another; with PyTorch's backward timed as its one op and the checked run taken as a
-# placement's warm-up, the whole backward job ran in 465 s through asv (17:15 UTC, sweep 389.9 s), and its A/A
-# pairs in two processes fail on nothing (17:23, 17:36 UTC) where one process a side failed 0, 2, 0, 3, 0.
-DEFAULT_PROCESSES = 2
 
 
 def effective(options: SweepOptions, backend: Any, isolated: bool) -> SweepOptions:

@@ -35,14 +35,12 @@ def sweep_direction(cases: list[Case], backend: str, direction: str, results_roo
     """Sweep every combination of ``backend`` in ``direction`` into a new run under ``results_root``; its path.
 
     On the GPU when CUDA is usable here, else on the CPU."""
-    from ..backends import SweepOptions, default_find
+    from ..backends import command_options
     from ..backends.cudnn import cuda_unavailable_reason
     from . import sweep
-    from .replicas import DEFAULT_PROCESSES
 
     gpu = cuda_unavailable_reason() is None
-    opts = SweepOptions(directions=(direction,), device="cuda" if gpu else "cpu",
-                        processes=DEFAULT_PROCESSES, find=default_find((direction,)))
+    opts = command_options((direction,), "cuda" if gpu else "cpu")
     return sweep.run(cases, [backend], opts, results_root).path
 
 
