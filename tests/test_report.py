@@ -543,3 +543,15 @@ def test_one_name_on_two_gpus_is_two_machines_on_every_page(tmp_path):
     (single,) = [n for n in pages if n.startswith("h200x2-lent-gpu1-")]  # one GPU under its own name
     assert "GPU-990e118d" in pages[single] and "(GPU-990e118d)" not in html.unescape(pages[single])
     assert len(pages) == 3
+
+
+def test_the_index_says_which_machines_did_not_run_last_night(tmp_path):
+    """The fleet's last night is the h200's tenth; the other machine ran only on the first: the status line counts
+    it and its row says so, instead of reading its old night as last night's."""
+    db = _fleet(tmp_path)
+    with Store(db) as s:
+        build(s, tmp_path / "site")
+    index = html.unescape(_text((tmp_path / "site" / "index.html").read_text()))
+    status = index[index.index("Last night ("):index.index("The verdicts and words")]
+    last = (T0 + dt.timedelta(days=9)).date().isoformat()
+    assert f"Last night ({last})" in status and "1 of them did not run last night" in status, status

@@ -107,6 +107,7 @@ def morning(g: Model) -> dict[str, Any]:
             "loud": loud, "open": loud if len(loud) <= OPEN_BLOCKS else loud[:OPEN_BLOCKS],
             "folded": [] if len(loud) <= OPEN_BLOCKS else loud[OPEN_BLOCKS:],
             "quiet": [b for b in blocks if not b["n_findings"]],
+            "silent": [b for b in blocks if b["night"] != last],  # no run last night: their latest is read
             "machines_failing": sum(1 for b in blocks if b["n_failing"]), "thresholds": th}
 
 
