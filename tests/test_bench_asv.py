@@ -79,7 +79,7 @@ def test_bench_sweeps_what_the_selected_classes_read(monkeypatch):
 
 def test_bench_times_in_the_processes_asked_for():
     """`convbench bench --processes 1` times a sweep in one process; without it every direction takes two
-    (run/replicas.py: the backward sweep fits its 10 minutes in two since 2026-12-01 evening)."""
+    (backends.command_options: the backward sweep fits its 10 minutes in two since 2026-12-01 evening)."""
     from harness.cli import build_parser
     from harness.cli.measure_cmds import bench_options, sweep_setup
 
