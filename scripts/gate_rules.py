@@ -130,13 +130,7 @@ RULES = {
 
 def close_within(k):
     """A change whose sides' placements are apart by no more than k times one side's spread is ambiguous."""
-    def rule(base, head, slower):
-        b, h = timechange.placement_levels(base), timechange.placement_levels(head)
-        if len(b) < timechange.MIN_PLACEMENTS or len(h) < timechange.MIN_PLACEMENTS:
-            return None
-        g, spread = timechange.placement_gap(b, h, slower)
-        return (g, spread) if g <= k * spread else None
-    return rule
+    return lambda base, head, slower: CLOSE(base, head, slower, share=k)
 
 
 # the veto of placements apart by less than their spread, beside the wide rule in force ("current" keeps both)

@@ -27,11 +27,12 @@ def fixture_tarballs() -> list[Path]:
     return sorted(FIXTURES.glob("*.tar.gz")) if FIXTURES.is_dir() else []
 
 
-def run_tarball(name: str, path: Path | None = None) -> tuple[dict[str, Any], dict[str, Any] | None, list[dict[str, Any]]]:
-    """(run.json, end.json or None, record lines) of the one run in tests/fixtures/runs/<name>.tar.gz (or ``path``)."""
+def run_tarball(name: str | Path) -> tuple[dict[str, Any], dict[str, Any] | None, list[dict[str, Any]]]:
+    """(run.json, end.json or None, record lines) of the one run in tests/fixtures/runs/<name>.tar.gz, or in the
+    tarball ``name`` where it is a Path."""
     meta = end = None
     recs: list[dict[str, Any]] = []
-    with tarfile.open(path or FIXTURES / f"{name}.tar.gz") as tar:
+    with tarfile.open(name if isinstance(name, Path) else FIXTURES / f"{name}.tar.gz") as tar:
         for m in tar.getmembers():
             if m.name.endswith("run.json"):
                 meta = json.load(tar.extractfile(m))

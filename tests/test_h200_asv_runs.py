@@ -179,7 +179,7 @@ def test_the_backward_job_in_two_processes_fits_and_times_the_device():
     from pathlib import Path
 
     tarball = Path(__file__).resolve().parents[1] / "docs/evidence/2026-12-01-h200-session13/bwd-2proc-run.tar.gz"
-    meta, end, recs = run_tarball("", tarball)
+    meta, end, recs = run_tarball(tarball)
     assert meta["suite_revision"] == "9e5ccb3" and meta["options"]["sweep"]["processes"] == 2
     assert end["asv_returncode"] == 0 and end["seconds"] < 600 and end["ok"] == 5080
     timed = [r for r in recs if r["kind"] == "measurement" and r["status"] == OK and r["time"]]

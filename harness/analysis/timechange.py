@@ -201,6 +201,12 @@ def placement_gap(b: list[float], h: list[float], slower: bool) -> tuple[float, 
     return (min(h) - max(b) if slower else min(b) - max(h)), max(max(b) - min(b), max(h) - min(h))
 
 
+def placement_sides(base: dict[str, Any], head: dict[str, Any]) -> tuple[list[float], list[float]] | None:
+    """Both sides' placement medians where each has MIN_PLACEMENTS or more (enough to judge on them), else None."""
+    b, h = placement_levels(base), placement_levels(head)
+    return (b, h) if len(b) >= MIN_PLACEMENTS and len(h) >= MIN_PLACEMENTS else None
+
+
 def placements_apart(base: dict[str, Any], head: dict[str, Any], slower: bool,
                      alpha: float) -> tuple[float, float, float] | None:
     """(gap, spread, p) where both sides were timed in two processes or more, on MIN_PLACEMENTS placements or
@@ -214,9 +220,10 @@ def placements_apart(base: dict[str, Any], head: dict[str, Any], slower: bool,
     side is not enough: its placements share that process's level (a one-process backward A/A, 17 us at 1.11x,
     separated by 1.6x their spread), which only a second process's placements show. In two processes a side,
     no only-wide record pair of the committed A/A runs (3,313) had its placements apart by their spread."""
-    b, h = placement_levels(base), placement_levels(head)
-    if len(b) < MIN_PLACEMENTS or len(h) < MIN_PLACEMENTS or not (process_levels(base) and process_levels(head)):
+    sides = placement_sides(base, head)
+    if sides is None or not (process_levels(base) and process_levels(head)):
         return None
+    b, h = sides
     gap, spread = placement_gap(b, h, slower)
     p = 1 / math.comb(len(b) + len(h), len(b))
     return (gap, spread, p) if gap > spread and p < alpha else None
@@ -230,18 +237,19 @@ def placements_apart(base: dict[str, Any], head: dict[str, Any], slower: bool,
 CLOSE_SHARE = 0.5
 
 
-def placements_close(base: dict[str, Any], head: dict[str, Any], slower: bool) -> tuple[float, float] | None:
+def placements_close(base: dict[str, Any], head: dict[str, Any], slower: bool,
+                     share: float = CLOSE_SHARE) -> tuple[float, float] | None:
     """(gap, spread) where both sides have MIN_PLACEMENTS placement medians or more, apart in the change's
-    direction (draws_overlap has found them so) by no more than CLOSE_SHARE of the larger of the two sides'
+    direction (draws_overlap has found them so) by no more than ``share`` of the larger of the two sides'
     placement spreads; else None. The draws are the unit a change must clear (draws_overlap), by their spread,
     not only by not touching: in the two-process backward A/A pairs on the H200 (2026-12-01 17:23 and 17:36 UTC)
     the only failing findings had placements 0.8 us apart where one side's spread 2.8 us (a 52 us backward-data
     ALGO_1, 1.05x) and 18.6 us apart where one side's spread 111 us (seed.c4's FFT_TILING, 1.04x)."""
-    b, h = placement_levels(base), placement_levels(head)
-    if len(b) < MIN_PLACEMENTS or len(h) < MIN_PLACEMENTS:
+    sides = placement_sides(base, head)
+    if sides is None:
         return None
-    gap, spread = placement_gap(b, h, slower)
-    return (gap, spread) if gap <= CLOSE_SHARE * spread else None
+    gap, spread = placement_gap(*sides, slower)
+    return (gap, spread) if gap <= share * spread else None
 
 
 # A head within this of a level an earlier run of the same machine and stack measured (its median or one of its

@@ -186,11 +186,11 @@ class CudaTimer:
         # Warm-up: every placement once (its first call is never a sample; a placement the caller already ran
         # is not run again for it: one call of up to 44 ms saved a record), then the first placement until
         # warmup_ms have passed. Each warm-up call is timed, for the batch size and the spacer below.
-        cold = fns[min(warmed, len(fns)):]
+        unwarmed = fns[min(warmed, len(fns)):]
         t0 = time.perf_counter()
         host_s, warm = [], []
-        while len(host_s) < max(len(cold), 1) or (time.perf_counter() - t0) * 1e3 < policy.warmup_ms:
-            f = cold[len(host_s)] if len(host_s) < len(cold) else fns[0]
+        while len(host_s) < max(len(unwarmed), 1) or (time.perf_counter() - t0) * 1e3 < policy.warmup_ms:
+            f = unwarmed[len(host_s)] if len(host_s) < len(unwarmed) else fns[0]
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             h = time.perf_counter()
             start.record(stream)
