@@ -42,6 +42,7 @@ MODELS = [("Tesla P40", "6.1"), ("NVIDIA GeForce RTX 3090", "8.6"), ("NVIDIA A10
 IMAGES = ["cu118-cudnn8.9-torch2.1-ort1.17", "cu124-cudnn9.1-torch2.4-ort1.19", "cu126-cudnn9.5-torch2.6-ort1.20",
           "cu130-cudnn9.19-torch2.11-ort1.23"]
 from harness.backends.cudnn_lib import DOCUMENTED_NONDETERMINISTIC  # noqa: E402  (after sys.path)
+from harness.collect.packed import write_packed  # noqa: E402
 from harness.core.cases import ALGOS as CUDNN_ALGOS  # noqa: E402
 
 ALGOS = list(CUDNN_ALGOS["fwd"])  # onnxruntime's chosen algorithm names (forward)
@@ -114,8 +115,10 @@ def _line(c: dict, status: str, med: float, samples: list[float], err: float, cl
 
 
 def gen_machine(args: tuple) -> int:
-    """All nights of one machine (run directories), deterministic from its index."""
-    mi, nights, n_combos, out = args
+    """All nights of one machine (run directories), deterministic from its index; each run packed at its end as a
+    host's Journal.finish packs it (collect/packed.py), unless a fifth argument False says not to."""
+    mi, nights, n_combos, out = args[:4]
+    pack = args[4] if len(args) > 4 else True
     rng = random.Random(mi)
     model, sm = MODELS[mi % len(MODELS)]
     machine = f"node{mi:02d}-gpu0-{model.split()[-1].lower()}"
@@ -173,6 +176,8 @@ def gen_machine(args: tuple) -> int:
             lines.append(_line(c, "ok", med, samples, err, cls, h, chosen, not unstable))
         (d / "records.jsonl").write_text("".join(lines))
         (d / "end.json").write_text(json.dumps({"counts": {"ok": len(cs) - len(unsupported)}}))
+        if pack and not write_packed(d):
+            raise RuntimeError(f"{d}: the generated journal could not be packed")
         written += len(cs)
     return written
 
@@ -323,6 +328,8 @@ def main() -> int:
     ap.add_argument("--asv-machines", type=int, default=2, help="asv publish subset: machines (0: skip)")
     ap.add_argument("--asv-nights", type=int, default=30, help="asv publish subset: nights")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--no-packed", action="store_true", help="generate runs without their packed copies (hosts "
+                    "before 2026-12-01): collect parses every journal line")
     ap.add_argument("--baseline", default=None, help="another checkout's root (e.g. `git archive OLD harness | tar "
                     "-x -C DIR`): its collect + report run first on the same fleet, for a before/after in one run")
     args = ap.parse_args()
@@ -345,10 +352,11 @@ def main() -> int:
         fleet.mkdir(parents=True)
         t0 = time.perf_counter()
         with mp.get_context("fork").Pool(args.jobs) as pool:
-            n = sum(pool.imap_unordered(gen_machine, [(mi, args.nights, args.combos, str(fleet))
+            n = sum(pool.imap_unordered(gen_machine, [(mi, args.nights, args.combos, str(fleet), not args.no_packed)
                                                       for mi in range(args.machines)]))
         size = sum(f.stat().st_size for f in fleet.rglob("*"))
-        print(f"generated: {n} records in {args.machines * args.nights} runs, {size / 2**30:.2f} GiB of JSON, "
+        print(f"generated: {n} records in {args.machines * args.nights} runs"
+              f"{'' if args.no_packed else ' with their packed copies'}, {size / 2**30:.2f} GiB, "
               f"{time.perf_counter() - t0:.0f} s (not part of the target)")
     else:
         print(f"reusing the fleet in {fleet} ({expected} records)")

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from ..core import intake
-from ..run.journal import END_FILE, JOURNAL_FILE, RUN_FILE
+from ..run.journal import END_FILE, JOURNAL_FILE, PACKED_FILE, RUN_FILE
 
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
+_RUN_FILES = (RUN_FILE, JOURNAL_FILE, END_FILE, PACKED_FILE)
 
 
 class Refused(Exception):
@@ -28,12 +29,16 @@ class Refused(Exception):
 
 @dataclass
 class RawRun:
-    """One journal run as bytes (from a directory or a tarball)."""
+    """One journal run as bytes (from a directory or a tarball), with its packed copy where there is one
+    (packed.py). A directory's journal is not read when its copy is: ``records`` is then empty and
+    ``journal_size`` is the journal's size on disk."""
 
     origin: str
     run_json: bytes
     records: bytes
     end_json: bytes | None
+    packed: bytes | None = None
+    journal_size: int | None = None
 
 
 @dataclass
@@ -119,9 +124,9 @@ def _walk_tar(path: Path) -> Iterator[Any]:
                 if n >= intake.MAX_TAR_MEMBERS:
                     raise intake.Hostile(f"more than {intake.MAX_TAR_MEMBERS} members")
                 parent, _, base = member.name.rpartition("/")
-                intake.check_member(member, intake.MAX_JOURNAL_BYTES if base == JOURNAL_FILE
+                intake.check_member(member, intake.MAX_JOURNAL_BYTES if base in (JOURNAL_FILE, PACKED_FILE)
                                     else intake.MAX_META_BYTES)
-                if not member.isfile() or not (base in (RUN_FILE, JOURNAL_FILE, END_FILE) or base.endswith(".json")):
+                if not member.isfile() or not (base in _RUN_FILES or base.endswith(".json")):
                     continue
                 kept += member.size
                 if kept > intake.MAX_ARCHIVE_BYTES:
@@ -129,7 +134,7 @@ def _walk_tar(path: Path) -> Iterator[Any]:
                                          "(a decompression bomb, or split the tarball)")
                 f = tar.extractfile(member)
                 data = f.read() if f else b""
-                if base in (RUN_FILE, JOURNAL_FILE, END_FILE):
+                if base in _RUN_FILES:
                     g = groups.setdefault(parent, {})
                     if base in g:
                         raise intake.Hostile(f"{member.name[:120]!r} appears twice")
@@ -145,7 +150,8 @@ def _walk_tar(path: Path) -> Iterator[Any]:
             raise Refused(f"{path}:{parent}: run.json without records.jsonl (a truncated tarball?); "
                           "the tarball is refused as a whole")
         if RUN_FILE in g:
-            items.append(RawRun(f"{path}:{parent}", g[RUN_FILE], g.get(JOURNAL_FILE, b""), g.get(END_FILE)))
+            items.append(RawRun(f"{path}:{parent}", g[RUN_FILE], g.get(JOURNAL_FILE, b""), g.get(END_FILE),
+                                g.get(PACKED_FILE)))
     for name, data in sorted(jsons.items()):
         parent, _, base = name.rpartition("/")
         machine = jsons.get(f"{parent}/machine.json")

@@ -24,6 +24,7 @@ from ..run.journal import END_FILE, JOURNAL_FILE, RUN_FILE
 from .asv_results import parse_asv
 from .discovery import Archive, AsvFile, RawRun, Refused, dir_run, discover, read_optional, sha1_16
 from .journals import journal_digest, journal_identity, parse_journal
+from .packed import Unusable, decode, dir_raw
 from .store import DEFAULT_STORE, ParsedRun, Store, StoreError, UnpackableRecord
 
 
@@ -64,13 +65,22 @@ def _parse(store: Store, item: Any) -> ParsedRun | None:
         if _dir_unchanged(store, item[1]):  # a nightly re-collect reads no journal it already holds
             return None
         try:
-            item = dir_run(item[1])
+            item = dir_raw(item[1])
         except (OSError, intake.Hostile) as exc:
             raise Refused(f"{item[1]}: cannot read ({exc})") from None
     if isinstance(item, RawRun):
         meta, run_id, machine = journal_identity(item)
         if store.digest_of(run_id, machine) == journal_digest(item):
             return None
+        if item.packed is not None:  # the host's packed copy: used where it is the journal's and passes its checks
+            try:
+                return decode(item, meta)
+            except Unusable:
+                if item.journal_size is not None:  # a directory's journal, not read yet: the journal decides
+                    try:
+                        item = dir_run(Path(item.origin))
+                    except (OSError, intake.Hostile) as exc:
+                        raise Refused(f"{item.origin}: cannot read ({exc})") from None
         return parse_journal(item, meta)
     if isinstance(item, AsvFile):
         parsed = parse_asv(item)
@@ -101,7 +111,7 @@ def ingest_item(store: Store, item: Any, lock: Any = None, replace: bool = False
         except UnpackableRecord as exc:
             origin = item.origin if isinstance(item, Archive) else new[0].run["origin"]
             raise Refused(f"{origin}: {exc}") from None
-    return [("unchanged", 0) if p is None else (next(outcomes), len(p.records)) for p in parsed]
+    return [("unchanged", 0) if p is None else (next(outcomes), p.run["n_records"]) for p in parsed]
 
 
 _worker_store: Store | None = None

@@ -14,6 +14,7 @@ import json
 import operator
 import re
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -73,7 +74,8 @@ def run_facts(meta: dict[str, Any]) -> dict[str, Any]:
 
 
 def journal_digest(raw: RawRun) -> str:
-    return f"j:{sha1_16(raw.run_json)}:{len(raw.records)}:{sha1_16(raw.end_json)}"
+    size = len(raw.records) if raw.journal_size is None else raw.journal_size
+    return f"j:{sha1_16(raw.run_json)}:{size}:{sha1_16(raw.end_json)}"
 
 
 def journal_identity(raw: RawRun) -> tuple[dict[str, Any], str, str]:
@@ -267,15 +269,21 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
         keep = sorted(last.values())
         combos, rows = [combos[i] for i in keep], [rows[i] for i in keep]
     cols = list(zip(*rows, strict=True)) if rows else [()] * 27
-    counts = dict(Counter(cols[0]))
-    ok = np.array([s == OK for s in cols[0]], dtype=bool)
     try:
         med = np.array(cols[3], dtype=np.float64)  # None becomes NaN
         err = np.array(cols[13], dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise Refused(f"{raw.origin}: records.jsonl has text where a number belongs ({exc})") from None
-    hashes = [hash64(x) for x in cols[18]]
-    chosen = list(cols[24])
+    run, vectors = run_row(raw, meta, cols[0], med, err, cols[18], cols[24], len(rankings))
+    return ParsedRun(run, combos, rows, rankings, vectors)
+
+
+def run_row(raw: RawRun, meta: dict[str, Any], statuses: Sequence[str], median: np.ndarray, norm_err: np.ndarray,
+            hashes: Sequence[str | None], chosen: Sequence[str | None], n_rankings: int
+            ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A run's store row (RUN_COLUMNS) and its per-record vectors, from its records' columns: the same for a
+    journal and for its packed copy (packed.py)."""
+    counts = dict(Counter(statuses))
     try:
         end = intake.loads(raw.end_json, "end.json") if raw.end_json else None
     except intake.Hostile as exc:
@@ -283,14 +291,14 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
     run = {"run_id": meta["run_id"], "machine": meta["machine"], "image": meta.get("image") or "native",
            "started": meta["started"], "night": night(meta["started"]),
            "suite_revision": meta.get("suite_revision"), "source": "journal", "origin": raw.origin,
-           "digest": journal_digest(raw), "complete": int(end is not None), "n_records": len(rows),
-           "n_ok": counts.get(OK, 0), "n_rankings": len(rankings), "counts": json.dumps(counts, sort_keys=True),
+           "digest": journal_digest(raw), "complete": int(end is not None), "n_records": len(statuses),
+           "n_ok": counts.get(OK, 0), "n_rankings": n_rankings, "counts": json.dumps(counts, sort_keys=True),
            "fingerprint": json.dumps(meta.get("fingerprint") or {}, sort_keys=True),
            "options": json.dumps(meta.get("options") or {}, sort_keys=True),
            "end_info": json.dumps(end, sort_keys=True) if end is not None else None, **run_facts(meta)}
-    vectors = {"ok": ok, "median": med, "norm_err": err, "hash": np.array(hashes, dtype=np.int64),
-               "chosen": chosen}
-    return ParsedRun(run, combos, rows, rankings, vectors)
+    vectors = {"ok": np.array([s == OK for s in statuses], dtype=bool), "median": median, "norm_err": norm_err,
+               "hash": np.array([hash64(x) for x in hashes], dtype=np.int64), "chosen": list(chosen)}
+    return run, vectors
 
 
 def _columns_pass(tops: list[tuple], times: list[tuple], accs: list[tuple], reductions: list[Any],

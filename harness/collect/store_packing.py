@@ -68,9 +68,11 @@ class ParsedRun:
 
     run: dict[str, Any]  # RUN_COLUMNS
     combos: list[tuple]  # (key, case, backend, direction, algo, math, dtype, layout, settings_json, kind) per record
-    records: list[tuple]  # RECORD_COLUMNS without run and combo (filled in by the store)
+    records: list[tuple]  # RECORD_COLUMNS without run and combo (filled in by the store); empty where packed
     rankings: list[tuple]  # RANKING_COLUMNS without run
     vectors: dict[str, np.ndarray]  # ok, median, norm_err, hash (per record, in record order), chosen names
+    # a run read from its packed copy (packed.py): pack_records' (numbers, texts, sample_counts, samples), checked
+    packed: tuple[bytes, bytes, bytes, bytes] | None = None
 
 
 def samples_blob(samples: Sequence[float] | None) -> bytes | None:

@@ -91,8 +91,11 @@ class StoreWrites:
             by_key = {c[0]: c for c in parsed.combos}
             self._ids("combos", self._combo_ids, by_key, by_key)
             combo_ids = [self._combo_ids[c[0]] for c in parsed.combos]
-        self.db.execute("INSERT INTO run_records VALUES (?,?,?,?,?,?,?)", (run_pk, *pack_records(combo_ids,
-                                                                                      parsed.records)))
+        if parsed.packed is not None:  # packed by the host as pack_records packs it, checked by packed.py
+            records = (len(combo_ids), np.asarray(combo_ids, dtype="<i4").tobytes(), *parsed.packed)
+        else:
+            records = pack_records(combo_ids, parsed.records)
+        self.db.execute("INSERT INTO run_records VALUES (?,?,?,?,?,?,?)", (run_pk, *records))
         if parsed.rankings:
             self.db.executemany(f"INSERT INTO rankings VALUES ({','.join('?' * len(RANKING_COLUMNS))})",
                                 [(run_pk, *r) for r in parsed.rankings])

@@ -4,7 +4,8 @@ Layout (the unit that ``collect`` ingests, alone or tarred):
 
     <results>/<machine>/<run_id>/run.json       who/where/what: fingerprint, options, suite revision
     <results>/<machine>/<run_id>/records.jsonl  one record or ranking per line, appended and fsynced
-    <results>/<machine>/<run_id>/end.json       written last: clocks after, counts; absent if interrupted
+    <results>/<machine>/<run_id>/end.json       written at the end: clocks after, counts; absent if interrupted
+    <results>/<machine>/<run_id>/records.packed the finished journal packed for collect (collect/packed.py)
     <results>/<machine>/<run_id>/slices.jsonl   where each slice's time went (harness/slicetime.py; not ingested)
 
 A run is identified by (machine, image, start time, suite revision) and its directory is created with
@@ -31,6 +32,7 @@ from ..measurement import fingerprint as fpmod
 RUN_FILE = "run.json"
 JOURNAL_FILE = "records.jsonl"
 END_FILE = "end.json"
+PACKED_FILE = "records.packed"  # the journal as the store keeps it, for collect (collect/packed.py)
 
 
 def suite_revision() -> str:
@@ -177,6 +179,10 @@ class Journal:
         self.close()
         summary = dict(summary, finished=dt.datetime.now(dt.timezone.utc).isoformat())
         _write_atomic(self.path / END_FILE, summary)
+        # collect imports this module: its packer is imported here, at a run's end only
+        from ..collect.packed import write_packed
+
+        write_packed(self.path)  # a cache: a run whose journal cannot be packed still ends well
 
 
 def _drop_torn_tail(path: Path) -> None:

@@ -1,0 +1,297 @@
+"""A run's packed copy (``records.packed``): its records as the store keeps them, written by the host at the end of
+the run so that a fleet's collect does not parse ten million journal lines again.
+
+The host packs what collect would store from its own journal (journals.parse_journal, then store_packing's
+column groups), so the copy is the journal's store rows, not a second format to keep in step. Collect reads the
+copy only where it is the journal's: the same size as records.jsonl when packed, not older than it; and only as
+untrusted input: every combination goes through check_record once, every column through the rule check_record
+applies to its values (columns.py), every text is written again in the store's spelling and must come out the
+same. A copy that is missing, stale, damaged or hostile is passed over and the journal read instead: nothing is
+lost and the refusal words stay the journal's. The journal stays the record; the copy is a cache of it.
+
+Layout: ``CBPACK1``, a JSON header line {journal_bytes, n, sizes}, then six sections back to back: the records'
+combinations (a JSON array per line, in record order), NUMBER_COLUMNS as float64 (NaN for null), the texts of
+TEXT_COLUMNS (one JSON array), the samples' counts (int32), the samples (float64) and the rankings (JSON).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import operator
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..core import intake
+from ..core.records import SCHEMA_VERSION, Accuracy, Determinism, Ranking, Record, Timing
+from ..core.schema import MAX_INT, MAX_SAMPLES, SchemaError, _checker, check_record
+from ..run.journal import END_FILE, JOURNAL_FILE, PACKED_FILE, RUN_FILE
+from . import columns as column_checks
+from .discovery import RawRun, Refused, dir_run
+from .rows import combo_row
+from .store_packing import NUMBER_COLUMNS, TEXT_COLUMNS, ParsedRun, dumps_texts, loads_texts, pack_records
+
+MAGIC = b"CBPACK1\n"
+_SECTIONS = ("combos", "numbers", "texts", "sample_counts", "samples", "rankings")
+_OWNER = {**{n: Record for n in ("status", "reason", "device", "chosen_algo", "explanation", "workspace_bytes")},
+          **{n: Timing for n in ("median_ms", "iqr_ms", "min_ms", "n", "timer", "mode")},
+          **{n: Accuracy for n in ("max_abs", "rel_l2", "max_norm_err", "nan", "inf", "unwritten", "precision_class")},
+          **{n: Determinism for n in ("hash", "hash_algo", "repeats", "repeat_equal", "fresh_handle_equal",
+                                      "distinct_outputs")}}
+_TIME_EXTRAS = frozenset(("clock", "flags", "host_ms"))  # the time's parts the store keeps in extra
+_PLAIN_EXTRA = frozenset(column_checks.PLAIN_EXTRA) | _TIME_EXTRAS
+_CLOCK_KEYS = frozenset(column_checks.OPTIONAL_TYPES) - _PLAIN_EXTRA
+_COMBO_MEMO: dict[bytes, tuple] = {}  # a combination line -> its checked combo row (a fleet repeats a few thousand)
+_MAX_MEMO = 200_000
+
+
+class Unusable(ValueError):
+    """A packed copy collect does not use (stale, damaged or hostile); the journal is read instead."""
+
+
+# --- writing (the host, at the end of a run) ---
+
+def encode(parsed: ParsedRun, journal_bytes: int) -> bytes:
+    """The packed copy of a parsed run whose journal is ``journal_bytes`` long."""
+    n = len(parsed.combos)
+    _, _, numbers, texts, counts, samples = pack_records(list(range(n)), parsed.records)
+    combos = b"\n".join(dumps_texts(list(c[1:])) for c in parsed.combos)
+    rankings = dumps_texts(parsed.rankings)
+    sections = (combos, numbers, texts, counts, samples, rankings)
+    header = json.dumps({"journal_bytes": journal_bytes, "n": n, "sizes": [len(s) for s in sections]})
+    return b"".join((MAGIC, header.encode(), b"\n", *sections))
+
+
+def write_packed(run_dir: Path) -> bool:
+    """Pack a finished run directory's journal beside it (atomically); False (and no file) where it cannot be
+    packed: a run is never failed by its cache, and collect then reads the journal as it always did."""
+    from .journals import parse_journal  # journals imports the run package, which calls this at a run's end
+
+    run_dir = Path(run_dir)
+    target, tmp = run_dir / PACKED_FILE, run_dir / f"{PACKED_FILE}.tmp"
+    try:
+        raw = dir_run(run_dir)
+        data = encode(parse_journal(raw), len(raw.records))
+        if os.path.lexists(tmp) and not stat.S_ISREG(os.lstat(tmp).st_mode):
+            return False
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, target)
+        return True
+    except (OSError, intake.Hostile, Refused, ValueError):
+        try:
+            if os.path.lexists(target):
+                os.unlink(target)  # an older copy would be stale
+        except OSError:
+            pass
+        return False
+
+
+# --- reading (collect) ---
+
+def dir_raw(path: Path) -> RawRun:
+    """A run directory's RawRun: with its packed copy and the journal's size (and no journal bytes) where a copy
+    at least as new as the journal is there, else as discovery.dir_run reads it."""
+    try:
+        pst, jst = os.lstat(path / PACKED_FILE), os.lstat(path / JOURNAL_FILE)
+    except OSError:
+        return dir_run(path)
+    if (not stat.S_ISREG(pst.st_mode) or not stat.S_ISREG(jst.st_mode) or pst.st_mtime_ns < jst.st_mtime_ns
+            or pst.st_size > intake.MAX_JOURNAL_BYTES):
+        return dir_run(path)
+    return RawRun(str(path), intake.read_file(path / RUN_FILE, intake.MAX_META_BYTES), b"",
+                  intake.read_optional(path / END_FILE, intake.MAX_META_BYTES),
+                  intake.read_file(path / PACKED_FILE, intake.MAX_JOURNAL_BYTES), jst.st_size)
+
+
+def decode(raw: RawRun, meta: dict[str, Any]) -> ParsedRun:
+    """The store rows of a run from its packed copy, checked as the journal's lines would be; Unusable if the copy
+    is not the journal's or does not pass."""
+    from .journals import run_row
+
+    data = raw.packed or b""
+    journal_bytes = len(raw.records) if raw.journal_size is None else raw.journal_size
+    try:
+        if not data.startswith(MAGIC):
+            raise Unusable("no packed copy header")
+        end = data.index(b"\n", len(MAGIC), len(MAGIC) + 512)
+        head = json.loads(data[len(MAGIC):end])
+        n, sizes = head["n"], head["sizes"]
+        if head["journal_bytes"] != journal_bytes:
+            raise Unusable("the journal changed since it was packed")
+        if (type(n) is not int or not 0 < n <= 1 << 26 or type(sizes) is not list or len(sizes) != len(_SECTIONS)
+                or not all(type(s) is int and s >= 0 for s in sizes) or end + 1 + sum(sizes) != len(data)):
+            raise Unusable("section sizes do not add up")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise Unusable(f"header: {exc}") from None
+    parts, at = {}, end + 1
+    for name, size in zip(_SECTIONS, sizes, strict=True):
+        parts[name], at = data[at:at + size], at + size
+    combos = _combos(parts["combos"], n)
+    texts, rows = _texts(parts["texts"], n)
+    numbers = _numbers(parts["numbers"], n)
+    counts, samples = _samples(parts["sample_counts"], parts["samples"], n)
+    rankings = _rankings(parts["rankings"])
+    cols = list(zip(*rows, strict=True))
+    status, hashes, chosen = cols[0], cols[TEXT_COLUMNS.index("hash")], cols[TEXT_COLUMNS.index("chosen_algo")]
+    run, vectors = run_row(raw, meta, status, numbers[NUMBER_COLUMNS.index("median_ms")].copy(),
+                           numbers[NUMBER_COLUMNS.index("max_norm_err")].copy(), hashes, chosen, len(rankings))
+    return ParsedRun(run, combos, [], rankings, vectors,
+                     packed=(numbers.astype("<f8").tobytes(), texts, counts, samples))
+
+
+def _combos(section: bytes, n: int) -> list[tuple]:
+    """Each record's combination row, each line checked by check_record once (per process) and its key made as
+    the journal path makes it; every key once (the journal path keeps the last of a combination measured twice)."""
+    lines = section.split(b"\n")
+    if len(lines) != n:
+        raise Unusable(f"{len(lines)} combinations for {n} records")
+    memo, out = _COMBO_MEMO, []
+    for line in lines:
+        row = memo.get(line)
+        if row is None:
+            row = _combo(line)
+            if len(memo) < _MAX_MEMO:
+                memo[line] = row
+        out.append(row)
+    if len({c[0] for c in out}) != n:
+        raise Unusable("a combination appears twice")
+    return out
+
+
+def _combo(line: bytes) -> tuple:
+    try:
+        v = loads_texts(line)
+        if type(v) is not list or len(v) != 9 or not all(type(x) is str for x in v):
+            raise Unusable("a combination is not nine texts")
+        case, backend, direction, algo, math_, dtype, layout, settings_text, kind = v
+        settings = json.loads(settings_text)
+        if type(settings) is not dict:
+            raise Unusable("a combination's settings are not an object")
+        d = {"schema": SCHEMA_VERSION, "kind": kind, "case": case, "backend": backend, "direction": direction,
+             "algo": algo, "math": math_, "dtype": dtype, "layout": layout, "settings": settings, "status": "ok"}
+        if kind == "ranking":
+            raise Unusable("a ranking where a record belongs")
+        check_record(d)
+        row = combo_row((case, backend, direction, algo, math_, dtype, layout), settings, kind)
+    except (SchemaError, ValueError, TypeError, RecursionError) as exc:
+        raise Unusable(f"combination: {str(exc)[:120]}") from None
+    if row[8] != settings_text:
+        raise Unusable("a combination's settings are not in the store's spelling")
+    return row
+
+
+def _texts(section: bytes, n: int) -> tuple[bytes, list]:
+    """The texts of TEXT_COLUMNS per record, each column checked as check_record checks its values; the section
+    as the store keeps it (written again from what was checked) and its rows."""
+    try:
+        rows = loads_texts(section)
+    except ValueError:
+        raise Unusable("texts are not JSON") from None
+    width = len(TEXT_COLUMNS)
+    if type(rows) is not list or len(rows) != n or set(map(type, rows)) != {list} or set(map(len, rows)) != {width}:
+        raise Unusable(f"texts are not {n} rows of {width}")
+    cols = list(zip(*rows, strict=True))
+    for name, col in zip(TEXT_COLUMNS[:-1], cols, strict=False):
+        tp = column_checks._hint(_OWNER[name], name)
+        if not column_checks._values_pass(col, tp if name == "status" else tp | None, name):
+            raise Unusable(f"column {name} does not pass the record schema")
+    _extras(cols[-1])
+    return dumps_texts(rows), rows  # the store keeps what was checked, in its own spelling
+
+
+def _extras(texts: tuple) -> None:
+    """Each record's stored extra (journals._stored_extra as JSON) checked as check_record checks an extra. Its
+    spelling is kept as the host wrote it (json_texts.encode_all's, on an honest host): readers parse it, and
+    spelling it again would cost more than all the rest (2.6 us a record). Values of the keys real runs write are checked per key, in columns
+    (gathered by C loops: a fleet has ten million extras); an extra with other keys is walked whole."""
+    present = [t for t in texts if t is not None]
+    if not all(type(t) is str for t in present):
+        raise Unusable("an extra is not text")
+    try:  # one text, one value: each parsed alone (texts joined could pair a torn one with the next)
+        values = list(map(loads_texts, present))
+    except ValueError:
+        raise Unusable("an extra is not JSON") from None
+    if values and (set(map(type, values)) != {dict} or not all(values)):
+        raise Unusable("an extra is not a non-empty object")
+    keysets = set(map(frozenset, values))
+    if not all(ks <= _PLAIN_EXTRA for ks in keysets):
+        full = _checker(column_checks._hint(Record, "extra"), "extra", True)
+        try:
+            for v in values:
+                full(v, "extra")
+        except (SchemaError, RecursionError):
+            raise Unusable("an extra does not pass the record schema") from None
+    optional = {k: _column(values, k) for k in _PLAIN_EXTRA - {"clock"}}
+    clocks = [c for c in _column(values, "clock") if c is not None]
+    if clocks:
+        if set(map(type, clocks)) != {dict} or not all(ks <= _CLOCK_KEYS for ks in set(map(frozenset, clocks))):
+            raise Unusable("an extra's clock is not the clock a timer writes")
+        optional.update({k: _column(clocks, k) for k in _CLOCK_KEYS})
+    if not column_checks.optional_pass(optional):
+        raise Unusable("an extra's values do not pass the record schema")
+
+
+_MISSING = object()
+
+
+def _column(dicts: list[dict], key: str) -> list:
+    """The values of ``key`` in the dicts that hold it (one C loop each way)."""
+    col = list(map(dict.get, dicts, itertools.repeat(key), itertools.repeat(_MISSING)))
+    return list(filter(functools.partial(operator.is_not, _MISSING), col))
+
+
+def _numbers(section: bytes, n: int) -> np.ndarray:
+    """NUMBER_COLUMNS (rows) x records, each column within what check_record lets through (null as NaN)."""
+    if len(section) != 8 * len(NUMBER_COLUMNS) * n:
+        raise Unusable("numbers are not 15 per record")
+    a = np.frombuffer(section, dtype="<f8").reshape(len(NUMBER_COLUMNS), n)
+    with np.errstate(invalid="ignore"):
+        for name, col in zip(NUMBER_COLUMNS, a, strict=True):
+            tp = column_checks._hint(_OWNER[name], name)
+            base = next(t for t in (bool, int, float) if tp in (t, t | None))
+            v = col[~np.isnan(col)]
+            if base is bool:
+                ok = np.isin(v, (0.0, 1.0)).all()
+            else:
+                top = float(MAX_INT) if base is int else 1e300
+                ok = ((v >= 0) & (v <= top)).all() and (base is float or (v == np.floor(v)).all())
+            if not ok:
+                raise Unusable(f"column {name} holds a value the record schema refuses")
+    return a
+
+
+def _samples(counts_section: bytes, samples: bytes, n: int) -> tuple[bytes, bytes]:
+    if len(counts_section) != 4 * n:
+        raise Unusable("sample counts are not one per record")
+    counts = np.frombuffer(counts_section, dtype="<i4")
+    if n and (counts.min() < 0 or counts.max() > MAX_SAMPLES):
+        raise Unusable("a sample count is out of range")
+    if int(counts.sum(dtype=np.int64)) * 8 != len(samples):
+        raise Unusable("samples do not match their counts")
+    s = np.frombuffer(samples, dtype="<f8")
+    if len(s) and not ((s >= 0) & (s <= 1e300)).all():  # NaN fails both
+        raise Unusable("a sample is negative, not finite or out of range")
+    return counts_section, samples
+
+
+def _rankings(section: bytes) -> list[tuple]:
+    from .journals import _RANK_FIELDS
+
+    try:
+        rows = loads_texts(section)
+    except ValueError:
+        raise Unusable("rankings are not JSON") from None
+    if type(rows) is not list or (rows and (set(map(type, rows)) != {list}
+                                            or set(map(len, rows)) != {len(_RANK_FIELDS)})):
+        raise Unusable("rankings are not rows of ranking fields")
+    rows = list(map(tuple, rows))
+    if not column_checks.check_columns(rows, Ranking, _RANK_FIELDS):
+        raise Unusable("a ranking does not pass the ranking schema")
+    return rows

@@ -1,0 +1,224 @@
+"""A run's packed copy (collect/packed.py): written at a run's end, read by collect instead of the journal only where
+it is the journal's and passes the record schema; the store is the same either way, and a stale, damaged or
+hostile copy is passed over for the journal (nothing lost, the journal's words for what is refused)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _fleet_data import fixture_tarballs, record, sweep_cpu_runs, tar_runs, write_run
+
+from harness.collect import ingest
+from harness.collect import packed as pk
+from harness.collect.discovery import Archive, RawRun, discover
+from harness.collect.ingest import collect
+from harness.collect.journals import journal_identity, parse_journal
+from harness.collect.store import Store
+from harness.collect.store_packing import NUMBER_COLUMNS, TEXT_COLUMNS, pack_records
+from harness.core.records import dumps
+from harness.run.journal import JOURNAL_FILE, PACKED_FILE
+
+T0 = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
+
+
+def _dump(db: Path) -> list:
+    """Every table of a store, the runs' origins (where each was read from) aside."""
+    with Store(db) as s:
+        names = [r[1] for r in s.db.execute("PRAGMA table_info(runs)")]
+        runs = [tuple(None if n == "origin" else v for n, v in zip(names, r, strict=True))
+                for r in s.db.execute("SELECT * FROM runs ORDER BY 1")]
+        return [runs] + [list(s.db.execute(f"SELECT * FROM {t} ORDER BY 1, 2"))
+                         for t in ("combos", "run_records", "rankings", "run_vectors")]
+
+
+def _same(decoded, parsed) -> None:
+    assert decoded.run == parsed.run
+    assert decoded.combos == parsed.combos
+    assert decoded.rankings == parsed.rankings
+    for k, v in parsed.vectors.items():
+        if isinstance(v, np.ndarray):
+            assert np.array_equal(decoded.vectors[k], v, equal_nan=True), k
+        else:
+            assert decoded.vectors[k] == v, k
+    assert decoded.packed == pack_records(list(range(len(parsed.records))), parsed.records)[2:]
+
+
+def test_every_fixture_run_packs_to_what_its_journal_stores():
+    runs = 0
+    for tarball in fixture_tarballs():
+        for item in discover([tarball]):
+            assert isinstance(item, Archive), item
+            for raw in item.items:
+                if not isinstance(raw, RawRun):
+                    continue
+                meta = journal_identity(raw)[0]
+                parsed = parse_journal(raw, meta)
+                copy = RawRun(raw.origin, raw.run_json, raw.records, raw.end_json,
+                              pk.encode(parsed, len(raw.records)))
+                _same(pk.decode(copy, meta), parsed)
+                runs += 1
+    assert runs >= 10
+
+
+def _no_journal_parse(monkeypatch) -> None:
+    def refuse(*a, **k):
+        raise AssertionError("collect parsed a journal whose packed copy it should have read")
+    monkeypatch.setattr(ingest, "parse_journal", refuse)
+
+
+def test_a_real_run_packs_itself_and_collect_reads_the_copy(tmp_path, monkeypatch):
+    runs = sweep_cpu_runs(tmp_path / "results", n=2)
+    assert all((r / PACKED_FILE).is_file() for r in runs)  # Journal.finish wrote them
+    bare = tmp_path / "bare"
+    for r in runs:  # the same runs as hosts before the packed copy wrote them
+        dest = bare / r.parent.name / r.name
+        dest.mkdir(parents=True)
+        for f in r.iterdir():
+            if f.name != PACKED_FILE:
+                dest.joinpath(f.name).write_bytes(f.read_bytes())
+    journal_only = collect(tmp_path / "journal.sqlite", [bare])
+    with monkeypatch.context() as m:
+        _no_journal_parse(m)
+        from_copies = collect(tmp_path / "packed.sqlite", [tmp_path / "results"])
+        tarball = tar_runs(runs, tmp_path / "runs.tar.gz")
+        from_tar = collect(tmp_path / "tar.sqlite", [tarball])
+    assert from_copies.added == journal_only.added == from_tar.added == 2 and not from_copies.refused
+    assert from_copies.records == journal_only.records > 0
+    assert _dump(tmp_path / "packed.sqlite") == _dump(tmp_path / "journal.sqlite") == _dump(tmp_path / "tar.sqlite")
+    # the digest is the journal's: the same runs from the other source change nothing
+    again = collect(tmp_path / "packed.sqlite", [bare])
+    assert again.unchanged == 2 and again.added == again.updated == 0
+
+
+def _run(tmp_path: Path, n: int = 3) -> Path:
+    recs = [record(f"c{i}", samples=[1.0 + i, 1.5 + i], hash_=f"{i:032x}",
+                   clock={"sm_mhz_min": 1980, "sm_mhz_max": 1980, "slowdowns": []}) for i in range(n)]
+    for i, r in enumerate(recs):
+        r.extra = {"wall_ms": 2.0 + i, "placement_medians_ms": [1.0 + i, 1.1 + i]}
+    d = write_run(tmp_path / "results", "m1", "img", T0, recs)
+    assert pk.write_packed(d)
+    return d
+
+
+def test_a_journal_that_grew_or_is_newer_than_its_copy_is_read(tmp_path, monkeypatch):
+    d = _run(tmp_path)
+    with (d / JOURNAL_FILE).open("a") as f:  # a resumed run appended after the copy was made
+        f.write(dumps(record("late")) + "\n")
+    assert collect(tmp_path / "a.sqlite", [d]).records == 4
+    d2 = _run(tmp_path / "two")
+    packed_at = os.stat(d2 / PACKED_FILE).st_mtime_ns
+    os.utime(d2 / JOURNAL_FILE, ns=(packed_at + 10**9, packed_at + 10**9))  # same size, written after the copy
+    assert pk.dir_raw(d2).packed is None
+
+
+def _sections(data: bytes) -> tuple[dict, dict]:
+    end = data.index(b"\n", len(pk.MAGIC))
+    head = json.loads(data[len(pk.MAGIC):end])
+    parts, at = {}, end + 1
+    for name, size in zip(pk._SECTIONS, head["sizes"], strict=True):
+        parts[name], at = data[at:at + size], at + size
+    return head, parts
+
+
+def _assemble(head: dict, parts: dict) -> bytes:
+    sections = [parts[name] for name in pk._SECTIONS]
+    head = dict(head, sizes=[len(s) for s in sections])
+    return b"".join((pk.MAGIC, json.dumps(head).encode(), b"\n", *sections))
+
+
+def _texts(parts: dict, row: int, column: str, value) -> None:
+    rows = json.loads(parts["texts"])
+    rows[row][TEXT_COLUMNS.index(column)] = value
+    parts["texts"] = json.dumps(rows, separators=(",", ":")).encode()
+
+
+def _number(parts: dict, row: int, column: str, value: float) -> None:
+    n = len(parts["sample_counts"]) // 4
+    a = np.frombuffer(parts["numbers"], dtype="<f8").reshape(len(NUMBER_COLUMNS), n).copy()
+    a[NUMBER_COLUMNS.index(column), row] = value
+    parts["numbers"] = a.tobytes()
+
+
+def _combo(parts: dict, row: int, field: int, value) -> None:
+    lines = parts["combos"].split(b"\n")
+    c = json.loads(lines[row])
+    c[field] = value
+    lines[row] = json.dumps(c).encode()
+    parts["combos"] = b"\n".join(lines)
+
+
+def _extra(parts: dict, row: int, value: str) -> None:
+    _texts(parts, row, "extra", value)
+
+
+HOSTILE = {
+    "not a packed copy": lambda h, p: None,
+    "the journal's size is another": lambda h, p: h.update(journal_bytes=h["journal_bytes"] + 1),
+    "a record count the sections do not have": lambda h, p: h.update(n=h["n"] + 1),
+    "a negative median": lambda h, p: _number(p, 0, "median_ms", -1.0),
+    "an infinite spread": lambda h, p: _number(p, 1, "iqr_ms", float("inf")),
+    "a fractional sample count": lambda h, p: _number(p, 0, "n", 2.5),
+    "a boolean that is 2": lambda h, p: _number(p, 0, "repeat_equal", 2.0),
+    "an integer past 2**63": lambda h, p: _number(p, 0, "workspace_bytes", 2.0**64),
+    "an empty status": lambda h, p: _texts(p, 0, "status", ""),
+    "a status that is a number": lambda h, p: _texts(p, 0, "status", 7),
+    "a device with a control character": lambda h, p: _texts(p, 0, "device", "cuda\x07"),
+    "a row of ten texts": lambda h, p: p.update(texts=json.dumps([r[:-1] for r in json.loads(p["texts"])]).encode()),
+    "a direction that is no direction": lambda h, p: _combo(p, 0, 2, "sideways"),
+    "an empty algorithm": lambda h, p: _combo(p, 0, 3, ""),
+    "settings not in the store's spelling": lambda h, p: _combo(p, 0, 7, '{"b":1,"a":2}'),
+    "a nested setting": lambda h, p: _combo(p, 0, 7, '{"a": [1]}'),
+    "a combination twice": lambda h, p: p.update(combos=b"\n".join([p["combos"].split(b"\n")[0]] * 3)),
+    "a torn extra paired with the next": lambda h, p: (_extra(p, 0, '{"wall_ms": [1'),
+                                                      _extra(p, 1, '2]}, {"wall_ms": 3}')),
+    "an extra that is a list": lambda h, p: _extra(p, 0, "[1, 2]"),
+    "an empty extra": lambda h, p: _extra(p, 0, "{}"),
+    "a negative wall time": lambda h, p: _extra(p, 0, '{"wall_ms": -1.0}'),
+    "an unknown extra nested too deep": lambda h, p: _extra(p, 0, '{"x": ' + "[" * 12 + "]" * 12 + "}"),
+    "a clock with text for its minimum": lambda h, p: _extra(p, 0, '{"clock": {"sm_mhz_min": "fast"}}'),
+    "a sample count past the samples": lambda h, p: p.update(sample_counts=struct.pack("<3i", 2, 2, 3)),
+    "a negative sample count": lambda h, p: p.update(sample_counts=struct.pack("<3i", -1, 2, 5)),
+    "a NaN sample": lambda h, p: p.update(samples=struct.pack("<d", float("nan")) + p["samples"][8:]),
+    "a ranking whose rank is text": lambda h, p: p.update(rankings=json.dumps(
+        [["c1", "fwd", "fp32", "NCHW", "DEFAULT", "find", "first", "A", "ok", 1.0, 0, "DETERMINISTIC", "x"]]).encode()),
+}
+
+
+@pytest.mark.parametrize("what", sorted(HOSTILE))
+def test_a_hostile_copy_is_passed_over_for_the_journal(tmp_path, what):
+    d = _run(tmp_path / "hostile")
+    clean = _run(tmp_path / "clean")
+    (clean / PACKED_FILE).unlink()
+    data = (d / PACKED_FILE).read_bytes()
+    if what == "not a packed copy":
+        bad = b"CBPACK1\n{" + os.urandom(64)
+    else:
+        head, parts = _sections(data)
+        HOSTILE[what](head, parts)
+        bad = _assemble(head, parts)
+    assert bad != data
+    (d / PACKED_FILE).write_bytes(bad)
+    raw = pk.dir_raw(d)
+    assert raw.packed == bad
+    with pytest.raises(pk.Unusable):
+        pk.decode(raw, journal_identity(raw)[0])
+    s = collect(tmp_path / "h.sqlite", [d])
+    assert s.added == 1 and s.records == 3 and not s.refused
+    collect(tmp_path / "c.sqlite", [clean])
+    assert _dump(tmp_path / "h.sqlite") == _dump(tmp_path / "c.sqlite")
+
+
+def test_a_journal_collect_refuses_is_not_packed_and_its_refusal_stays_the_journals(tmp_path):
+    d = write_run(tmp_path / "results", "m1", "img", T0, [record("a")])
+    with (d / JOURNAL_FILE).open("a") as f:
+        f.write('{"schema": 1, "kind": "measurement", "case": 5}\n')
+    assert not pk.write_packed(d)
+    assert not (d / PACKED_FILE).exists()
+    s = collect(tmp_path / "s.sqlite", [d])
+    assert s.added == 0 and len(s.refused) == 1 and "line 2" in s.refused[0]
