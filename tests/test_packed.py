@@ -90,6 +90,8 @@ def test_a_real_run_packs_itself_and_collect_reads_the_copy(tmp_path, monkeypatc
         from_tar = collect(tmp_path / "tar.sqlite", [tarball])
     assert from_copies.added == journal_only.added == from_tar.added == 2 and not from_copies.refused
     assert from_copies.records == journal_only.records > 0
+    assert (from_copies.packed, from_tar.packed, journal_only.packed) == (2, 2, 0)
+    assert "2 runs read from their packed copies" in from_copies.line()
     assert _dump(tmp_path / "packed.sqlite") == _dump(tmp_path / "journal.sqlite") == _dump(tmp_path / "tar.sqlite")
     # the digest is the journal's: the same runs from the other source change nothing
     again = collect(tmp_path / "packed.sqlite", [bare])
@@ -209,7 +211,8 @@ def test_a_hostile_copy_is_passed_over_for_the_journal(tmp_path, what):
     with pytest.raises(pk.Unusable):
         pk.decode(raw, journal_identity(raw)[0])
     s = collect(tmp_path / "h.sqlite", [d])
-    assert s.added == 1 and s.records == 3 and not s.refused
+    assert s.added == 1 and s.records == 3 and not s.refused and s.packed == 0
+    assert len(s.passed_over) == 1 and f"{d}: packed copy passed over, its journal read (" in s.passed_over[0]
     collect(tmp_path / "c.sqlite", [clean])
     assert _dump(tmp_path / "h.sqlite") == _dump(tmp_path / "c.sqlite")
 

@@ -35,10 +35,32 @@ class Summary:
     unchanged: int = 0
     records: int = 0
     refused: list[str] = field(default_factory=list)
+    packed: int = 0  # runs read from their packed copies (packed.py) instead of their journals
+    passed_over: list[str] = field(default_factory=list)  # packed copies not used (the journal was read), one line each
 
     def line(self) -> str:
-        return (f"{self.added} runs added, {self.updated} updated, {self.unchanged} unchanged, "
+        text = (f"{self.added} runs added, {self.updated} updated, {self.unchanged} unchanged, "
                 f"{self.records} records read, {len(self.refused)} refused")
+        if self.packed:
+            text += f"; {self.packed} runs read from their packed copies"
+        if self.passed_over:
+            text += f"; {len(self.passed_over)} packed copies passed over for their journals"
+        return text
+
+    def account(self, outcome: str, value: Any, note: str | None = None) -> None:
+        """One result of ingest_item: ('refused', line) or (outcome, records, how the run was read)."""
+        if outcome == "refused":
+            self.refused.append(" ".join(str(value).splitlines()))  # one line, whatever the input held
+            return
+        setattr(self, outcome, getattr(self, outcome) + 1)
+        self.records += value
+        if note == PACKED:
+            self.packed += 1
+        elif note:
+            self.passed_over.append(" ".join(note.splitlines()))
+
+
+PACKED = "packed"  # ingest_item's note for a run read from its packed copy
 
 
 
@@ -59,11 +81,12 @@ def _dir_unchanged(store: Store, path: Path) -> bool:
     return store.digest_of(run_id, machine) == f"j:{sha1_16(run_json)}:{size}:{sha1_16(end)}"
 
 
-def _parse(store: Store, item: Any) -> ParsedRun | None:
-    """One discovered run parsed for the store, or None when the store already holds it unchanged."""
+def _parse(store: Store, item: Any) -> tuple[ParsedRun | None, str | None]:
+    """One discovered run parsed for the store (None when the store already holds it unchanged), and how it was
+    read: PACKED, why its packed copy was passed over, or None."""
     if isinstance(item, tuple) and item[0] == "dir":
         if _dir_unchanged(store, item[1]):  # a nightly re-collect reads no journal it already holds
-            return None
+            return None, None
         try:
             item = dir_raw(item[1])
         except (OSError, intake.Hostile) as exc:
@@ -71,27 +94,30 @@ def _parse(store: Store, item: Any) -> ParsedRun | None:
     if isinstance(item, RawRun):
         meta, run_id, machine = journal_identity(item)
         if store.digest_of(run_id, machine) == journal_digest(item):
-            return None
+            return None, None
+        note = None
         if item.packed is not None:  # the host's packed copy: used where it is the journal's and passes its checks
             try:
-                return decode(item, meta)
-            except Unusable:
+                return decode(item, meta), PACKED
+            except Unusable as exc:
+                note = f"{item.origin}: packed copy passed over, its journal read ({exc})"
                 if item.journal_size is not None:  # a directory's journal, not read yet: the journal decides
                     try:
                         item = dir_run(Path(item.origin))
                     except (OSError, intake.Hostile) as exc:
                         raise Refused(f"{item.origin}: cannot read ({exc})") from None
-        return parse_journal(item, meta)
+        return parse_journal(item, meta), note
     if isinstance(item, AsvFile):
         parsed = parse_asv(item)
         if store.digest_of(parsed.run["run_id"], parsed.run["machine"]) == parsed.run["digest"]:
-            return None
-        return parsed
+            return None, None
+        return parsed, None
     raise TypeError(item)
 
 
-def ingest_item(store: Store, item: Any, lock: Any = None, replace: bool = False) -> list[tuple[str, int]]:
-    """Collect one discovered item (a run, or every run of an archive): [('added'|'updated'|'unchanged', records)].
+def ingest_item(store: Store, item: Any, lock: Any = None, replace: bool = False) -> list[tuple]:
+    """Collect one discovered item (a run, or every run of an archive): [('added'|'updated'|'unchanged', records,
+    how it was read)] (Summary.account).
 
     Parsing happens outside ``lock`` and writing inside it, so parallel parsers overlap while one writes.
     """
@@ -104,6 +130,8 @@ def ingest_item(store: Store, item: Any, lock: Any = None, replace: bool = False
             if isinstance(item, Archive):
                 raise Refused(f"{exc} (the tarball {item.origin} is refused as a whole)") from None
             raise
+    notes = [note for _, note in parsed]
+    parsed = [p for p, _ in parsed]
     new = [p for p in parsed if p is not None]
     with lock if lock is not None else contextlib.nullcontext():
         try:
@@ -111,7 +139,8 @@ def ingest_item(store: Store, item: Any, lock: Any = None, replace: bool = False
         except UnpackableRecord as exc:
             origin = item.origin if isinstance(item, Archive) else new[0].run["origin"]
             raise Refused(f"{origin}: {exc}") from None
-    return [("unchanged", 0) if p is None else (next(outcomes), p.run["n_records"]) for p in parsed]
+    return [("unchanged", 0, None) if p is None else (next(outcomes), p.run["n_records"], note)
+            for p, note in zip(parsed, notes, strict=True)]
 
 
 _worker_store: Store | None = None
@@ -130,7 +159,7 @@ def _origin(item: Any) -> str:
     return str(item[1]) if isinstance(item, tuple) else getattr(item, "origin", repr(item)[:200])
 
 
-def _ingest_or_refuse(store: Store, item: Any, lock: Any = None, replace: bool = False) -> list[tuple[str, Any]]:
+def _ingest_or_refuse(store: Store, item: Any, lock: Any = None, replace: bool = False) -> list[tuple]:
     """One item; whatever goes wrong with it (even a bug exposed by hostile input) refuses it, not the collect.
     A store that cannot be written (full disk, read-only mount, damage) ends the collect: StoreError."""
     try:
@@ -144,7 +173,7 @@ def _ingest_or_refuse(store: Store, item: Any, lock: Any = None, replace: bool =
         return [("refused", f"{_origin(item)}: cannot be collected ({type(exc).__name__}: {text})")]
 
 
-def _worker(item: Any) -> list[tuple[str, Any]]:
+def _worker(item: Any) -> list[tuple]:
     return _ingest_or_refuse(_worker_store, item, _worker_lock, _worker_replace)
 
 
@@ -163,20 +192,14 @@ def collect(store_path: str | Path, paths: list[str | Path], jobs: int = 1,
     summary = Summary()
     guard = threading.Lock()  # with --jobs, refusals come from the pool's feeder thread and from results
 
-    def account(results: list[tuple[str, Any]]) -> None:
+    def account(results: list[tuple]) -> None:
         with guard:
-            for outcome, value in results:
-                _account(outcome, value)
-
-    def _account(outcome: str, value: Any) -> None:
-        if outcome == "refused":
-            value = " ".join(str(value).splitlines())  # one line per refusal, whatever the input held
-            summary.refused.append(value)
-            if progress:
-                progress(f"refused: {value}")
-            return
-        setattr(summary, outcome, getattr(summary, outcome) + 1)
-        summary.records += value
+            for result in results:
+                summary.account(*result)
+                if progress and result[0] == "refused":
+                    progress(f"refused: {summary.refused[-1]}")
+                elif progress and len(result) > 2 and result[2] not in (None, PACKED):
+                    progress(summary.passed_over[-1])
 
     items = discover(paths)
     if jobs <= 1:
@@ -212,10 +235,6 @@ def read_runs_into(store: Store, paths: list[str | Path]) -> Summary:
     summary = Summary()
     for item in discover(paths):
         results = [("refused", str(item))] if isinstance(item, Refused) else _ingest_or_refuse(store, item)
-        for outcome, value in results:
-            if outcome == "refused":
-                summary.refused.append(" ".join(str(value).splitlines()))
-            else:
-                setattr(summary, outcome, getattr(summary, outcome) + 1)
-                summary.records += value
+        for result in results:
+            summary.account(*result)
     return summary
