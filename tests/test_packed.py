@@ -225,3 +225,19 @@ def test_a_journal_collect_refuses_is_not_packed_and_its_refusal_stays_the_journ
     assert not (d / PACKED_FILE).exists()
     s = collect(tmp_path / "s.sqlite", [d])
     assert s.added == 0 and len(s.refused) == 1 and "line 2" in s.refused[0]
+
+
+def test_a_hook_that_fails_at_the_runs_end_does_not_fail_the_run(tmp_path, monkeypatch, capsys):
+    from harness.run import journal
+
+    def broken(path):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setenv("CONVBENCH_MACHINE", "m1")
+    monkeypatch.setattr(journal, "FINISHED_HOOKS", [broken, pk.write_packed])
+    j = journal.Journal.create(tmp_path / "results", {"hostname": "h", "gpu": None}, {})
+    j.append(record("a"))
+    j.finish({"ok": 1})
+    assert (j.path / "end.json").is_file() and (j.path / PACKED_FILE).is_file()  # the next hook still ran
+    assert "broken failed at the run's end (RuntimeError: disk on fire); the run is complete" in capsys.readouterr().err
+    assert collect(tmp_path / "s.sqlite", [j.path]).packed == 1

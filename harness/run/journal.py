@@ -19,6 +19,7 @@ import datetime as dt
 import json
 import os
 import stat
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,9 @@ from ..core.records import SCHEMA_VERSION, Ranking, Record, dumps
 from ..core.schema import SchemaError, check_name, check_record, check_run_header
 from ..measurement import fingerprint as fpmod
 
+# What a finished run directory gets after end.json, each a callable of its path: installed by the layer that
+# composes runs (the CLI installs collect's packed copy, harness/collect/packed.py; this layer may not import it)
+FINISHED_HOOKS: list[Callable[[Path], object]] = []
 RUN_FILE = "run.json"
 JOURNAL_FILE = "records.jsonl"
 END_FILE = "end.json"
@@ -179,10 +183,12 @@ class Journal:
         self.close()
         summary = dict(summary, finished=dt.datetime.now(dt.timezone.utc).isoformat())
         _write_atomic(self.path / END_FILE, summary)
-        # collect imports this module: its packer is imported here, at a run's end only
-        from ..collect.packed import write_packed
-
-        write_packed(self.path)  # a cache: a run whose journal cannot be packed still ends well
+        for hook in FINISHED_HOOKS:
+            try:
+                hook(self.path)
+            except Exception as exc:  # noqa: BLE001 - what was measured is written; a hook never fails the run
+                print(f"convbench: {self.path}: {getattr(hook, '__name__', hook)} failed at the run's end "
+                      f"({type(exc).__name__}: {str(exc)[:200]}); the run is complete", file=sys.stderr)
 
 
 def _drop_torn_tail(path: Path) -> None:
