@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,13 +34,18 @@ _STAMP = re.compile(rb"\d{4}-\d\d-\d\d \d\d:\d\d UTC")
 
 
 def table_digests(path: Path) -> dict[str, tuple[int, str]]:
-    """(rows, sha256 of every row in primary-key order) of each table of a store."""
+    """(rows, sha256 of every row in primary-key order) of each table of a store; a run's texts as the JSON they
+    hold (stores since 2026-12-01 keep them compressed, store_packing.pack_texts)."""
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     out = {}
     for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name"):
         h, n = hashlib.sha256(), 0
-        for row in db.execute(f"SELECT * FROM {name} ORDER BY rowid" if name != "meta" else
-                              "SELECT * FROM meta ORDER BY key"):
+        cur = db.execute(f"SELECT * FROM {name} ORDER BY rowid" if name != "meta" else
+                         "SELECT * FROM meta ORDER BY key")
+        texts = [d[0] for d in cur.description].index("texts") if name == "run_records" else None
+        for row in cur:
+            if texts is not None and row[texts][:1] != b"[":
+                row = (*row[:texts], zlib.decompress(row[texts]), *row[texts + 1:])
             h.update(repr(row).encode())
             n += 1
         out[name] = (n, h.hexdigest())

@@ -8,6 +8,7 @@ import datetime as dt
 import json
 import os
 import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -134,10 +135,18 @@ def _assemble(head: dict, parts: dict) -> bytes:
     return b"".join((pk.MAGIC, json.dumps(head).encode(), b"\n", *sections))
 
 
+def _rows(parts: dict) -> list:
+    return json.loads(zlib.decompress(parts["texts"]))
+
+
+def _set_rows(parts: dict, rows: list) -> None:
+    parts["texts"] = zlib.compress(json.dumps(rows, separators=(",", ":")).encode(), 1)
+
+
 def _texts(parts: dict, row: int, column: str, value) -> None:
-    rows = json.loads(parts["texts"])
+    rows = _rows(parts)
     rows[row][TEXT_COLUMNS.index(column)] = value
-    parts["texts"] = json.dumps(rows, separators=(",", ":")).encode()
+    _set_rows(parts, rows)
 
 
 def _number(parts: dict, row: int, column: str, value: float) -> None:
@@ -171,7 +180,11 @@ HOSTILE = {
     "an empty status": lambda h, p: _texts(p, 0, "status", ""),
     "a status that is a number": lambda h, p: _texts(p, 0, "status", 7),
     "a device with a control character": lambda h, p: _texts(p, 0, "device", "cuda\x07"),
-    "a row of ten texts": lambda h, p: p.update(texts=json.dumps([r[:-1] for r in json.loads(p["texts"])]).encode()),
+    "a row of ten texts": lambda h, p: _set_rows(p, [r[:-1] for r in _rows(p)]),
+    "texts not compressed": lambda h, p: p.update(texts=zlib.decompress(p["texts"])),
+    "texts with bytes after their stream": lambda h, p: p.update(texts=p["texts"] + b"[]"),
+    "texts cut short": lambda h, p: p.update(texts=p["texts"][:-3]),
+    "texts that inflate past their bound": lambda h, p: p.update(texts=zlib.compress(b" " * (64 << 20), 9)),
     "a direction that is no direction": lambda h, p: _combo(p, 0, 2, "sideways"),
     "an empty algorithm": lambda h, p: _combo(p, 0, 3, ""),
     "settings not in the store's spelling": lambda h, p: _combo(p, 0, 7, '{"b":1,"a":2}'),

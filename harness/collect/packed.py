@@ -11,7 +11,7 @@ lost and the refusal words stay the journal's. The journal stays the record; the
 
 Layout: ``CBPACK1``, a JSON header line {journal_bytes, n, sizes}, then six sections back to back: the records'
 combinations (a JSON array per line, in record order), NUMBER_COLUMNS as float64 (NaN for null), the texts of
-TEXT_COLUMNS (one JSON array), the samples' counts (int32), the samples (float64) and the rankings (JSON).
+TEXT_COLUMNS (one JSON array, compressed as the store keeps it), the samples' counts (int32), the samples (float64) and the rankings (JSON).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import json
 import operator
 import os
 import stat
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,15 @@ from ..run.journal import END_FILE, JOURNAL_FILE, PACKED_FILE, RUN_FILE
 from . import columns as column_checks
 from .discovery import RawRun, Refused, dir_run
 from .rows import combo_row
-from .store_packing import NUMBER_COLUMNS, TEXT_COLUMNS, ParsedRun, dumps_texts, loads_texts, pack_records
+from .store_packing import (
+    NUMBER_COLUMNS,
+    TEXT_COLUMNS,
+    ParsedRun,
+    dumps_texts,
+    loads_texts,
+    pack_records,
+    pack_texts,
+)
 
 MAGIC = b"CBPACK1\n"
 _SECTIONS = ("combos", "numbers", "texts", "sample_counts", "samples", "rankings")
@@ -134,7 +143,7 @@ def decode(raw: RawRun, meta: dict[str, Any]) -> ParsedRun:
     for name, size in zip(_SECTIONS, sizes, strict=True):
         parts[name], at = data[at:at + size], at + size
     combos = _combos(parts["combos"], n)
-    texts, rows = _texts(parts["texts"], n)
+    texts, rows = _texts(parts["texts"], n, journal_bytes)
     numbers = _numbers(parts["numbers"], n)
     counts, samples = _samples(parts["sample_counts"], parts["samples"], n)
     rankings = _rankings(parts["rankings"])
@@ -187,11 +196,20 @@ def _combo(line: bytes) -> tuple:
     return row
 
 
-def _texts(section: bytes, n: int) -> tuple[bytes, list]:
-    """The texts of TEXT_COLUMNS per record, each column checked as check_record checks its values; the section
-    as the store keeps it (written again from what was checked) and its rows."""
+def _texts(section: bytes, n: int, journal_bytes: int) -> tuple[bytes, list]:
+    """The texts of TEXT_COLUMNS per record (store_packing.pack_texts), each column checked as check_record checks
+    its values; the section as the store keeps it (the host's, where it is the store's spelling of what was
+    checked; else packed again from what was checked) and its rows."""
+    limit = 4 * journal_bytes + (1 << 20)  # texts come from the journal: an escape may triple a character, not more
+    inflate = zlib.decompressobj()
     try:
-        rows = loads_texts(section)
+        plain = inflate.decompress(section, limit)
+    except zlib.error:
+        raise Unusable("texts are not a compressed stream") from None
+    if not inflate.eof or inflate.unconsumed_tail or inflate.unused_data:
+        raise Unusable("texts are not one whole compressed stream within their bound")
+    try:
+        rows = loads_texts(plain)
     except ValueError:
         raise Unusable("texts are not JSON") from None
     width = len(TEXT_COLUMNS)
@@ -203,7 +221,7 @@ def _texts(section: bytes, n: int) -> tuple[bytes, list]:
         if not column_checks._values_pass(col, tp if name == "status" else tp | None, name):
             raise Unusable(f"column {name} does not pass the record schema")
     _extras(cols[-1])
-    return dumps_texts(rows), rows  # the store keeps what was checked, in its own spelling
+    return (section if dumps_texts(rows) == plain else pack_texts(rows)), rows
 
 
 def _extras(texts: tuple) -> None:

@@ -1,5 +1,5 @@
 """How a run's records become store rows, and back: the column order, the packed ``run_records`` row of a run
-(numbers as float64 columns, texts as one JSON array, samples concatenated), and the samples' blobs.
+(numbers as float64 columns, texts as one JSON array compressed, samples concatenated), and the samples' blobs.
 
 A packed row is one SQLite value per column group instead of one row per record: binding 29 parameters per
 record cost more than parsing it, and a 10^7-record collect has to fit two cores.
@@ -11,6 +11,7 @@ import json
 import operator
 import struct
 import sys
+import zlib
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ RECORD_COLUMNS = ("run", "combo", "status", "reason", "device", "median_ms", "iq
                   "mode", "samples", "workspace_bytes", "max_abs", "rel_l2", "max_norm_err", "nan", "inf",
                   "unwritten", "precision_class", "hash", "hash_algo", "repeats", "repeat_equal",
                   "fresh_handle_equal", "distinct_outputs", "chosen_algo", "explanation", "extra")
-# how run_records packs RECORD_COLUMNS[2:]: numbers as float64 columns, texts as JSON, samples as float64
+# how run_records packs RECORD_COLUMNS[2:]: numbers as float64 columns, texts as JSON (pack_texts), samples as float64
 NUMBER_COLUMNS = ("median_ms", "iqr_ms", "min_ms", "n", "workspace_bytes", "max_abs", "rel_l2", "max_norm_err",
                   "nan", "inf", "unwritten", "repeats", "repeat_equal", "fresh_handle_equal", "distinct_outputs")
 INTEGER_COLUMNS = frozenset(("n", "workspace_bytes", "nan", "inf", "unwritten", "repeats", "repeat_equal",
@@ -73,6 +74,18 @@ class ParsedRun:
     vectors: dict[str, np.ndarray]  # ok, median, norm_err, hash (per record, in record order), chosen names
     # a run read from its packed copy (packed.py): pack_records' (numbers, texts, sample_counts, samples), checked
     packed: tuple[bytes, bytes, bytes, bytes] | None = None
+
+
+def pack_texts(rows: list) -> bytes:
+    """A run's texts as the store keeps them: one JSON array, zlib level 1. They were 62 % of a fleet's store
+    (360 bytes a record, mostly each extra as JSON) and compress 7x; a collect that wrote them plain spent its wall
+    time writing them, twice through the write-ahead log (docs/fleet.md, 2026-12-01)."""
+    return zlib.compress(dumps_texts(rows), 1)
+
+
+def unpack_texts(blob: bytes) -> Any:
+    """A run's texts from the store: compressed (pack_texts), or plain JSON (stores written before 2026-12-01)."""
+    return loads_texts(blob if blob[:1] == b"[" else zlib.decompress(blob))
 
 
 def samples_blob(samples: Sequence[float] | None) -> bytes | None:
@@ -116,7 +129,7 @@ def pack_records(combo_ids: list[int], rows: list[tuple]) -> tuple:
         bad = next(f"{c}={v!r}" for c, i in zip(NUMBER_COLUMNS, _NUM_POS, strict=True) for v in cols[i]
                    if v is not None and not isinstance(v, (int, float)))
         raise UnpackableRecord(f"a record has a non-numeric value where a number belongs ({bad[:80]})") from None
-    texts = dumps_texts(list(map(_GET_TEXTS, rows)))  # tuples are JSON arrays: the same bytes, one C call a row
+    texts = pack_texts(list(map(_GET_TEXTS, rows)))  # tuples are JSON arrays: the same bytes, one C call a row
     blobs = cols[_SAMPLES_POS]
     counts = np.array([len(b) if b else 0 for b in blobs], dtype="<i4") // 8
     return (n, np.asarray(combo_ids, dtype="<i4").tobytes(), numbers.astype("<f8").tobytes(), texts,

@@ -19,6 +19,7 @@ from .store_packing import (
     TEXT_COLUMNS,
     floats,
     loads_texts,
+    unpack_texts,
 )
 
 # The SQL columns combos.case_id and rankings.case_id hold the record model's ``case`` (Record.case, Ranking.case):
@@ -88,7 +89,7 @@ class StoreReads:
             elif nan.any():
                 vals = [None if m else v for v, m in zip(vals, nan.tolist(), strict=True)]
             columns.append(vals)
-        text_rows = loads_texts(texts)
+        text_rows = unpack_texts(texts)
         if with_samples:
             counts = np.frombuffer(counts_blob, "<i4")
             allsamples = floats(samples_blob_, int(counts.sum()))
