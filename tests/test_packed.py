@@ -254,3 +254,18 @@ def test_a_hook_that_fails_at_the_runs_end_does_not_fail_the_run(tmp_path, monke
     assert (j.path / "end.json").is_file() and (j.path / PACKED_FILE).is_file()  # the next hook still ran
     assert "broken failed at the run's end (RuntimeError: disk on fire); the run is complete" in capsys.readouterr().err
     assert collect(tmp_path / "s.sqlite", [j.path]).packed == 1
+
+
+def test_a_store_written_before_compressed_texts_reads_the_same(tmp_path):
+    d = _run(tmp_path)
+    db = tmp_path / "s.sqlite"
+    collect(db, [d])
+    with Store(db) as s:
+        pk_ = s.runs()[0]["id"]
+        blob = s.db.execute("SELECT texts FROM run_records WHERE run=?", (pk_,)).fetchone()[0]
+        assert blob[:1] != b"[" and len(zlib.decompress(blob)) > len(blob)  # compressed
+        now = s.records(pk_)
+        s.db.execute("UPDATE run_records SET texts=? WHERE run=?", (zlib.decompress(blob), pk_))  # as before
+        s.db.commit()
+        before = s.records(pk_)
+    assert len(now) == 3 and repr(before) == repr(now)

@@ -7,10 +7,11 @@ Why this shape:
   ten million records do not repeat the same seven strings.
 - ``run_records`` keeps every measured value of every record of a run, and the timing samples (float64), so
   regressions can be decided with a statistical test instead of a bare percentage: one row per run, numbers as
-  float64 columns, texts as one JSON array, samples concatenated. Every reader asks for the records of a run
-  (a comparison, a heatmap, evidence), and binding 29 parameters per record into a row of its own cost more
-  CPU than parsing the record (5.5 against 1.8 us per record for the packed row, measured on 82 200 records):
-  with one SQLite row per record, 10^7 records could not be collected in 60 s on two cores (store schema 1).
+  float64 columns, texts as one JSON array (compressed, store_packing.pack_texts), samples concatenated. Every
+  reader asks for the records of a run (a comparison, a heatmap, evidence), and binding 29 parameters per record
+  into a row of its own cost more CPU than parsing the record (5.5 against 1.8 us per record for the packed row,
+  measured on 82 200 records): with one SQLite row per record, 10^7 records could not be collected in 60 s on
+  two cores (store schema 1).
 - ``run_vectors`` is a columnar copy of the few values that nightly series need (combo ids, status ok, median,
   normalised error, output hash, chosen algorithm), one row of arrays per run: reading a year of a fleet's
   series is then a few thousand blob reads instead of ten million row fetches.
@@ -71,7 +72,7 @@ CREATE TABLE IF NOT EXISTS run_records (
     n INTEGER NOT NULL,             -- records of the run (the last of a combination twice in a journal)
     combo BLOB NOT NULL,            -- int32 combo ids, record order
     numbers BLOB NOT NULL,          -- float64, NUMBER_COLUMNS x n (column after column), NaN = null
-    texts BLOB NOT NULL,            -- JSON array of [TEXT_COLUMNS...] per record
+    texts BLOB NOT NULL,            -- JSON array of [TEXT_COLUMNS...] per record, zlib (or plain: older stores)
     sample_counts BLOB NOT NULL,    -- int32 timing samples per record
     samples BLOB NOT NULL           -- float64 (float32 in older stores) little-endian samples in ms, in order
 );
