@@ -99,12 +99,12 @@ def test_a_real_run_packs_itself_and_collect_reads_the_copy(tmp_path, monkeypatc
     assert again.unchanged == 2 and again.added == again.updated == 0
 
 
-def _run(tmp_path: Path, n: int = 3) -> Path:
+def _run(tmp_path: Path, n: int = 3, machine: str = "m1") -> Path:
     recs = [record(f"c{i}", samples=[1.0 + i, 1.5 + i], hash_=f"{i:032x}",
                    clock={"sm_mhz_min": 1980, "sm_mhz_max": 1980, "slowdowns": []}) for i in range(n)]
     for i, r in enumerate(recs):
         r.extra = {"wall_ms": 2.0 + i, "placement_medians_ms": [1.0 + i, 1.1 + i]}
-    d = write_run(tmp_path / "results", "m1", "img", T0, recs)
+    d = write_run(tmp_path / "results", machine, "img", T0, recs)
     assert pk.write_packed(d)
     return d
 
@@ -269,3 +269,33 @@ def test_a_store_written_before_compressed_texts_reads_the_same(tmp_path):
         s.db.commit()
         before = s.records(pk_)
     assert len(now) == 3 and repr(before) == repr(now)
+
+
+def test_a_tarball_keeps_its_copies_only_within_the_memory_budget_the_journals_need_first(tmp_path, monkeypatch):
+    from harness.core import intake
+
+    runs = [_run(tmp_path / f"r{i}", machine=f"m{i}") for i in range(2)]
+    tarball = tar_runs(runs, tmp_path / "runs.tar")
+    journals = sum(f.stat().st_size for r in runs for f in r.iterdir() if f.name != PACKED_FILE)
+    copies = sum((r / PACKED_FILE).stat().st_size for r in runs)
+    monkeypatch.setattr(intake, "MAX_ARCHIVE_BYTES", journals + copies)
+    assert collect(tmp_path / "all.sqlite", [tarball]).packed == 2
+    monkeypatch.setattr(intake, "MAX_ARCHIVE_BYTES", journals + copies // 2)  # room for one copy at most
+    s = collect(tmp_path / "some.sqlite", [tarball])
+    assert s.added == 2 and s.packed < 2 and not s.refused
+    assert _dump(tmp_path / "some.sqlite") == _dump(tmp_path / "all.sqlite")
+    monkeypatch.setattr(intake, "MAX_ARCHIVE_BYTES", journals - 1)  # the journals alone do not fit: as before
+    s = collect(tmp_path / "none.sqlite", [tarball])
+    assert s.added == 0 and "refused as a whole" in s.refused[0]
+
+
+def test_any_error_reading_a_copy_falls_back_to_the_journal(tmp_path, monkeypatch):
+    d = _run(tmp_path)
+
+    def overflow(*a):
+        raise OverflowError("int too large to convert to float")
+
+    monkeypatch.setattr(pk, "_numbers", overflow)
+    s = collect(tmp_path / "s.sqlite", [d])
+    assert s.added == 1 and s.packed == 0 and not s.refused
+    assert "cannot be read (OverflowError: int too large to convert to float)" in s.passed_over[0]

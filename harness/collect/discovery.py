@@ -118,6 +118,7 @@ def _walk_tar(path: Path) -> Iterator[Any]:
     if st is None or not stat.S_ISREG(st.st_mode):
         raise Refused(f"{path}: not a regular file (a symlink, FIFO or device is not read)")
     kept = 0  # decompressed bytes held in memory: the members' limits alone let 200 of them exhaust it
+    copies: set[str] = set()  # packed copies seen (kept or not)
     try:
         with tarfile.open(path, "r|*") as tar:
             for n, member in enumerate(tar):
@@ -128,7 +129,15 @@ def _walk_tar(path: Path) -> Iterator[Any]:
                                     else intake.MAX_META_BYTES)
                 if not member.isfile() or not (base in _RUN_FILES or base.endswith(".json")):
                     continue
+                if base == PACKED_FILE:  # a cache (collect/packed.py): kept only within what the budget leaves
+                    if member.name in copies:
+                        raise intake.Hostile(f"{member.name[:120]!r} appears twice")
+                    copies.add(member.name)
+                    if kept + member.size > intake.MAX_ARCHIVE_BYTES:
+                        continue
                 kept += member.size
+                if kept > intake.MAX_ARCHIVE_BYTES:  # the journals need the memory first: drop the copies kept
+                    kept -= sum(len(g.pop(PACKED_FILE, b"")) for g in groups.values())
                 if kept > intake.MAX_ARCHIVE_BYTES:
                     raise intake.Hostile(f"members to read add up to over {intake.MAX_ARCHIVE_BYTES >> 20} MiB "
                                          "(a decompression bomb, or split the tarball)")

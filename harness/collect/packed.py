@@ -114,14 +114,27 @@ def dir_raw(path: Path) -> RawRun:
     if (not stat.S_ISREG(pst.st_mode) or not stat.S_ISREG(jst.st_mode) or pst.st_mtime_ns < jst.st_mtime_ns
             or pst.st_size > intake.MAX_JOURNAL_BYTES):
         return dir_run(path)
+    try:
+        data = intake.read_file(path / PACKED_FILE, intake.MAX_JOURNAL_BYTES)
+    except (OSError, intake.Hostile):  # replaced by something else since: the journal decides
+        return dir_run(path)
     return RawRun(str(path), intake.read_file(path / RUN_FILE, intake.MAX_META_BYTES), b"",
-                  intake.read_optional(path / END_FILE, intake.MAX_META_BYTES),
-                  intake.read_file(path / PACKED_FILE, intake.MAX_JOURNAL_BYTES), jst.st_size)
+                  intake.read_optional(path / END_FILE, intake.MAX_META_BYTES), data, jst.st_size)
 
 
 def decode(raw: RawRun, meta: dict[str, Any]) -> ParsedRun:
     """The store rows of a run from its packed copy, checked as the journal's lines would be; Unusable if the copy
-    is not the journal's or does not pass."""
+    is not the journal's or does not pass. Whatever else goes wrong reading a copy is Unusable too: the copy is a
+    cache, and the journal decides (a run is never refused for its copy)."""
+    try:
+        return _decode(raw, meta)
+    except Unusable:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a hostile copy may find an error no check names; the journal decides
+        raise Unusable(f"cannot be read ({type(exc).__name__}: {str(exc)[:120]})") from None
+
+
+def _decode(raw: RawRun, meta: dict[str, Any]) -> ParsedRun:
     from .journals import run_row
 
     data = raw.packed or b""
