@@ -167,7 +167,7 @@ def _decode(raw: RawRun, meta: dict[str, Any]) -> ParsedRun:
     run, vectors = run_row(raw, meta, status, numbers[NUMBER_COLUMNS.index("median_ms")].copy(),
                            numbers[NUMBER_COLUMNS.index("max_norm_err")].copy(), hashes, chosen, len(rankings))
     return ParsedRun(run, combos, [], rankings, vectors,
-                     packed=(numbers.astype("<f8").tobytes(), texts, counts, samples))
+                     packed=(parts["numbers"], texts, counts, samples))  # the bytes checked, as they are
 
 
 def _combos(section: bytes, n: int) -> list[tuple]:
