@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import multiprocessing as mp
 import re
 import shutil
@@ -33,9 +34,17 @@ import bench_fleet  # noqa: E402
 _STAMP = re.compile(rb"\d{4}-\d\d-\d\d \d\d:\d\d UTC")
 
 
+def _texts(blob: bytes) -> bytes:
+    """A run's texts as the values they hold, one spelling: stores since 2026-12-01 keep them compressed
+    (store_packing.pack_texts), and since 2026-12-02 each extra as an object instead of its JSON text."""
+    rows = json.loads(blob if blob[:1] == b"[" else zlib.decompress(blob))
+    rows = [[*r[:-1], json.loads(r[-1]) if isinstance(r[-1], str) else r[-1]] for r in rows]
+    return json.dumps(rows, sort_keys=True).encode()
+
+
 def table_digests(path: Path) -> dict[str, tuple[int, str]]:
-    """(rows, sha256 of every row in primary-key order) of each table of a store; a run's texts as the JSON they
-    hold (stores since 2026-12-01 keep them compressed, store_packing.pack_texts)."""
+    """(rows, sha256 of every row in primary-key order) of each table of a store; a run's texts as the values
+    they hold (_texts)."""
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     out = {}
     for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name"):
@@ -44,8 +53,8 @@ def table_digests(path: Path) -> dict[str, tuple[int, str]]:
                          "SELECT * FROM meta ORDER BY key")
         texts = [d[0] for d in cur.description].index("texts") if name == "run_records" else None
         for row in cur:
-            if texts is not None and row[texts][:1] != b"[":
-                row = (*row[:texts], zlib.decompress(row[texts]), *row[texts + 1:])
+            if texts is not None:
+                row = (*row[:texts], _texts(row[texts]), *row[texts + 1:])
             h.update(repr(row).encode())
             n += 1
         out[name] = (n, h.hexdigest())

@@ -235,3 +235,34 @@ def test_asv_precision_parameter_gives_the_dtype(tmp_path):
                      if r["case"] == "seed.c8")
     assert got == [("fp16", "fp16", pytest.approx(3.0)), ("fp32", "fp32/ieee", pytest.approx(2.0)),
                    ("fp32", "fp32/tf32", pytest.approx(1.0))]
+
+
+def test_extra_with_an_integer_beyond_64_bits_is_the_same_from_copy_and_journal(tmp_path):
+    """An extra may hold an integer beyond 64 bits (up to 1e300). The journal's parser (orjson) reads it as the
+    nearest float, as collect always has; the store writes it whatever it is, and a host's packed copy of the run
+    gives the store the journal gives."""
+    from harness.collect.packed import write_packed
+
+    recs = [record("a"), record("b", algo="FFT")]
+    recs[1].extra = {"value": 10 ** 30, "nested": {"n": -(10 ** 25)}, "unit": "bits"}
+    d = write_run(tmp_path / "r", "m1", "img", T0, recs)
+    assert write_packed(d)
+    s = collect(tmp_path / "s.sqlite", [d])
+    assert (s.added, s.records, s.refused, s.packed) == (1, 2, [], 1)
+    with Store(tmp_path / "s.sqlite") as st:
+        (run,) = st.runs()
+        by_case = {r["case"]: r for r in st.records(run["id"])}
+    assert by_case["b"]["extra"] == json.loads('{"value": 1e30, "nested": {"n": -1e25}, "unit": "bits"}')
+    assert by_case["a"]["extra"] == {}
+    (d / "records.packed").unlink()
+    assert collect(tmp_path / "t.sqlite", [d]).added == 1
+    assert _dump(tmp_path / "t.sqlite") == _dump(tmp_path / "s.sqlite")
+
+
+def test_store_texts_written_where_orjson_cannot_write_them():
+    """A row whose extra holds an integer beyond 64 bits (an asv track value, parsed by the standard library) is
+    packed by the standard library's encoder and read back as the nearest float, as a journal's value is."""
+    from harness.collect.store_packing import pack_texts, unpack_texts
+
+    rows = [["ok", None, {"value": 10 ** 30, "unit": "bits"}], ["ok", None, None]]
+    assert unpack_texts(pack_texts(rows)) == [["ok", None, {"value": 1e30, "unit": "bits"}], ["ok", None, None]]

@@ -212,7 +212,7 @@ def test_a_hostile_copy_is_passed_over_for_the_journal(tmp_path, what):
     (clean / PACKED_FILE).unlink()
     data = (d / PACKED_FILE).read_bytes()
     if what == "not a packed copy":
-        bad = b"CBPACK1\n{" + os.urandom(64)
+        bad = pk.MAGIC + b"{" + os.urandom(64)
     else:
         head, parts = _sections(data)
         HOSTILE[what](head, parts)

@@ -114,3 +114,20 @@ def test_text_where_a_number_belongs_refuses_the_run(tmp_path, field):
     assert s.added == 0 and len(s.refused) == 1 and "fast" in s.refused[0] and "number" in s.refused[0]
     with Store(tmp_path / "s.sqlite") as st:
         assert st.runs() == [] and st.record_count() == 0
+
+
+def test_hash64s_is_hash64_of_each_hash():
+    """The vectorised output-hash reading gives hash64's integer for every kind of text a record may hold: hex
+    hashes (and none) on its fast path, anything int(x, 16) reads differently or cannot read on hash64's path."""
+    import random
+
+    from harness.collect.rows import hash64, hash64s
+
+    rng = random.Random(1)
+    cases = [[f"{rng.getrandbits(128):032x}" for _ in range(500)] + [None, ""],
+             ["8000000000000000", "ffffffffffffffff0000", "ABCDEF0123456789", None],
+             ["0x112233445566778899", "abc"], ["00112233 445566778899aabbccddeeff", "0011223344556677"],
+             ["+0112233445566778"], ["0_11223344556677"], ["é" * 20], []]
+    for hashes in cases:
+        got = hash64s(hashes)
+        assert got.dtype == np.int64 and got.tolist() == [hash64(h) for h in hashes], hashes[:3]

@@ -244,6 +244,8 @@ def machine_identity(fp: dict[str, Any]) -> str:
 def fingerprint_diff(base: dict[str, Any], head: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """(field, base value, head value) for every identity field that differs, in IDENTITY_FIELDS order; the
     mapped libraries by file name when both sides recorded them (runs before 2026-11-30 did not)."""
+    if base is head:  # one fingerprint object for equal texts (Store.run_jsons): a machine's nights mostly
+        return []
     out = [(f, _field(base, f), _field(head, f)) for f in IDENTITY_FIELDS if _field(base, f) != _field(head, f)]
     mb, mh = base.get("mapped") or {}, head.get("mapped") or {}
     for name in sorted(set(mb) | set(mh)) if (mb and mh) else ():

@@ -12,6 +12,7 @@ second view of the same night and are paired only with asv results.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,8 +25,24 @@ STACK_FIELDS = (
 )
 
 
-def stack_fields(fp: dict[str, Any]) -> list[tuple[str, Any]]:
-    """(label, value) of the stack a run ran on; cuDNN falls back to torch's own number (91900 -> 9.19.0)."""
+_STACKS: dict[int, tuple[dict[str, Any], tuple]] = {}  # id(fingerprint) -> (it, its stack): a fleet report asks
+_MAX_STACKS = 100_000  # ~9 times for each of 18 250 runs, whose nights share one fingerprint object (run_jsons)
+
+
+def stack_fields(fp: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """(label, value) of the stack a run ran on; cuDNN falls back to torch's own number (91900 -> 9.19.0).
+    Fingerprints are read-only: the answer is kept per object (the object with it, so that its id stays its)."""
+    hit = _STACKS.get(id(fp))
+    if hit is not None and hit[0] is fp:
+        return hit[1]
+    out = _stack_fields(fp)
+    if len(_STACKS) >= _MAX_STACKS:
+        _STACKS.clear()
+    _STACKS[id(fp)] = (fp, out)
+    return out
+
+
+def _stack_fields(fp: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     out = []
     for label, dotted in STACK_FIELDS:
         v = _field(fp, dotted)
@@ -40,7 +57,7 @@ def stack_fields(fp: dict[str, Any]) -> list[tuple[str, Any]]:
         out.insert(0, ("image", fp["image"]))
     if fp.get("stack"):
         out.insert(0, ("stack", fp["stack"] if isinstance(fp["stack"], str) else _stack_name(fp["stack"])))
-    return out
+    return tuple(out)
 
 
 def _stack_name(stack: Any) -> str:
@@ -71,7 +88,7 @@ class Night:
     stack: tuple
     stack_line: str
     runs: list[dict[str, Any]]  # oldest first
-    fields: list[tuple[str, Any]] = field(default_factory=list)  # stack_fields of its runs
+    fields: Sequence[tuple[str, Any]] = ()  # stack_fields of its runs
 
 
 def stack_change(base: Night, head: Night) -> str:
@@ -79,7 +96,7 @@ def stack_change(base: Night, head: Night) -> str:
     return fields_change(base.fields, head.fields)
 
 
-def fields_change(base: list[tuple[str, Any]], head: list[tuple[str, Any]]) -> str:
+def fields_change(base: Sequence[tuple[str, Any]], head: Sequence[tuple[str, Any]]) -> str:
     """What differs between two ``stack_fields`` lists, in one line ('' when the stacks are the same)."""
     b, h = dict(base), dict(head)
     return ", ".join(f"{k} {b.get(k, '-')} -> {h.get(k, '-')}" for k in dict.fromkeys([*b, *h])
@@ -126,7 +143,7 @@ def machines(runs: list[dict[str, Any]], info: dict[int, dict[str, Any]]) -> lis
     """Every machine's nights (oldest first) and its comparisons. ``info`` maps a run's id to its
     ``Store.run_json`` (fingerprint and options)."""
     grouped: dict[tuple[str, str], dict[tuple[str, tuple], list[dict[str, Any]]]] = defaultdict(dict)
-    lines: dict[tuple, tuple[str, list[tuple[str, Any]]]] = {}
+    lines: dict[tuple, tuple[str, Sequence[tuple[str, Any]]]] = {}
     names: dict[tuple[str, str], str] = {}
     for r in runs:
         meta = info[r["id"]]

@@ -224,7 +224,7 @@ def parse_asv(f: AsvFile) -> ParsedRun:
                              "asv" if is_time else None, None,
                              samples_blob([s * scale for s in sm]) if sm and is_time else None, None,
                              None, rel_l2, None, None, None, None, None, None, None, None, repeat_equal, None, None,
-                             None, None, json.dumps(extra, sort_keys=True) if extra else None))
+                             None, None, extra or None))
                 counts[status] = counts.get(status, 0) + 1
                 ok.append(status == OK)
                 med.append(np.nan if med_ms is None else med_ms)

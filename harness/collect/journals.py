@@ -24,8 +24,7 @@ from ..core.records import OK, SCHEMA_VERSION, Accuracy, Determinism, Ranking, R
 from ..core.schema import SchemaError, check_record, check_run_header
 from . import columns as column_checks
 from .discovery import RawRun, Refused, sha1_16
-from .json_texts import encode_all
-from .rows import ACC_FIELDS, DET_FIELDS, TIME_FIELDS, TOP_FIELDS, combo_row, hash64, night
+from .rows import ACC_FIELDS, DET_FIELDS, TIME_FIELDS, TOP_FIELDS, combo_row, hash64s, night
 from .store_packing import ParsedRun, samples_blob
 
 try:  # three times faster on the fleet's ten million lines; the standard library is the fallback
@@ -122,7 +121,7 @@ def _plain_ranking(d: dict[str, Any]) -> tuple | None:
 
 
 def _stored_extra(t: dict[str, Any] | None, extra: dict[str, Any] | None) -> dict[str, Any] | None:
-    """What the store's extra column of a record holds (as JSON, json_texts.encode_all): its extra, joined by the
+    """What the store's extra column of a record holds (an object in the run's texts): its extra, joined by the
     clock the samples were taken at, the timer's flags and the host's dispatch time where set (the store has no
     columns of their own for them); None for nothing."""
     if t and (t.get("clock") or t.get("flags") or t.get("host_ms")):
@@ -147,7 +146,7 @@ def parse_journal(raw: RawRun, meta: dict[str, Any] | None = None) -> ParsedRun:
 
 
 def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
-    combos, rows, rankings, extras, texts = [], [], [], [], []
+    combos, rows, rankings, extras = [], [], [], []
     data = raw.records
     if data and not data.endswith(b"\n") and raw.end_json is None:
         data = data[:data.rfind(b"\n") + 1]  # a torn last line: the run was killed mid-write
@@ -245,9 +244,6 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
                     status, reason, device, workspace, chosen_algo, explanation, extra = (d.get(k)
                                                                                          for k in TOP_FIELDS)
             extras.append(stored_extra(t, extra))
-            if len(extras) == 256:  # encoded a few hundred at a time: what they hold is freed young
-                texts += encode_all(extras)
-                extras = []
             combos.append(c)
             rows.append((status, reason, device, *tv[:6], blob(tv[6]), workspace, *av, *hv, chosen_algo,
                          explanation))
@@ -262,8 +258,7 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
                          and column_checks.optional_pass(optional)
                          and column_checks.check_columns(rankings, Ranking, _RANK_FIELDS)):
         raise _NotPlain
-    texts += encode_all(extras)
-    rows = list(map(operator.add, rows, zip(texts)))  # the extra column
+    rows = list(map(operator.add, rows, zip(extras)))  # the extra column
     if len({c[0] for c in combos}) != len(combos):  # a line written twice (a resumed run): the last one counts
         last = {c[0]: i for i, c in enumerate(combos)}
         keep = sorted(last.values())
@@ -296,8 +291,8 @@ def run_row(raw: RawRun, meta: dict[str, Any], statuses: Sequence[str], median: 
            "fingerprint": json.dumps(meta.get("fingerprint") or {}, sort_keys=True),
            "options": json.dumps(meta.get("options") or {}, sort_keys=True),
            "end_info": json.dumps(end, sort_keys=True) if end is not None else None, **run_facts(meta)}
-    vectors = {"ok": np.array([s == OK for s in statuses], dtype=bool), "median": median, "norm_err": norm_err,
-               "hash": np.array([hash64(x) for x in hashes], dtype=np.int64), "chosen": list(chosen)}
+    vectors = {"ok": np.fromiter(map(OK.__eq__, statuses), dtype=bool, count=len(statuses)), "median": median,
+               "norm_err": norm_err, "hash": hash64s(hashes), "chosen": list(chosen)}
     return run, vectors
 
 

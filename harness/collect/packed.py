@@ -5,14 +5,13 @@ The host packs what collect would store from its own journal (journals.parse_jou
 column groups), so the copy is the journal's store rows, not a second format to keep in step. Collect reads the
 copy only where it is the journal's: the same size as records.jsonl when packed, not older than it; and only as
 untrusted input: every combination goes through check_record once, every column through the rule check_record
-applies to its values (columns.py), each extra is parsed on its own and its values checked per key, and the store
-keeps what was checked. A copy that is missing, stale, damaged, hostile or unreadable in any way is passed over
+applies to its values (columns.py), each extra's values checked per key, and the store keeps what was checked. A copy that is missing, stale, damaged, hostile or unreadable in any way is passed over
 and the journal read instead: nothing is lost and the refusal words stay the journal's. The journal stays the
 record; the copy is a cache of it.
 
-Layout: ``CBPACK1``, a JSON header line {journal_bytes, n, sizes}, then six sections back to back: the records'
+Layout: ``CBPACK2``, a JSON header line {journal_bytes, n, sizes}, then six sections back to back: the records'
 combinations (a JSON array per line, in record order), NUMBER_COLUMNS as float64 (NaN for null), the texts of
-TEXT_COLUMNS (one JSON array, compressed as the store keeps it), the samples' counts (int32), the samples
+TEXT_COLUMNS (one JSON array, each extra an object in it, compressed as the store keeps it), the samples' counts (int32), the samples
 (float64) and the rankings (JSON).
 """
 
@@ -44,10 +43,9 @@ from .store_packing import (
     dumps_texts,
     loads_texts,
     pack_records,
-    pack_texts,
 )
 
-MAGIC = b"CBPACK1\n"
+MAGIC = b"CBPACK2\n"  # 2 (2026-12-02): extras as objects in the texts; copies of version 1 are passed over
 _SECTIONS = ("combos", "numbers", "texts", "sample_counts", "samples", "rankings")
 _OWNER = {**{n: Record for n in ("status", "reason", "device", "chosen_algo", "explanation", "workspace_bytes")},
           **{n: Timing for n in ("median_ms", "iqr_ms", "min_ms", "n", "timer", "mode")},
@@ -143,7 +141,8 @@ def _decode(raw: RawRun, meta: dict[str, Any]) -> ParsedRun:
     journal_bytes = len(raw.records) if raw.journal_size is None else raw.journal_size
     try:
         if not data.startswith(MAGIC):
-            raise Unusable("no packed copy header")
+            raise Unusable("packed by another convbench version" if data.startswith(b"CBPACK") else
+                           "no packed copy header")
         end = data.index(b"\n", len(MAGIC), len(MAGIC) + 512)
         head = json.loads(data[len(MAGIC):end])
         n, sizes = head["n"], head["sizes"]
@@ -213,8 +212,8 @@ def _combo(line: bytes) -> tuple:
 
 def _texts(section: bytes, n: int, journal_bytes: int) -> tuple[bytes, list]:
     """The texts of TEXT_COLUMNS per record (store_packing.pack_texts), each column checked as check_record checks
-    its values; the section as the store keeps it (the host's, where it is the store's spelling of what was
-    checked; else packed again from what was checked) and its rows."""
+    its values; the section, which the store keeps as it is (readers parse these bytes with the parser that
+    checked them: they give what was checked), and its rows."""
     limit = 4 * journal_bytes + (1 << 20)  # texts come from the journal: an escape may triple a character, not more
     inflate = zlib.decompressobj()
     try:
@@ -236,21 +235,14 @@ def _texts(section: bytes, n: int, journal_bytes: int) -> tuple[bytes, list]:
         if not column_checks._values_pass(col, tp if name == "status" else tp | None, name):
             raise Unusable(f"column {name} does not pass the record schema")
     _extras(cols[-1])
-    return (section if dumps_texts(rows) == plain else pack_texts(rows)), rows
+    return section, rows
 
 
-def _extras(texts: tuple) -> None:
-    """Each record's stored extra (journals._stored_extra as JSON) checked as check_record checks an extra. Its
-    spelling is kept as the host wrote it (json_texts.encode_all's, on an honest host): readers parse it, and
-    spelling it again would cost more than all the rest (2.6 us a record). Values of the keys real runs write are checked per key, in columns
-    (gathered by C loops: a fleet has ten million extras); an extra with other keys is walked whole."""
-    present = [t for t in texts if t is not None]
-    if not all(type(t) is str for t in present):
-        raise Unusable("an extra is not text")
-    try:  # one text, one value: each parsed alone (texts joined could pair a torn one with the next)
-        values = list(map(loads_texts, present))
-    except ValueError:
-        raise Unusable("an extra is not JSON") from None
+def _extras(extras: tuple) -> None:
+    """Each record's stored extra (journals._stored_extra: an object or null) checked as check_record checks an
+    extra. Values of the keys real runs write are checked per key, in columns (gathered by C loops: a fleet has
+    ten million extras); an extra with other keys is walked whole."""
+    values = [e for e in extras if e is not None]
     if values and (set(map(type, values)) != {dict} or not all(values)):
         raise Unusable("an extra is not a non-empty object")
     keysets = set(map(frozenset, values))

@@ -77,14 +77,21 @@ class ParsedRun:
 
 
 def pack_texts(rows: list) -> bytes:
-    """A run's texts as the store keeps them: one JSON array, zlib level 1. They were 62 % of a fleet's store
-    (360 bytes a record, mostly each extra as JSON) and compress 7x; a collect that wrote them plain spent its wall
-    time writing them, twice through the write-ahead log (docs/fleet.md, 2026-12-01)."""
-    return zlib.compress(dumps_texts(rows), 1)
+    """A run's texts as the store keeps them: one JSON array of a row per record (its extra a JSON object inside
+    it, or null), zlib level 1. They were 62 % of a fleet's store (360 bytes a record, mostly the extras) and
+    compress 7x; a collect that wrote them plain spent its wall time writing them, twice through the write-ahead
+    log (docs/fleet.md, 2026-12-01)."""
+    try:
+        plain = dumps_texts(rows)
+    except TypeError:  # orjson.JSONEncodeError: an integer beyond 64 bits (an asv track value); read back as
+        plain = json.dumps(rows, separators=(",", ":")).encode()  # the nearest float, as a journal's is
+    return zlib.compress(plain, 1)
 
 
 def unpack_texts(blob: bytes) -> Any:
-    """A run's texts from the store: compressed (pack_texts), or plain JSON (stores written before 2026-12-01)."""
+    """A run's texts from the store: compressed (pack_texts), or plain JSON (stores written before 2026-12-01).
+    A row's extra is an object, or, in stores written before 2026-12-02, the object's JSON text (readers take
+    both: store_reads.records)."""
     return loads_texts(blob if blob[:1] == b"[" else zlib.decompress(blob))
 
 

@@ -56,12 +56,20 @@ class StoreReads:
         return {"fingerprint": json.loads(fp), "options": json.loads(opts), "end": json.loads(end) if end else None}
 
     def run_jsons(self) -> dict[int, dict[str, Any]]:
-        """``run_json`` of every run, in one query (a fleet's report reads all 18 250 of them)."""
+        """``run_json`` of every run, in one query (a fleet's report reads all 18 250 of them). Equal texts give
+        one shared object (a machine's nights share their fingerprint): read-only, and what is derived from a
+        fingerprint is then computed once per object (pairing.stack_fields)."""
+        parsed: dict[str, Any] = {}
+
         def load(text: str) -> Any:
-            try:
-                return loads_texts(text)
-            except ValueError:  # what orjson does not read (an integer beyond 64 bits): as run_json reads it
-                return json.loads(text)
+            v = parsed.get(text)
+            if v is None:
+                try:
+                    v = loads_texts(text)
+                except ValueError:  # what orjson does not read (beyond 1e308): as run_json reads it
+                    v = json.loads(text)
+                parsed[text] = v
+            return v
 
         return {pk: {"fingerprint": load(fp), "options": load(opts), "end": load(end) if end else None}
                 for pk, fp, opts, end in self.db.execute("SELECT id, fingerprint, options, end_info FROM runs")}
@@ -104,7 +112,8 @@ class StoreReads:
             values, settings = combos[cid]
             d = dict(zip(names, (*values, cid, *trow, *nums), strict=True))
             d["settings"] = dict(settings)
-            d["extra"] = loads(d["extra"]) if d["extra"] else {}
+            e = d["extra"]  # an object; its JSON text in stores written before 2026-12-02
+            d["extra"] = e if e.__class__ is dict else loads(e) if e else {}
             d["samples"] = smp
             out.append(d)
         return out

@@ -28,11 +28,14 @@ def offered(g: Model) -> list[dict[str, Any]]:
             named.add(c.base.runs[-1]["id"])
             named.add(c.head.runs[-1]["id"])
     keep: dict[int, dict[str, Any]] = {}
+    idents: dict[int, tuple] = {}  # per fingerprint object: runs with equal fingerprints share one (run_jsons)
     for m in g.machines:
         before = None
         for r in m.runs:
             fp = g.info[r["id"]]["fingerprint"] or {}
-            ident = tuple(repr(_field(fp, f)) for f in IDENTITY_FIELDS)
+            ident = idents.get(id(fp))
+            if ident is None:
+                ident = idents[id(fp)] = tuple(repr(_field(fp, f)) for f in IDENTITY_FIELDS)
             if ident != before or r["id"] in named or r is m.runs[-1]:
                 keep[r["id"]] = r
             before = ident
