@@ -230,6 +230,16 @@ def test_a_hostile_copy_is_passed_over_for_the_journal(tmp_path, what):
     assert _dump(tmp_path / "h.sqlite") == _dump(tmp_path / "c.sqlite")
 
 
+def test_a_copy_of_the_first_version_is_passed_over_and_named(tmp_path):
+    """Version 1 (before 2026-12-02) held each extra as its JSON text: its copies are read from their journals."""
+    d = _run(tmp_path / "old")
+    data = (d / PACKED_FILE).read_bytes()
+    (d / PACKED_FILE).write_bytes(b"CBPACK1\n" + data[len(pk.MAGIC):])
+    s = collect(tmp_path / "s.sqlite", [d])
+    assert s.added == 1 and s.packed == 0 and not s.refused
+    assert s.passed_over == [f"{d}: packed copy passed over, its journal read (packed by another convbench version)"]
+
+
 def test_a_journal_collect_refuses_is_not_packed_and_its_refusal_stays_the_journals(tmp_path):
     d = write_run(tmp_path / "results", "m1", "img", T0, [record("a")])
     with (d / JOURNAL_FILE).open("a") as f:

@@ -139,10 +139,10 @@ def _decode(raw: RawRun, meta: dict[str, Any]) -> ParsedRun:
 
     data = raw.packed or b""
     journal_bytes = len(raw.records) if raw.journal_size is None else raw.journal_size
+    if not data.startswith(MAGIC):
+        raise Unusable("packed by another convbench version" if data.startswith(b"CBPACK") else
+                       "no packed copy header")
     try:
-        if not data.startswith(MAGIC):
-            raise Unusable("packed by another convbench version" if data.startswith(b"CBPACK") else
-                           "no packed copy header")
         end = data.index(b"\n", len(MAGIC), len(MAGIC) + 512)
         head = json.loads(data[len(MAGIC):end])
         n, sizes = head["n"], head["sizes"]
