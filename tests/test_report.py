@@ -166,18 +166,28 @@ def test_fixture_report_shows_repro_and_ort_search_modes(tmp_path):
         pytest.skip("fixtures hold no repro/ort records")
     site = _fixture_site(tmp_path)
     det = (site / "determinism.html").read_text()
+    from harness.backends.cudnn_lib import DOCUMENTED_NONDETERMINISTIC
+
+    def documented(d):  # cuDNN's atomics, or PyTorch's backward allowed to pick them (cudnn.deterministic=False)
+        return ((d["backend"] == "cudnn" and (d["direction"], d["algo"]) in DOCUMENTED_NONDETERMINISTIC)
+                or (d["backend"] == "torch" and d["direction"] != "fwd"
+                    and d["settings"].get("deterministic") is False))
+
     by_machine: dict = {}
     for run, d in fixture_records(("repro",)):
         eq = d["extra"].get("fresh_process_equal")
-        c = by_machine.setdefault(run["machine"], [0, 0, 0, 0])
+        c = by_machine.setdefault(run["machine"], [0, 0, 0, 0, 0])
         c[0] += 1
         c[1] += eq is True
-        c[2] += eq is False
-        c[3] += eq is None
+        c[2] += eq is False and documented(d)
+        c[3] += eq is False and not documented(d)
+        c[4] += eq is None
     table = _text(det.split('id="detsum"')[1].split("</table>")[0])
-    for machine, (n, equal, differs, unknown) in by_machine.items():
-        # columns: ... repro records, fresh process equal, fresh process differs, not compared
-        assert re.search(rf"{re.escape(machine)} .*? {n} {equal} {differs} {unknown}( |$)", table), machine
+    for machine, (n, equal, documented_n, undocumented, unknown) in by_machine.items():
+        # columns: ... repro records, fresh process equal, differs documented, differs undocumented, not compared
+        assert re.search(rf"{re.escape(machine)} .*? {n} {equal} {documented_n} {undocumented} {unknown}( |$)",
+                         table), machine
+    assert sum(c[2] for c in by_machine.values()) > 0  # the fixtures hold documented ones: they are told apart
     page = _text((site / "ort.html").read_text())
     modes = {d["settings"]["cudnn_conv_algo_search"] for _, d in ort}
     for mode in modes & {"EXHAUSTIVE", "HEURISTIC", "DEFAULT"}:
@@ -466,6 +476,30 @@ def test_long_tables_are_folded_so_pages_stay_short(tmp_path):
     assert fold.index('<table id="across"') < fold.index("</details>")
     assert fold[:fold.index("</details>")].count("<tr>") == 31  # the header and every row, inside the fold
     assert '<details id="autotune-fold">' not in det  # nothing chosen: no table, nothing folded
+
+
+def test_documented_bits_across_nights_are_grouped_apart_from_what_nothing_explains(tmp_path):
+    """Combinations whose bits change night to night: those whose record is documented to vary (cuDNN's atomics)
+    go to a folded group under their cause, capped; the one nothing documents is the table that stands out."""
+    r = tmp_path / "r"
+    for night in range(3):
+        recs = [record(f"c{i}", hash_=f"{night:02d}{i:030x}", samples=noisy(1.0, seed=night)) for i in range(4)]
+        for rec in recs[1:]:
+            rec.extra = {"documented_nondeterministic": True}
+        write_run(r, "h200", "cu12", T0 + dt.timedelta(days=night), recs)
+    db = tmp_path / "s.sqlite"
+    assert not collect(db, [r]).refused
+    with Store(db) as s:
+        build(s, tmp_path / "site")
+    det = (tmp_path / "site" / "determinism.html").read_text()
+    table = det[det.index('<table id="across"'):]
+    table = table[:table.index("</table>")]
+    assert table.count("<tr>") == 2 and "<td>c0</td>" in table  # the header and the undocumented one
+    group = det[det.index('<details id="across-expected-1">'):]
+    group = group[:group.index("</details>")]
+    assert ("<b>3</b> combinations with different bits on different nights on h200, as documented (expected): "
+            "algorithm documented as non-deterministic (atomics)") in group
+    assert all(f"<td>c{i}</td>" in group for i in (1, 2, 3)) and "<td>c0</td>" not in group
 
 
 def test_judges_in_a_pool_give_the_same_pages(tmp_path, monkeypatch):

@@ -24,32 +24,58 @@ def documented_cause(rec: dict[str, Any]) -> str | None:
                                                 direction=rec["direction"], settings=rec.get("settings") or {}))
 
 
+def _same_problem(x: dict[str, Any]) -> tuple:
+    """A record's combination without its kind: a repro record names the measurement it ran again."""
+    settings = {k: v for k, v in (x["settings"] or {}).items() if k != "record"}
+    return (x["case"], x["backend"], x["direction"], x["algo"], x["math"], x["dtype"], x["layout"],
+            settings_str(settings))
+
+
+def _grouped(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with a documented cause, a group per cause (largest first), each capped at MAX_EXPECTED rows."""
+    by_cause: dict[str, list[dict[str, Any]]] = {}
+    for w in rows:
+        by_cause.setdefault(w["cause"], []).append(w)
+    return [{"cause": cause, "n": len(ws), "machines": sorted({w["machine"] for w in ws}),
+             "rows": ws[:MAX_EXPECTED], "left_out": max(0, len(ws) - MAX_EXPECTED)}
+            for cause, ws in sorted(by_cause.items(), key=lambda kv: -len(kv[1]))]
+
+
 def determinism(g: Model) -> dict[str, Any]:
     within = []  # newest record of each combination per (machine, image) whose repeats / fresh handles differ
     summary = []
     repro_diff = []
+    causes_of: dict[tuple[str, str], dict[Any, str | None]] = {}  # (machine, image) -> combo id -> documented cause
     for (machine, img), cur in sorted(g.current.items()):
         recs = [x for x in cur if x["status"] == OK and x["kind"] == "measurement"]
+        cause_of = {x["combo"]: documented_cause(x) for x in recs}
+        by_problem = {_same_problem(x): cause_of[x["combo"]] for x in recs}
+        causes_of[(machine, img)] = cause_of
         nd = [x for x in recs if x["repeat_equal"] == 0 or x["fresh_handle_equal"] == 0
               or (x["distinct_outputs"] or 1) > 1]
         checked = [x for x in recs if x["repeat_equal"] is not None]
         repro = [x for x in cur if x["kind"] == "repro"]
         fpe = Counter((x["extra"] or {}).get("fresh_process_equal") for x in repro)
+        repro_causes = [documented_cause(x) or by_problem.get(_same_problem(x)) for x in repro]
+        differs_documented = sum(1 for x, c in zip(repro, repro_causes, strict=True)
+                                 if c is not None and (x["extra"] or {}).get("fresh_process_equal") is False)
         causes = [documented_cause(x) for x in nd]
         expected_nd = sum(c is not None for c in causes)
         summary.append({"machine": machine, "label": g.minfo[machine].label, "image": img,
                         "runs": list(dict.fromkeys(x["run"]["run_id"] for x in cur)),
                         "ok": len(recs), "checked": len(checked), "nondeterministic": len(nd),
                         "expected": expected_nd, "unexpected": len(nd) - expected_nd,
-                        "repro": len(repro), "repro_equal": fpe.get(True, 0), "repro_differs": fpe.get(False, 0),
+                        "repro": len(repro), "repro_equal": fpe.get(True, 0),
+                        "repro_differs": fpe.get(False, 0) - differs_documented,
+                        "repro_differs_documented": differs_documented,
                         "repro_unknown": len(repro) - fpe.get(True, 0) - fpe.get(False, 0)})
         for x, cause in zip(nd, causes, strict=True):
             within.append({"machine": machine, "image": img, "rec": x, "settings": settings_str(x["settings"]),
                            "cause": cause})
-        for x in repro:
+        for x, cause in zip(repro, repro_causes, strict=True):
             if (x["extra"] or {}).get("fresh_process_equal") is False:
                 repro_diff.append({"machine": machine, "image": img, "rec": x,
-                                   "settings": settings_str(x["settings"])})
+                                   "settings": settings_str(x["settings"]), "cause": cause})
     across = []
     autotune = []
     n_series = 0
@@ -63,7 +89,8 @@ def determinism(g: Model) -> dict[str, Any]:
             counts = Counter(int(h) for h in s.hashes[:, col] if h)
             across.append({"machine": s.machine, "image": s.image, "combo": c, "distinct": int(distinct[col]),
                            "nights": int((s.hashes[:, col] != 0).sum()),
-                           "top_share": counts.most_common(1)[0][1] / max(1, sum(counts.values()))})
+                           "top_share": counts.most_common(1)[0][1] / max(1, sum(counts.values())),
+                           "cause": causes_of.get((s.machine, s.image), {}).get(int(s.combos[col]))})
         has = (s.chosen >= 0).any(axis=0)
         dch = _distinct_per_column(s.chosen, -1)
         for col in np.flatnonzero(has):
@@ -79,20 +106,19 @@ def determinism(g: Model) -> dict[str, Any]:
     autotune.sort(key=lambda a: (a["top_share"], a["machine"]))
     across.sort(key=lambda a: (-a["distinct"], a["machine"]))
     unexpected = [w for w in within if w["cause"] is None]
-    expected: dict[str, list[dict[str, Any]]] = {}
-    for w in within:
-        if w["cause"] is not None:
-            expected.setdefault(w["cause"], []).append(w)
+    across_unexpected = [a for a in across if a["cause"] is None]
+    repro_unexpected = [w for w in repro_diff if w["cause"] is None]
     for row in summary:  # what nothing documents stands out; documented non-determinism is neutral
         row["stands_out"] = bool(row["unexpected"] or row["repro_differs"])
     summary.sort(key=lambda row: not row["stands_out"])  # stable: machine and image order within each group
     return {"summary": summary, "standing_out": [row for row in summary if row["stands_out"]],
             "n_expected": sum(row["expected"] for row in summary), "within": unexpected[:MAX_ROWS], "within_left_out": max(0, len(unexpected) - MAX_ROWS),
-            "expected": [{"cause": cause, "n": len(ws), "machines": sorted({w["machine"] for w in ws}),
-                          "rows": ws[:MAX_EXPECTED], "left_out": max(0, len(ws) - MAX_EXPECTED)}
-                         for cause, ws in sorted(expected.items(), key=lambda kv: -len(kv[1]))],
-            "across": across[:MAX_ROWS], "across_left_out": max(0, len(across) - MAX_ROWS),
+            "expected": _grouped([w for w in within if w["cause"] is not None]),
+            "across": across_unexpected[:MAX_ROWS], "across_left_out": max(0, len(across_unexpected) - MAX_ROWS),
+            "across_expected": _grouped([a for a in across if a["cause"] is not None]),
             "autotune": autotune[:MAX_ROWS], "autotune_left_out": max(0, len(autotune) - MAX_ROWS),
             "n_autotune_unstable": sum(1 for a in autotune if a["distinct"] > 1), "n_series": n_series,
-            "repro_diff": repro_diff[:MAX_ROWS], "repro_diff_left_out": max(0, len(repro_diff) - MAX_ROWS),
+            "repro_diff": repro_unexpected[:MAX_ROWS],
+            "repro_diff_left_out": max(0, len(repro_unexpected) - MAX_ROWS),
+            "repro_expected": _grouped([w for w in repro_diff if w["cause"] is not None]),
             "sessions": findings(g)}
