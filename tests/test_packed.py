@@ -281,6 +281,25 @@ def test_a_store_written_before_compressed_texts_reads_the_same(tmp_path):
     assert len(now) == 3 and repr(before) == repr(now)
 
 
+def test_a_store_written_before_extras_were_objects_reads_the_same(tmp_path):
+    """Stores before 2026-12-02 kept each extra as its JSON text (json.dumps, sort_keys) inside the texts."""
+    d = _run(tmp_path)
+    db = tmp_path / "s.sqlite"
+    collect(db, [d])
+    with Store(db) as s:
+        pk_ = s.runs()[0]["id"]
+        rows = json.loads(zlib.decompress(s.db.execute("SELECT texts FROM run_records WHERE run=?",
+                                                       (pk_,)).fetchone()[0]))
+        assert any(isinstance(r[-1], dict) for r in rows)  # objects now
+        now = s.records(pk_)
+        old = [[*r[:-1], None if r[-1] is None else json.dumps(r[-1], sort_keys=True)] for r in rows]
+        s.db.execute("UPDATE run_records SET texts=? WHERE run=?", (zlib.compress(json.dumps(old).encode()), pk_))
+        s.db.commit()
+        before = s.records(pk_)
+    assert len(now) == 3 and [x["extra"] for x in before] == [x["extra"] for x in now] and now[0]["extra"]
+    assert repr([{**x, "extra": None} for x in before]) == repr([{**x, "extra": None} for x in now])
+
+
 def test_a_tarball_keeps_its_copies_only_within_the_memory_budget_the_journals_need_first(tmp_path, monkeypatch):
     from harness.core import intake
 
