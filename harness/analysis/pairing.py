@@ -31,7 +31,8 @@ _MAX_STACKS = 100_000  # ~9 times for each of 18 250 runs, whose nights share on
 
 def stack_fields(fp: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     """(label, value) of the stack a run ran on; cuDNN falls back to torch's own number (91900 -> 9.19.0).
-    Fingerprints are read-only: the answer is kept per object (the object with it, so that its id stays its)."""
+    Fingerprints are read-only: the answer is kept per object, beside the object itself (held, so that its id
+    cannot pass to another)."""
     hit = _STACKS.get(id(fp))
     if hit is not None and hit[0] is fp:
         return hit[1]

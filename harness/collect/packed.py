@@ -5,14 +5,15 @@ The host packs what collect would store from its own journal (journals.parse_jou
 column groups), so the copy is the journal's store rows, not a second format to keep in step. Collect reads the
 copy only where it is the journal's: the same size as records.jsonl when packed, not older than it; and only as
 untrusted input: every combination goes through check_record once, every column through the rule check_record
-applies to its values (columns.py), each extra's values checked per key, and the store keeps what was checked. A copy that is missing, stale, damaged, hostile or unreadable in any way is passed over
-and the journal read instead: nothing is lost and the refusal words stay the journal's. The journal stays the
-record; the copy is a cache of it.
+applies to its values (columns.py), each extra's values are checked per key, and the store keeps what was
+checked. A copy that is missing, stale, damaged, hostile or unreadable in any way is passed over and the journal
+read instead: nothing is lost and the refusal words stay the journal's. The journal stays the record; the copy is
+a cache of it.
 
 Layout: ``CBPACK2``, a JSON header line {journal_bytes, n, sizes}, then six sections back to back: the records'
 combinations (a JSON array per line, in record order), NUMBER_COLUMNS as float64 (NaN for null), the texts of
-TEXT_COLUMNS (one JSON array, each extra an object in it, compressed as the store keeps it), the samples' counts (int32), the samples
-(float64) and the rankings (JSON).
+TEXT_COLUMNS (one JSON array, each extra an object in it, compressed as the store keeps it), the samples' counts
+(int32), the samples (float64) and the rankings (JSON).
 """
 
 from __future__ import annotations

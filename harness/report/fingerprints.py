@@ -15,6 +15,7 @@ from ..analysis.pairing import stack_line
 from .fmt import flatten, minute
 from .model import Model
 
+_NONE: dict[str, Any] = {}  # a run without a fingerprint (one object: offered() keys identities by object)
 MAX_RUNS = 60  # columns besides the runs the morning comparisons name; the newest first
 
 
@@ -32,7 +33,7 @@ def offered(g: Model) -> list[dict[str, Any]]:
     for m in g.machines:
         before = None
         for r in m.runs:
-            fp = g.info[r["id"]]["fingerprint"] or {}
+            fp = g.info[r["id"]]["fingerprint"] or _NONE
             ident = idents.get(id(fp))
             if ident is None:
                 ident = idents[id(fp)] = tuple(repr(_field(fp, f)) for f in IDENTITY_FIELDS)
