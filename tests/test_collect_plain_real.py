@@ -98,7 +98,7 @@ def test_real_lines_and_rankings_take_the_plain_path_and_store_what_the_general_
     plain = col._parse_journal(raw, meta, False)  # raises _NotPlain if a column did not pass
     assert walked == []
     assert _same(plain, full) and len(plain.rankings) == len(range(0, N, RANKING))
-    stored = json.loads(plain.records[0][-1])  # line 2: the clock, flags and host time travel in the stored extra
+    stored = plain.records[0][-1]  # line 2: the clock, flags and host time travel in the stored extra
     assert stored["clock"]["sm_mhz_min"] == 1980 and stored["flags"] == ["wide"] and stored["host_ms"] == 0.01
 
 
