@@ -59,7 +59,7 @@ def determinism(g: Model) -> dict[str, Any]:
         repro_causes = [documented_cause(x) or by_problem.get(_same_problem(x)) for x in repro]
         differs_documented = sum(1 for x, c in zip(repro, repro_causes, strict=True)
                                  if c is not None and (x["extra"] or {}).get("fresh_process_equal") is False)
-        causes = [documented_cause(x) for x in nd]
+        causes = [cause_of[x["combo"]] for x in nd]  # nd is of recs: one record per combination
         expected_nd = sum(c is not None for c in causes)
         summary.append({"machine": machine, "label": g.minfo[machine].label, "image": img,
                         "runs": list(dict.fromkeys(x["run"]["run_id"] for x in cur)),
