@@ -266,36 +266,39 @@ def test_a_hook_that_fails_at_the_runs_end_does_not_fail_the_run(tmp_path, monke
     assert collect(tmp_path / "s.sqlite", [j.path]).packed == 1
 
 
-def test_a_store_written_before_compressed_texts_reads_the_same(tmp_path):
+def _read_as_an_older_store_kept_it(tmp_path, older) -> tuple[list, list]:
+    """A run's records from the store as collected now, and again after its texts blob was rewritten by
+    ``older`` (the blob -> the blob an older store would hold)."""
     d = _run(tmp_path)
     db = tmp_path / "s.sqlite"
     collect(db, [d])
     with Store(db) as s:
         pk_ = s.runs()[0]["id"]
         blob = s.db.execute("SELECT texts FROM run_records WHERE run=?", (pk_,)).fetchone()[0]
-        assert blob[:1] != b"[" and len(zlib.decompress(blob)) > len(blob)  # compressed
         now = s.records(pk_)
-        s.db.execute("UPDATE run_records SET texts=? WHERE run=?", (zlib.decompress(blob), pk_))  # as before
+        s.db.execute("UPDATE run_records SET texts=? WHERE run=?", (older(blob), pk_))
         s.db.commit()
-        before = s.records(pk_)
+        return now, s.records(pk_)
+
+
+def test_a_store_written_before_compressed_texts_reads_the_same(tmp_path):
+    def plain(blob):
+        assert blob[:1] != b"[" and len(zlib.decompress(blob)) > len(blob)  # compressed
+        return zlib.decompress(blob)  # as before
+
+    now, before = _read_as_an_older_store_kept_it(tmp_path, plain)
     assert len(now) == 3 and repr(before) == repr(now)
 
 
 def test_a_store_written_before_extras_were_objects_reads_the_same(tmp_path):
     """Stores before 2026-12-02 kept each extra as its JSON text (json.dumps, sort_keys) inside the texts."""
-    d = _run(tmp_path)
-    db = tmp_path / "s.sqlite"
-    collect(db, [d])
-    with Store(db) as s:
-        pk_ = s.runs()[0]["id"]
-        rows = json.loads(zlib.decompress(s.db.execute("SELECT texts FROM run_records WHERE run=?",
-                                                       (pk_,)).fetchone()[0]))
+    def extras_as_text(blob):
+        rows = json.loads(zlib.decompress(blob))
         assert any(isinstance(r[-1], dict) for r in rows)  # objects now
-        now = s.records(pk_)
         old = [[*r[:-1], None if r[-1] is None else json.dumps(r[-1], sort_keys=True)] for r in rows]
-        s.db.execute("UPDATE run_records SET texts=? WHERE run=?", (zlib.compress(json.dumps(old).encode()), pk_))
-        s.db.commit()
-        before = s.records(pk_)
+        return zlib.compress(json.dumps(old).encode())
+
+    now, before = _read_as_an_older_store_kept_it(tmp_path, extras_as_text)
     assert len(now) == 3 and [x["extra"] for x in before] == [x["extra"] for x in now] and now[0]["extra"]
     assert repr([{**x, "extra": None} for x in before]) == repr([{**x, "extra": None} for x in now])
 

@@ -458,18 +458,26 @@ def test_regressions_between_images_drill_down_to_runs_records_and_fingerprints(
     assert "<summary>both records</summary>" in cells and "<td>median</td>" in cells
 
 
-def test_long_tables_are_folded_so_pages_stay_short(tmp_path):
-    """30 combinations whose output bits change every night on one machine: the determinism page lists them in a
-    folded section whose summary gives the count (the page stays short); a short table stays open."""
+def _bits_change_every_night(tmp_path, n: int, documented=()) -> str:
+    """determinism.html of one machine's three nights of ``n`` combinations whose output bits change every
+    night; the records of the combinations ``documented`` are marked as cuDNN marks its atomics."""
     r = tmp_path / "r"
     for night in range(3):
-        recs = [record(f"c{i}", hash_=f"{night:02d}{i:030x}", samples=noisy(1.0, seed=night)) for i in range(30)]
+        recs = [record(f"c{i}", hash_=f"{night:02d}{i:030x}", samples=noisy(1.0, seed=night)) for i in range(n)]
+        for i in documented:
+            recs[i].extra = {"documented_nondeterministic": True}
         write_run(r, "h200", "cu12", T0 + dt.timedelta(days=night), recs)
     db = tmp_path / "s.sqlite"
     assert not collect(db, [r]).refused
     with Store(db) as s:
         build(s, tmp_path / "site")
-    det = (tmp_path / "site" / "determinism.html").read_text()
+    return (tmp_path / "site" / "determinism.html").read_text()
+
+
+def test_long_tables_are_folded_so_pages_stay_short(tmp_path):
+    """30 combinations whose output bits change every night on one machine: the determinism page lists them in a
+    folded section whose summary gives the count (the page stays short); a short table stays open."""
+    det = _bits_change_every_night(tmp_path, 30)
     fold = det[det.index('<details id="across-fold">'):]
     assert fold.startswith('<details id="across-fold"><summary>30 combinations with different bits on different '
                            'nights, folded')
@@ -481,17 +489,7 @@ def test_long_tables_are_folded_so_pages_stay_short(tmp_path):
 def test_documented_bits_across_nights_are_grouped_apart_from_what_nothing_explains(tmp_path):
     """Combinations whose bits change night to night: those whose record is documented to vary (cuDNN's atomics)
     go to a folded group under their cause, capped; the one nothing documents is the table that stands out."""
-    r = tmp_path / "r"
-    for night in range(3):
-        recs = [record(f"c{i}", hash_=f"{night:02d}{i:030x}", samples=noisy(1.0, seed=night)) for i in range(4)]
-        for rec in recs[1:]:
-            rec.extra = {"documented_nondeterministic": True}
-        write_run(r, "h200", "cu12", T0 + dt.timedelta(days=night), recs)
-    db = tmp_path / "s.sqlite"
-    assert not collect(db, [r]).refused
-    with Store(db) as s:
-        build(s, tmp_path / "site")
-    det = (tmp_path / "site" / "determinism.html").read_text()
+    det = _bits_change_every_night(tmp_path, 4, documented=range(1, 4))
     table = det[det.index('<table id="across"'):]
     table = table[:table.index("</table>")]
     assert table.count("<tr>") == 2 and "<td>c0</td>" in table  # the header and the undocumented one
