@@ -35,10 +35,19 @@ _STAMP = re.compile(rb"\d{4}-\d\d-\d\d \d\d:\d\d UTC")
 
 
 def _texts(blob: bytes) -> bytes:
-    """A run's texts as the values they hold, one spelling: stores since 2026-12-01 keep them compressed
-    (store_packing.pack_texts), and since 2026-12-02 each extra as an object instead of its JSON text."""
-    rows = json.loads(blob if blob[:1] == b"[" else zlib.decompress(blob))
-    rows = [[*r[:-1], json.loads(r[-1]) if isinstance(r[-1], str) else r[-1]] for r in rows]
+    """A run's texts as the values they hold, a row per record, one spelling: stores since 2026-12-01 keep them
+    compressed (store_packing.pack_texts), since 2026-12-02 each extra as an object instead of its JSON text, and
+    later that day by column, each extra by its key set. Read here with the standard library, apart from the code
+    being compared."""
+    texts = json.loads(blob if blob[:1] in b"[{" else zlib.decompress(blob))
+    if isinstance(texts, dict):
+        extras: list = [None] * len(texts["shape"])
+        for sid, (keys, values) in enumerate(texts["extras"]):
+            at = [i for i, s in enumerate(texts["shape"]) if s == sid]
+            for i, row in zip(at, zip(*values, strict=True), strict=True):
+                extras[i] = dict(zip(keys, row, strict=True))
+        texts = [[*r] for r in zip(*texts["columns"], extras, strict=True)]
+    rows = [[*r[:-1], json.loads(r[-1]) if isinstance(r[-1], str) else r[-1]] for r in texts]
     return json.dumps(rows, sort_keys=True).encode()
 
 

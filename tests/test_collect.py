@@ -262,7 +262,7 @@ def test_extra_with_an_integer_beyond_64_bits_is_the_same_from_copy_and_journal(
 def test_store_texts_written_where_orjson_cannot_write_them():
     """A row whose extra holds an integer beyond 64 bits (an asv track value, parsed by the standard library) is
     packed by the standard library's encoder and read back as the nearest float, as a journal's value is."""
-    from harness.collect.store_packing import pack_texts, unpack_texts
+    from harness.collect.store_packing import pack_texts, text_columns
 
     rows = [["ok", None, {"value": 10 ** 30, "unit": "bits"}], ["ok", None, None]]
-    assert unpack_texts(pack_texts(rows)) == [["ok", None, {"value": 1e30, "unit": "bits"}], ["ok", None, None]]
+    assert text_columns(pack_texts(rows), 2) == [["ok", "ok"], [None, None], [{"value": 1e30, "unit": "bits"}, None]]

@@ -21,7 +21,7 @@ from harness.collect.discovery import Archive, RawRun, discover
 from harness.collect.ingest import collect
 from harness.collect.journals import journal_identity, parse_journal
 from harness.collect.store import Store
-from harness.collect.store_packing import NUMBER_COLUMNS, TEXT_COLUMNS, pack_records
+from harness.collect.store_packing import NUMBER_COLUMNS, TEXT_COLUMNS, pack_records, pack_texts, text_columns
 from harness.core.records import dumps
 from harness.run.journal import JOURNAL_FILE, PACKED_FILE
 
@@ -135,18 +135,36 @@ def _assemble(head: dict, parts: dict) -> bytes:
     return b"".join((pk.MAGIC, json.dumps(head).encode(), b"\n", *sections))
 
 
+def _n(parts: dict) -> int:
+    return len(parts["sample_counts"]) // 4
+
+
 def _rows(parts: dict) -> list:
-    return json.loads(zlib.decompress(parts["texts"]))
+    return [list(r) for r in zip(*text_columns(parts["texts"], _n(parts)), strict=True)]
 
 
 def _set_rows(parts: dict, rows: list) -> None:
-    parts["texts"] = zlib.compress(json.dumps(rows, separators=(",", ":")).encode(), 1)
+    parts["texts"] = pack_texts(rows)
 
 
 def _texts(parts: dict, row: int, column: str, value) -> None:
     rows = _rows(parts)
     rows[row][TEXT_COLUMNS.index(column)] = value
     _set_rows(parts, rows)
+
+
+def _layout(parts: dict, edit) -> None:
+    """The texts as pack_texts lays them out ({columns, shape, extras}), changed in place by ``edit``."""
+    obj = json.loads(zlib.decompress(parts["texts"]))
+    edit(obj)
+    parts["texts"] = zlib.compress(json.dumps(obj, separators=(",", ":")).encode(), 1)
+
+
+def _split_key_set(obj: dict) -> None:
+    """Record 0's extra moved to a second key set equal to its first."""
+    keys, values = obj["extras"][0]
+    obj["extras"].append([keys, [[col.pop(0)] for col in values]])
+    obj["shape"][0] = len(obj["extras"]) - 1
 
 
 def _number(parts: dict, row: int, column: str, value: float) -> None:
@@ -164,7 +182,7 @@ def _combo(parts: dict, row: int, field: int, value) -> None:
     parts["combos"] = b"\n".join(lines)
 
 
-def _extra(parts: dict, row: int, value: str) -> None:
+def _extra(parts: dict, row: int, value) -> None:
     _texts(parts, row, "extra", value)
 
 
@@ -180,7 +198,10 @@ HOSTILE = {
     "an empty status": lambda h, p: _texts(p, 0, "status", ""),
     "a status that is a number": lambda h, p: _texts(p, 0, "status", 7),
     "a device with a control character": lambda h, p: _texts(p, 0, "device", "cuda\x07"),
-    "a row of ten texts": lambda h, p: _set_rows(p, [r[:-1] for r in _rows(p)]),
+    "a text column short of a record": lambda h, p: _layout(p, lambda o: o["columns"][3].pop()),
+    "eleven text columns besides the extras": lambda h, p: _layout(p, lambda o: o["columns"].append(o["columns"][0])),
+    "texts as rows (a store's layout before 2026-12-02)": lambda h, p: p.update(
+        texts=zlib.compress(json.dumps(_rows(p)).encode(), 1)),
     "texts not compressed": lambda h, p: p.update(texts=zlib.decompress(p["texts"])),
     "texts with bytes after their stream": lambda h, p: p.update(texts=p["texts"] + b"[]"),
     "texts cut short": lambda h, p: p.update(texts=p["texts"][:-3]),
@@ -190,13 +211,23 @@ HOSTILE = {
     "settings not in the store's spelling": lambda h, p: _combo(p, 0, 7, '{"b":1,"a":2}'),
     "a nested setting": lambda h, p: _combo(p, 0, 7, '{"a": [1]}'),
     "a combination twice": lambda h, p: p.update(combos=b"\n".join([p["combos"].split(b"\n")[0]] * 3)),
-    "a torn extra paired with the next": lambda h, p: (_extra(p, 0, '{"wall_ms": [1'),
-                                                      _extra(p, 1, '2]}, {"wall_ms": 3}')),
-    "an extra that is a list": lambda h, p: _extra(p, 0, "[1, 2]"),
-    "an empty extra": lambda h, p: _extra(p, 0, "{}"),
-    "a negative wall time": lambda h, p: _extra(p, 0, '{"wall_ms": -1.0}'),
-    "an unknown extra nested too deep": lambda h, p: _extra(p, 0, '{"x": ' + "[" * 12 + "]" * 12 + "}"),
-    "a clock with text for its minimum": lambda h, p: _extra(p, 0, '{"clock": {"sm_mhz_min": "fast"}}'),
+    "an extra that is a list": lambda h, p: _layout(p, lambda o: o["extras"][0].__setitem__(0, [1, 2])),
+    "an empty extra": lambda h, p: _layout(p, lambda o: (o["extras"].append([[], []]), o["shape"].__setitem__(
+        0, len(o["extras"]) - 1))),
+    "an extra naming a key twice": lambda h, p: _layout(p, lambda o: (
+        o["extras"][0][0].append(o["extras"][0][0][0]), o["extras"][0][1].append(o["extras"][0][1][0]))),
+    "two key sets alike": lambda h, p: _layout(p, _split_key_set),
+    "a key set no record has": lambda h, p: _layout(p, lambda o: o["extras"].append([["wall_ms"], [[]]])),
+    "a shape past the key sets": lambda h, p: _layout(p, lambda o: o["shape"].__setitem__(0, len(o["extras"]))),
+    "a shape that is true": lambda h, p: _layout(p, lambda o: o["shape"].__setitem__(0, True)),
+    "a key's values one short": lambda h, p: _layout(p, lambda o: o["extras"][0][1][0].pop()),
+    "a shape short of a record": lambda h, p: _layout(p, lambda o: o["shape"].pop()),
+    "a negative wall time": lambda h, p: _extra(p, 0, {"wall_ms": -1.0}),
+    "a placement median that is text": lambda h, p: _extra(p, 1, {"placement_medians_ms": [1.0, "2"]}),
+    "an unknown extra nested too deep": lambda h, p: _extra(p, 0, {"x": json.loads("[" * 12 + "]" * 12)}),
+    "an unknown extra key with a control character": lambda h, p: _extra(p, 2, {"x\x07": 1}),
+    "a clock with text for its minimum": lambda h, p: _extra(p, 0, {"clock": {"sm_mhz_min": "fast"}}),
+    "a clock with a key a timer does not write": lambda h, p: _extra(p, 0, {"clock": {"volts": 1.0}}),
     "a sample count past the samples": lambda h, p: p.update(sample_counts=struct.pack("<3i", 2, 2, 3)),
     "a negative sample count": lambda h, p: p.update(sample_counts=struct.pack("<3i", -1, 2, 5)),
     "a NaN sample": lambda h, p: p.update(samples=struct.pack("<d", float("nan")) + p["samples"][8:]),
@@ -230,11 +261,13 @@ def test_a_hostile_copy_is_passed_over_for_the_journal(tmp_path, what):
     assert _dump(tmp_path / "h.sqlite") == _dump(tmp_path / "c.sqlite")
 
 
-def test_a_copy_of_the_first_version_is_passed_over_and_named(tmp_path):
-    """Version 1 (before 2026-12-02) held each extra as its JSON text: its copies are read from their journals."""
+@pytest.mark.parametrize("version", [b"CBPACK1\n", b"CBPACK2\n"])
+def test_a_copy_of_an_older_version_is_passed_over_and_named(tmp_path, version):
+    """Version 1 (before 2026-12-02) held each extra as its JSON text, version 2 (2026-12-02) the texts as a row
+    per record: their copies are read from their journals."""
     d = _run(tmp_path / "old")
     data = (d / PACKED_FILE).read_bytes()
-    (d / PACKED_FILE).write_bytes(b"CBPACK1\n" + data[len(pk.MAGIC):])
+    (d / PACKED_FILE).write_bytes(version + data[len(pk.MAGIC):])
     s = collect(tmp_path / "s.sqlite", [d])
     assert s.added == 1 and s.packed == 0 and not s.refused
     assert s.passed_over == [f"{d}: packed copy passed over, its journal read (packed by another convbench version)"]
@@ -281,26 +314,42 @@ def _read_as_an_older_store_kept_it(tmp_path, older) -> tuple[list, list]:
         return now, s.records(pk_)
 
 
+def _as_rows(blob: bytes, extra=lambda e: e) -> list:
+    """A run's texts by column (as stored now) as the row per record older stores kept, each extra made ``extra``."""
+    layout = json.loads(zlib.decompress(blob))
+    assert set(layout) == {"columns", "shape", "extras"}  # by column now
+    cols = text_columns(blob, len(layout["shape"]))
+    assert any(isinstance(e, dict) for e in cols[-1])
+    return [[*r[:-1], extra(r[-1])] for r in zip(*cols, strict=True)]
+
+
 def test_a_store_written_before_compressed_texts_reads_the_same(tmp_path):
+    """Stores before 2026-12-01 kept the texts plain, a row per record, each extra its JSON text."""
     def plain(blob):
-        assert blob[:1] != b"[" and len(zlib.decompress(blob)) > len(blob)  # compressed
-        return zlib.decompress(blob)  # as before
+        return json.dumps(_as_rows(blob, lambda e: e and json.dumps(e, sort_keys=True))).encode()
 
     now, before = _read_as_an_older_store_kept_it(tmp_path, plain)
-    assert len(now) == 3 and repr(before) == repr(now)
+    assert len(now) == 3 and [x["extra"] for x in before] == [x["extra"] for x in now] and now[0]["extra"]
+    assert repr([{**x, "extra": None} for x in before]) == repr([{**x, "extra": None} for x in now])
 
 
 def test_a_store_written_before_extras_were_objects_reads_the_same(tmp_path):
     """Stores before 2026-12-02 kept each extra as its JSON text (json.dumps, sort_keys) inside the texts."""
     def extras_as_text(blob):
-        rows = json.loads(zlib.decompress(blob))
-        assert any(isinstance(r[-1], dict) for r in rows)  # objects now
-        old = [[*r[:-1], None if r[-1] is None else json.dumps(r[-1], sort_keys=True)] for r in rows]
-        return zlib.compress(json.dumps(old).encode())
+        return zlib.compress(json.dumps(_as_rows(blob, lambda e: e and json.dumps(e, sort_keys=True))).encode())
 
     now, before = _read_as_an_older_store_kept_it(tmp_path, extras_as_text)
     assert len(now) == 3 and [x["extra"] for x in before] == [x["extra"] for x in now] and now[0]["extra"]
     assert repr([{**x, "extra": None} for x in before]) == repr([{**x, "extra": None} for x in now])
+
+
+def test_a_store_written_before_texts_were_by_column_reads_the_same(tmp_path):
+    """Stores of 2026-12-02 before the texts were by column kept a row per record, each extra an object in it."""
+    def rows(blob):
+        return zlib.compress(json.dumps(_as_rows(blob)).encode(), 1)
+
+    now, before = _read_as_an_older_store_kept_it(tmp_path, rows)
+    assert len(now) == 3 and repr(before) == repr(now) and now[0]["extra"]
 
 
 def test_a_tarball_keeps_its_copies_only_within_the_memory_budget_the_journals_need_first(tmp_path, monkeypatch):

@@ -10,9 +10,9 @@ checked. A copy that is missing, stale, damaged, hostile or unreadable in any wa
 read instead: nothing is lost and the refusal words stay the journal's. The journal stays the record; the copy is
 a cache of it.
 
-Layout: ``CBPACK2``, a JSON header line {journal_bytes, n, sizes}, then six sections back to back: the records'
+Layout: ``CBPACK3``, a JSON header line {journal_bytes, n, sizes}, then six sections back to back: the records'
 combinations (a JSON array per line, in record order), NUMBER_COLUMNS as float64 (NaN for null), the texts of
-TEXT_COLUMNS (one JSON array, each extra an object in it, compressed as the store keeps it), the samples' counts
+TEXT_COLUMNS (by column, the extras by key set, compressed as the store keeps them: pack_texts), the samples' counts
 (int32), the samples (float64) and the rankings (JSON).
 """
 
@@ -46,7 +46,7 @@ from .store_packing import (
     pack_records,
 )
 
-MAGIC = b"CBPACK2\n"  # 2 (2026-12-02): extras as objects in the texts; copies of version 1 are passed over
+MAGIC = b"CBPACK3\n"  # 3 (2026-12-02): texts by column, extras by key set; copies of older versions are passed over
 _SECTIONS = ("combos", "numbers", "texts", "sample_counts", "samples", "rankings")
 _OWNER = {**{n: Record for n in ("status", "reason", "device", "chosen_algo", "explanation", "workspace_bytes")},
           **{n: Timing for n in ("median_ms", "iqr_ms", "min_ms", "n", "timer", "mode")},
@@ -158,11 +158,10 @@ def _decode(raw: RawRun, meta: dict[str, Any]) -> ParsedRun:
     for name, size in zip(_SECTIONS, sizes, strict=True):
         parts[name], at = data[at:at + size], at + size
     combos = _combos(parts["combos"], n)
-    texts, rows = _texts(parts["texts"], n, journal_bytes)
+    texts, cols = _texts(parts["texts"], n, journal_bytes)
     numbers = _numbers(parts["numbers"], n)
     counts, samples = _samples(parts["sample_counts"], parts["samples"], n)
     rankings = _rankings(parts["rankings"])
-    cols = list(zip(*rows, strict=True))
     status, hashes, chosen = cols[0], cols[TEXT_COLUMNS.index("hash")], cols[TEXT_COLUMNS.index("chosen_algo")]
     run, vectors = run_row(raw, meta, status, numbers[NUMBER_COLUMNS.index("median_ms")].copy(),
                            numbers[NUMBER_COLUMNS.index("max_norm_err")].copy(), hashes, chosen, len(rankings))
@@ -212,9 +211,9 @@ def _combo(line: bytes) -> tuple:
 
 
 def _texts(section: bytes, n: int, journal_bytes: int) -> tuple[bytes, list]:
-    """The texts of TEXT_COLUMNS per record (store_packing.pack_texts), each column checked as check_record checks
+    """The texts of TEXT_COLUMNS by column (store_packing.pack_texts), each column checked as check_record checks
     its values; the section, which the store keeps as it is (readers parse these bytes with the parser that
-    checked them: they give what was checked), and its rows."""
+    checked them: they give what was checked), and the columns but the extra."""
     limit = 4 * journal_bytes + (1 << 20)  # texts come from the journal: an escape may triple a character, not more
     inflate = zlib.decompressobj()
     try:
@@ -224,44 +223,70 @@ def _texts(section: bytes, n: int, journal_bytes: int) -> tuple[bytes, list]:
     if not inflate.eof or inflate.unconsumed_tail or inflate.unused_data:
         raise Unusable("texts are not one whole compressed stream within their bound")
     try:
-        rows = loads_texts(plain)
+        texts = loads_texts(plain)
     except ValueError:
         raise Unusable("texts are not JSON") from None
-    width = len(TEXT_COLUMNS)
-    if type(rows) is not list or len(rows) != n or set(map(type, rows)) != {list} or set(map(len, rows)) != {width}:
-        raise Unusable(f"texts are not {n} rows of {width}")
-    cols = list(zip(*rows, strict=True))
-    for name, col in zip(TEXT_COLUMNS[:-1], cols, strict=False):
+    if type(texts) is not dict or texts.keys() != {"columns", "shape", "extras"}:
+        raise Unusable("texts are not columns, shapes and extras")
+    cols, width = texts["columns"], len(TEXT_COLUMNS) - 1
+    if (type(cols) is not list or len(cols) != width or set(map(type, cols)) != {list}
+            or set(map(len, cols)) != {n}):
+        raise Unusable(f"texts are not {width} columns of {n}")
+    for name, col in zip(TEXT_COLUMNS, cols, strict=False):
         tp = column_checks._hint(_OWNER[name], name)
         if not column_checks._values_pass(col, tp if name == "status" else tp | None, name):
             raise Unusable(f"column {name} does not pass the record schema")
-    _extras(cols[-1])
-    return section, rows
+    _extras(texts["shape"], texts["extras"], n)
+    return section, cols
 
 
-def _extras(extras: tuple) -> None:
-    """Each record's stored extra (journals._stored_extra: an object or null) checked as check_record checks an
-    extra. Values of the keys real runs write are checked per key, in columns (gathered by C loops: a fleet has
-    ten million extras); an extra with other keys is walked whole."""
-    values = [e for e in extras if e is not None]
-    if values and (set(map(type, values)) != {dict} or not all(values)):
-        raise Unusable("an extra is not a non-empty object")
-    keysets = set(map(frozenset, values))
-    if not all(ks <= _PLAIN_EXTRA for ks in keysets):
+def _extras(shape: list, extras: list, n: int) -> None:
+    """Each record's stored extra (journals._stored_extra: an object or null, by key set as pack_texts writes
+    it) checked as check_record checks an extra. The keys real runs write are checked per key, a column at once
+    (a fleet has ten million extras); a key set with any other key is made into its objects and walked whole."""
+    if type(shape) is not list or len(shape) != n or type(extras) is not list:
+        raise Unusable(f"extras are not {n} shapes and their key sets")
+    if shape and (set(map(type, shape)) != {int} or min(shape) < -1 or max(shape) >= len(extras)):
+        raise Unusable("an extra's shape is not one of its key sets")
+    members = np.bincount(np.asarray(shape, dtype=np.int64) + 1, minlength=len(extras) + 1)[1:].tolist()
+    by_key: dict[str, list] = {}
+    seen: set[tuple] = set()
+    walk = []
+    for (keys, values), count in zip(_key_sets(extras), members, strict=True):
+        if not keys or len(set(keys)) != len(keys) or set(map(type, keys)) != {str} or tuple(keys) in seen:
+            raise Unusable("a key set of the extras is empty, repeats a key or repeats another")
+        seen.add(tuple(keys))
+        if (not count or type(values) is not list or len(values) != len(keys) or set(map(type, values)) != {list}
+                or set(map(len, values)) != {count}):
+            raise Unusable("a key set's values are not one column per key of one value per record")
+        if not _PLAIN_EXTRA.issuperset(keys):
+            walk.append((keys, values))
+        for k, col in zip(keys, values, strict=True):
+            by_key.setdefault(k, []).append(col)
+    if walk:
         full = _checker(column_checks._hint(Record, "extra"), "extra", True)
         try:
-            for v in values:
-                full(v, "extra")
+            for keys, values in walk:
+                for row in zip(*values, strict=True):
+                    full(dict(zip(keys, row, strict=True)), "extra")
         except (SchemaError, RecursionError):
             raise Unusable("an extra does not pass the record schema") from None
-    optional = {k: _column(values, k) for k in _PLAIN_EXTRA - {"clock"}}
-    clocks = [c for c in _column(values, "clock") if c is not None]
+    gathered = {k: list(itertools.chain.from_iterable(cols)) if len(cols) > 1 else cols[0]
+                for k, cols in by_key.items()}
+    optional = {k: gathered.get(k, ()) for k in _PLAIN_EXTRA - {"clock"}}
+    clocks = [c for c in gathered.get("clock", ()) if c is not None]
     if clocks:
         if set(map(type, clocks)) != {dict} or not all(ks <= _CLOCK_KEYS for ks in set(map(frozenset, clocks))):
             raise Unusable("an extra's clock is not the clock a timer writes")
         optional.update({k: _column(clocks, k) for k in _CLOCK_KEYS})
     if not column_checks.optional_pass(optional):
         raise Unusable("an extra's values do not pass the record schema")
+
+
+def _key_sets(extras: list) -> list[tuple]:
+    if set(map(type, extras)) - {list} or set(map(len, extras)) - {2} or set(type(e[0]) for e in extras) - {list}:
+        raise Unusable("the extras are not key sets with their values")
+    return list(map(tuple, extras))
 
 
 _MISSING = object()

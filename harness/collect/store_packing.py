@@ -1,5 +1,5 @@
 """How a run's records become store rows, and back: the column order, the packed ``run_records`` row of a run
-(numbers as float64 columns, texts as one JSON array compressed, samples concatenated), and the samples' blobs.
+(numbers as float64 columns, texts by column as JSON compressed, samples concatenated), and the samples' blobs.
 
 A packed row is one SQLite value per column group instead of one row per record: binding 29 parameters per
 record cost more than parsing it, and a 10^7-record collect has to fit two cores.
@@ -7,6 +7,7 @@ record cost more than parsing it, and a 10^7-record collect has to fit two cores
 
 from __future__ import annotations
 
+import itertools
 import json
 import operator
 import struct
@@ -39,7 +40,7 @@ RECORD_COLUMNS = ("run", "combo", "status", "reason", "device", "median_ms", "iq
                   "mode", "samples", "workspace_bytes", "max_abs", "rel_l2", "max_norm_err", "nan", "inf",
                   "unwritten", "precision_class", "hash", "hash_algo", "repeats", "repeat_equal",
                   "fresh_handle_equal", "distinct_outputs", "chosen_algo", "explanation", "extra")
-# how run_records packs RECORD_COLUMNS[2:]: numbers as float64 columns, texts as JSON (pack_texts), samples as float64
+# how run_records packs RECORD_COLUMNS[2:]: numbers as float64 columns, texts by column (pack_texts), samples as float64
 NUMBER_COLUMNS = ("median_ms", "iqr_ms", "min_ms", "n", "workspace_bytes", "max_abs", "rel_l2", "max_norm_err",
                   "nan", "inf", "unwritten", "repeats", "repeat_equal", "fresh_handle_equal", "distinct_outputs")
 INTEGER_COLUMNS = frozenset(("n", "workspace_bytes", "nan", "inf", "unwritten", "repeats", "repeat_equal",
@@ -77,22 +78,66 @@ class ParsedRun:
 
 
 def pack_texts(rows: list) -> bytes:
-    """A run's texts as the store keeps them: one JSON array of a row per record (its extra a JSON object inside
-    it, or null), zlib level 1. They were 62 % of a fleet's store (360 bytes a record, mostly the extras) and
-    compress 7x; a collect that wrote them plain spent its wall time writing them, twice through the write-ahead
-    log (docs/fleet.md, 2026-12-01)."""
+    """A run's texts (rows of TEXT_COLUMNS) as the store keeps them: by column, zlib level 1 (text_columns reads
+    them back). ``columns`` holds each text column but the extra, ``shape`` each record's extra as the index of
+    its keys in ``extras`` (-1 for none), and ``extras`` per key set its keys and, per key, the values of the
+    records of that set in record order. A fleet's ten million extras share a few key sets: by column they are
+    read as lists and checked per key with no gathering (packed.py), where objects cost a parse and a walk each.
+    Compressed, they were 62 % of a fleet's store plain (docs/fleet.md, 2026-12-01)."""
+    cols = list(zip(*rows, strict=True)) if rows else [()] * len(TEXT_COLUMNS)
+    shapes: dict[tuple, int] = {}
+    members: list[list[dict]] = []
+    ids = []
+    for e in cols[-1]:
+        if not e:
+            ids.append(-1)
+            continue
+        keys = tuple(e)
+        sid = shapes.get(keys)
+        if sid is None:
+            sid = shapes[keys] = len(members)
+            members.append([])
+        members[sid].append(e)
+        ids.append(sid)
+    extras = [[keys, [list(map(operator.itemgetter(k), group)) for k in keys]]
+              for keys, group in zip(shapes, members, strict=True)]
+    obj = {"columns": cols[:-1], "shape": ids, "extras": extras}
     try:
-        plain = dumps_texts(rows)
+        plain = dumps_texts(obj)
     except TypeError:  # orjson.JSONEncodeError: an integer beyond 64 bits (an asv track value); read back as
-        plain = json.dumps(rows, separators=(",", ":")).encode()  # the nearest float, as a journal's is
+        plain = json.dumps(obj, separators=(",", ":")).encode()  # the nearest float, as a journal's is
     return zlib.compress(plain, 1)
 
 
 def unpack_texts(blob: bytes) -> Any:
-    """A run's texts from the store: compressed (pack_texts), or plain JSON (stores written before 2026-12-01).
-    A row's extra is an object, or, in stores written before 2026-12-02, the object's JSON text (readers take
-    both: store_reads.records)."""
-    return loads_texts(blob if blob[:1] == b"[" else zlib.decompress(blob))
+    """A run's texts from the store, parsed: compressed (pack_texts), or plain JSON (stores written before
+    2026-12-01). text_columns gives their columns whatever their layout."""
+    return loads_texts(blob if blob[:1] in b"[{" else zlib.decompress(blob))
+
+
+def text_columns(blob: bytes, n: int) -> list[list]:
+    """The TEXT_COLUMNS of a run's ``n`` records (extras as objects, None for none) from its stored texts: by
+    column (pack_texts), or, in stores written before 2026-12-02, a row per record with each extra an object or
+    (before that day) the object's JSON text."""
+    texts = unpack_texts(blob)
+    if type(texts) is list:
+        cols = [list(c) for c in zip(*texts, strict=True)] if texts else [[] for _ in TEXT_COLUMNS]
+        cols[-1] = [e if e.__class__ is not str else json.loads(e) if e else None for e in cols[-1]]
+        return cols
+    return [*map(list, texts["columns"]), extra_objects(texts["shape"], texts["extras"], n)]
+
+
+def extra_objects(shape: list[int], extras: list, n: int) -> list[dict | None]:
+    """Each record's extra (an object, or None) from pack_texts' ``shape`` and ``extras``."""
+    out: list[dict | None] = [None] * n
+    if not extras:
+        return out
+    ids = np.asarray(shape, dtype=np.int64)
+    for sid, (keys, values) in enumerate(extras):
+        dicts = map(dict, map(zip, itertools.repeat(keys), zip(*values, strict=True)))
+        for at, d in zip(np.flatnonzero(ids == sid).tolist(), dicts, strict=True):
+            out[at] = d
+    return out
 
 
 def samples_blob(samples: Sequence[float] | None) -> bytes | None:
@@ -136,7 +181,7 @@ def pack_records(combo_ids: list[int], rows: list[tuple]) -> tuple:
         bad = next(f"{c}={v!r}" for c, i in zip(NUMBER_COLUMNS, _NUM_POS, strict=True) for v in cols[i]
                    if v is not None and not isinstance(v, (int, float)))
         raise UnpackableRecord(f"a record has a non-numeric value where a number belongs ({bad[:80]})") from None
-    texts = pack_texts(list(map(_GET_TEXTS, rows)))  # tuples are JSON arrays: the same bytes, one C call a row
+    texts = pack_texts(list(map(_GET_TEXTS, rows)))
     blobs = cols[_SAMPLES_POS]
     counts = np.array([len(b) if b else 0 for b in blobs], dtype="<i4") // 8
     return (n, np.asarray(combo_ids, dtype="<i4").tobytes(), numbers.astype("<f8").tobytes(), texts,

@@ -19,7 +19,7 @@ from .store_packing import (
     TEXT_COLUMNS,
     floats,
     loads_texts,
-    unpack_texts,
+    text_columns,
 )
 
 # The SQL columns combos.case_id and rankings.case_id hold the record model's ``case`` (Record.case, Ranking.case):
@@ -97,7 +97,7 @@ class StoreReads:
             elif nan.any():
                 vals = [None if m else v for v, m in zip(vals, nan.tolist(), strict=True)]
             columns.append(vals)
-        text_rows = unpack_texts(texts)
+        text_cols = text_columns(texts, n)
         if with_samples:
             counts = np.frombuffer(counts_blob, "<i4")
             allsamples = floats(samples_blob_, int(counts.sum()))
@@ -107,13 +107,11 @@ class StoreReads:
         # one dict(zip()) per record: the combination's values, the texts, the numbers (a C loop each)
         names = (*_model_names(COMBO_COLUMNS), "combo", *TEXT_COLUMNS, *NUMBER_COLUMNS)
         out = []
-        loads = json.loads
-        for cid, trow, smp, *nums in zip(combo_ids, text_rows, samples, *columns, strict=True):
+        for cid, smp, *values_ in zip(combo_ids, samples, *text_cols, *columns, strict=True):
             values, settings = combos[cid]
-            d = dict(zip(names, (*values, cid, *trow, *nums), strict=True))
+            d = dict(zip(names, (*values, cid, *values_), strict=True))
             d["settings"] = dict(settings)
-            e = d["extra"]  # an object; its JSON text in stores written before 2026-12-02
-            d["extra"] = e if e.__class__ is dict else loads(e) if e else {}
+            d["extra"] = d["extra"] or {}
             d["samples"] = smp
             out.append(d)
         return out
