@@ -58,6 +58,8 @@ _PLAIN_EXTRA = frozenset(column_checks.PLAIN_EXTRA) | _TIME_EXTRAS
 _CLOCK_KEYS = frozenset(column_checks.OPTIONAL_TYPES) - _PLAIN_EXTRA
 _COMBO_MEMO: dict[bytes, tuple] = {}  # a combination line -> its checked combo row (a fleet repeats a few thousand)
 _MAX_MEMO = 200_000
+_SECTION_MEMO: dict[bytes, tuple] = {}  # a run's combinations section -> its rows (a machine's nights repeat it)
+_MAX_SECTIONS = 256
 
 
 class Unusable(ValueError):
@@ -171,7 +173,20 @@ def _decode(raw: RawRun, meta: dict[str, Any]) -> ParsedRun:
 
 def _combos(section: bytes, n: int) -> list[tuple]:
     """Each record's combination row, each line checked by check_record once (per process) and its key made as
-    the journal path makes it; every key once (the journal path keeps the last of a combination measured twice)."""
+    the journal path makes it; every key once (the journal path keeps the last of a combination measured twice).
+    A machine measures the same combinations night after night: a section seen before gives its rows again."""
+    rows = _SECTION_MEMO.get(section)
+    if rows is None:
+        rows = _combo_rows(section, n)
+        if len(_SECTION_MEMO) >= _MAX_SECTIONS:
+            _SECTION_MEMO.pop(next(iter(_SECTION_MEMO)))
+        _SECTION_MEMO[section] = rows
+    if len(rows) != n:
+        raise Unusable(f"{len(rows)} combinations for {n} records")
+    return list(rows)
+
+
+def _combo_rows(section: bytes, n: int) -> tuple[tuple, ...]:
     lines = section.split(b"\n")
     if len(lines) != n:
         raise Unusable(f"{len(lines)} combinations for {n} records")
@@ -185,7 +200,7 @@ def _combos(section: bytes, n: int) -> list[tuple]:
         out.append(row)
     if len({c[0] for c in out}) != n:
         raise Unusable("a combination appears twice")
-    return out
+    return tuple(out)
 
 
 def _combo(line: bytes) -> tuple:
@@ -299,23 +314,31 @@ def _column(dicts: list[dict], key: str) -> list:
 
 
 def _numbers(section: bytes, n: int) -> np.ndarray:
-    """NUMBER_COLUMNS (rows) x records, each column within what check_record lets through (null as NaN)."""
+    """NUMBER_COLUMNS (rows) x records, each column within what check_record lets through (null as NaN): never
+    negative, at most 1e300 (a number), MAX_INT (an integer) or 1 (a flag), and whole where an integer or a flag."""
     if len(section) != 8 * len(NUMBER_COLUMNS) * n:
         raise Unusable("numbers are not 15 per record")
     a = np.frombuffer(section, dtype="<f8").reshape(len(NUMBER_COLUMNS), n)
+    top, whole = _number_bounds()
     with np.errstate(invalid="ignore"):
-        for name, col in zip(NUMBER_COLUMNS, a, strict=True):
-            tp = column_checks._hint(_OWNER[name], name)
-            base = next(t for t in (bool, int, float) if tp in (t, t | None))
-            v = col[~np.isnan(col)]
-            if base is bool:
-                ok = np.isin(v, (0.0, 1.0)).all()
-            else:
-                top = float(MAX_INT) if base is int else 1e300
-                ok = ((v >= 0) & (v <= top)).all() and (base is float or (v == np.floor(v)).all())
-            if not ok:
-                raise Unusable(f"column {name} holds a value the record schema refuses")
+        v = np.where(np.isnan(a), 0.0, a)
+        ok = (v >= 0).all(axis=1) & (v <= top[:, None]).all(axis=1)
+        ok[whole] &= (v[whole] == np.floor(v[whole])).all(axis=1)
+    if not ok.all():
+        raise Unusable(f"column {NUMBER_COLUMNS[int(np.argmin(ok))]} holds a value the record schema refuses")
     return a
+
+
+@functools.cache
+def _number_bounds() -> tuple[np.ndarray, np.ndarray]:
+    """Per NUMBER_COLUMNS: the largest value check_record lets through, and whether it must be whole."""
+    top, whole = [], []
+    for name in NUMBER_COLUMNS:
+        tp = column_checks._hint(_OWNER[name], name)
+        base = next(t for t in (bool, int, float) if tp in (t, t | None))
+        top.append({bool: 1.0, int: float(MAX_INT), float: 1e300}[base])
+        whole.append(base is not float)
+    return np.array(top), np.array(whole)
 
 
 def _samples(counts_section: bytes, samples: bytes, n: int) -> tuple[bytes, bytes]:
