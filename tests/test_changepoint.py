@@ -62,3 +62,21 @@ def test_detect_matrix_agrees_with_detect_and_handles_gaps():
 def test_short_series_gives_nothing():
     assert cp.detect([1.0, 2.0, 3.0]) == []
     assert cp.detect_matrix(np.ones((4, 3))) == {}
+
+
+def test_the_running_median_is_numpys_median_of_each_window():
+    """_despike's median of five by min/max passes picks what np.median of each window picks: ties, steps, a
+    single night and a NaN (np.median's answer) included."""
+    from harness.analysis.changepoint import _despike
+
+    rng = np.random.default_rng(7)
+    series = [rng.normal(size=(365, 60)), rng.integers(0, 3, size=(40, 9)).astype(float),
+              np.r_[np.zeros(10), np.ones(10)][:, None], rng.normal(size=(5, 1)),
+              np.r_[rng.normal(size=8), np.nan, rng.normal(size=8)][:, None]]
+    for x in series:
+        n = x.shape[0]
+        padded = np.concatenate([x[:1], x[:1], x, x[-1:], x[-1:]], axis=0)
+        median = np.median(np.lib.stride_tricks.sliding_window_view(padded, 5, axis=0), axis=-1)
+        expected = np.clip(x, median - 5 * 0.1, median + 5 * 0.1)
+        assert np.array_equal(_despike(x, 0.1), expected, equal_nan=True)
+        assert np.array_equal(_despike(x[:, 0], 0.1), expected[:, 0], equal_nan=True)

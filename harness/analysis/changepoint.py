@@ -59,9 +59,20 @@ def _despike(x: np.ndarray, sig) -> np.ndarray:
     if n < 5:
         return x
     padded = np.concatenate([x[:1], x[:1], x, x[-1:], x[-1:]], axis=0)
-    windows = np.lib.stride_tricks.sliding_window_view(padded, 5, axis=0)
-    rm = np.median(windows, axis=-1)
+    if np.isnan(padded).any():  # np.median's NaN (the network below would pick around it)
+        rm = np.median(np.lib.stride_tricks.sliding_window_view(padded, 5, axis=0), axis=-1)
+    else:
+        rm = _median5(*(padded[i:i + n] for i in range(5)))
     return np.clip(x, rm - 5 * sig, rm + 5 * sig)
+
+
+def _median5(a, b, c, d, e):
+    """Element-wise median of five arrays, exactly np.median's for values without NaN, in seven min/max passes
+    (np.median of a fleet's sliding windows sorted 2.7 million windows of five: a tenth of a report's CPU). The
+    lowest and the highest of a..d are below and above the median: it is the median of e and the other two."""
+    f = np.maximum(np.minimum(a, b), np.minimum(c, d))
+    g = np.minimum(np.maximum(a, b), np.maximum(c, d))
+    return np.maximum(np.minimum(f, g), np.minimum(np.maximum(f, g), e))
 
 
 def _gains(cs: np.ndarray, lo: int, hi: int, min_size: int) -> tuple[np.ndarray, np.ndarray]:
