@@ -235,6 +235,58 @@ def test_bit_rot_in_a_page_is_found_on_open(tmp_path):
         Store(db, create=False)
 
 
+def _rot(db: Path, pages) -> None:
+    data = bytearray(db.read_bytes())
+    for start in pages:
+        for i in range(start + 1, start + 8):
+            data[i] ^= 0x5A
+    db.write_bytes(bytes(data))
+
+
+def test_a_report_of_a_damaged_store_is_one_line_and_keeps_the_last_report(tmp_path):
+    """The report checks the store's pages beside its work (Store is opened without its check): a page it reads
+    and one it never reads are both refused, in one line with the way out, and the last report stays."""
+    db = _stored(tmp_path)
+    site = tmp_path / "site"
+    assert _cli("report", "--store", str(db), "--out", str(site)).returncode == 0
+    before = (site / "index.html").read_bytes()
+    clean = db.read_bytes()
+    for label, pages in (("every page but the header's", range(4096, len(clean), 4096)),
+                         ("the last page", [len(clean) - 4096])):
+        db.write_bytes(clean)
+        _rot(db, pages)
+        res = _cli("report", "--store", str(db), "--out", str(site))
+        line = _one_line(res)
+        assert res.returncode == EXIT_USAGE and "damaged" in line and "convbench collect" in line, (label, line)
+        assert (site / "index.html").read_bytes() == before, label
+
+
+def test_a_fleet_reports_check_runs_in_its_pool_and_refuses_a_damaged_page(tmp_path, monkeypatch):
+    """With a pool of judges, the check of every page runs in one of its processes: a damaged page the report's
+    own reading never meets is still refused, and nothing replaces the last report."""
+    from harness import report
+
+    db = _stored(tmp_path)
+    with Store(db, create=False, verify=False) as st:
+        report.build(st, tmp_path / "site", workers=1)
+    before = (tmp_path / "site" / "index.html").read_bytes()
+    monkeypatch.setattr(report, "_verify", _rotten)
+    _ROTTEN_HERE.clear()
+    with Store(db, create=False, verify=False) as st, pytest.raises(StoreError, match="rotten page"):
+        report.build(st, tmp_path / "site", workers=1)
+    assert (tmp_path / "site" / "index.html").read_bytes() == before
+    assert _ROTTEN_HERE == []  # the check ran in the pool's process (forked with the stand-in), not in this one
+
+
+_ROTTEN_HERE: list[str] = []
+
+
+def _rotten(path: str) -> None:
+    """A check of every page that finds one damaged (report._verify's stand-in; module level, for the pool)."""
+    _ROTTEN_HERE.append(path)
+    raise StoreError(f"{path} is damaged (rotten page); move the store aside and `convbench collect` it again")
+
+
 def test_store_on_a_read_only_mount_is_read(tmp_path):
     db = _stored(tmp_path)
     ro = tmp_path / "ro"

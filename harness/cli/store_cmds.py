@@ -83,9 +83,9 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 # ---- compare ---------------------------------------------------------------------------------------------------
 
-def _open_store(path: str) -> Store:
+def _open_store(path: str, verify: bool = True) -> Store:
     try:
-        return Store(path, create=False)
+        return Store(path, create=False, verify=verify)
     except StoreError as exc:
         raise UserError(str(exc)) from None
 
@@ -230,9 +230,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     from ..report import build, output
 
     output.check(args.out)  # an empty or dangerous --out is refused before the store is read
-    store = _open_store(args.store)
+    store = _open_store(args.store, verify=False)  # build checks every page beside its work
     try:
         pages = build(store, args.out, title=args.title)
+    except StoreError as exc:
+        raise UserError(str(exc)) from None
     finally:
         store.close()
     print(f"report written: {Path(args.out) / 'index.html'} ({len(pages)} pages)")
