@@ -74,7 +74,6 @@ def test_the_running_median_is_numpys_median_of_each_window():
               np.r_[np.zeros(10), np.ones(10)][:, None], rng.normal(size=(5, 1)),
               np.r_[rng.normal(size=8), np.nan, rng.normal(size=8)][:, None]]
     for x in series:
-        n = x.shape[0]
         padded = np.concatenate([x[:1], x[:1], x, x[-1:], x[-1:]], axis=0)
         median = np.median(np.lib.stride_tricks.sliding_window_view(padded, 5, axis=0), axis=-1)
         expected = np.clip(x, median - 5 * 0.1, median + 5 * 0.1)

@@ -4,6 +4,7 @@ import datetime as dt
 import html
 import re
 
+import numpy as np
 import pytest
 from _fleet_data import FIXTURES, named_runs, noisy, real_sources, record, write_run
 
@@ -587,3 +588,16 @@ def test_the_index_says_which_machines_did_not_run_last_night(tmp_path):
     status = index[index.index("Last night ("):index.index("The verdicts and words")]
     last = (T0 + dt.timedelta(days=9)).date().isoformat()
     assert f"Last night ({last})" in status and "1 of them did not run last night" in status, status
+
+
+def test_the_determinism_pages_counts_are_counters_most_common():
+    """determinism._most_common orders (value, count) as Counter.most_common does: by count, ties as first seen."""
+    from collections import Counter
+
+    from harness.report.determinism import _most_common
+
+    rng = np.random.default_rng(3)
+    for size in (1, 2, 5, 365):
+        for _ in range(30):
+            values = rng.integers(-3, 4, size=size) * 10**12
+            assert _most_common(values) == Counter(values.tolist()).most_common()

@@ -41,6 +41,14 @@ def _grouped(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for cause, ws in sorted(by_cause.items(), key=lambda kv: -len(kv[1]))]
 
 
+def _most_common(values: np.ndarray) -> list[tuple[int, int]]:
+    """(value, count) pairs in Counter(values).most_common()'s order, the most frequent first and ties in the
+    order first seen, in one sort: a fleet's series have tens of thousands of columns to count."""
+    u, first, n = np.unique(values, return_index=True, return_counts=True)
+    order = np.lexsort((first, -n))
+    return list(zip(u[order].tolist(), n[order].tolist(), strict=True))
+
+
 def determinism(g: Model) -> dict[str, Any]:
     within = []  # newest record of each combination per (machine, image) whose repeats / fresh handles differ
     summary = []
@@ -86,23 +94,22 @@ def determinism(g: Model) -> dict[str, Any]:
         distinct = _distinct_per_column(s.hashes, 0)
         for col in np.flatnonzero(distinct > 1):
             c = _combo_label(g.combos[int(s.combos[col])])
-            counts = Counter(int(h) for h in s.hashes[:, col] if h)
+            hashes = s.hashes[:, col][s.hashes[:, col] != 0]
             across.append({"machine": s.machine, "image": s.image, "combo": c, "distinct": int(distinct[col]),
-                           "nights": int((s.hashes[:, col] != 0).sum()),
-                           "top_share": counts.most_common(1)[0][1] / max(1, sum(counts.values())),
+                           "nights": len(hashes), "top_share": _most_common(hashes)[0][1] / max(1, len(hashes)),
                            "cause": causes_of.get((s.machine, s.image), {}).get(int(s.combos[col]))})
         has = (s.chosen >= 0).any(axis=0)
         dch = _distinct_per_column(s.chosen, -1)
         for col in np.flatnonzero(has):
-            counts = Counter(int(v) for v in s.chosen[:, col] if v >= 0)
-            if sum(counts.values()) < 2:  # one night says nothing about stability across nights
+            chosen = s.chosen[:, col][s.chosen[:, col] >= 0]
+            if len(chosen) < 2:  # one night says nothing about stability across nights
                 continue
             c = _combo_label(g.combos[int(s.combos[col])])
-            top, top_n = counts.most_common(1)[0]
+            counts = _most_common(chosen)
+            top, top_n = counts[0]
             autotune.append({"machine": s.machine, "image": s.image, "combo": c, "distinct": int(dch[col]),
-                             "nights": sum(counts.values()), "top": g.names.get(top, "?"),
-                             "top_share": top_n / sum(counts.values()),
-                             "all": ", ".join(f"{g.names.get(k, '?')} x{n}" for k, n in counts.most_common())})
+                             "nights": len(chosen), "top": g.names.get(top, "?"), "top_share": top_n / len(chosen),
+                             "all": ", ".join(f"{g.names.get(k, '?')} x{n}" for k, n in counts)})
     autotune.sort(key=lambda a: (a["top_share"], a["machine"]))
     across.sort(key=lambda a: (-a["distinct"], a["machine"]))
     unexpected = [w for w in within if w["cause"] is None]
