@@ -72,6 +72,7 @@ class Store(StoreReads, StoreWrites):
         self._combo_ids: dict[str, int] = {}
         self._name_ids: dict[str, int] = {}
         self._combo_cache: dict[int, tuple[tuple, dict[str, Any]]] = {}
+        self._combo_bases: dict[int, dict[str, Any]] = {}  # records' dicts begin as a copy of their combination's
 
     def _connect_readonly(self) -> sqlite3.Connection:
         """A read-only connection; on a read-only mount (no -shm can be made) the file is read as immutable."""

@@ -31,12 +31,31 @@ def _model_names(columns: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(_MODEL_NAMES.get(c, c) for c in columns)
 
 
+def _number_values(col: np.ndarray, integer: bool) -> list:
+    """A stored number column as the records hold it: None for NaN, ints in an integer column. Whole floats
+    below 2**53 convert exactly in one numpy pass; larger ones (up to the schema's 2**63) one by one."""
+    nan = np.isnan(col)
+    if integer:
+        if nan.all():
+            return [None] * len(col)
+        if np.abs(col[~nan]).max() < 2.0**53:
+            vals = np.where(nan, 0.0, col).astype(np.int64).tolist()
+        else:
+            vals = [int(v) if v == v else None for v in col.tolist()]
+    else:
+        vals = col.tolist()
+    for i in np.flatnonzero(nan).tolist():
+        vals[i] = None
+    return vals
+
+
 class StoreReads:
     """Store's reading half (store.Store): ``db``, ``readonly`` and the combination cache are the store's."""
 
     db: sqlite3.Connection
     readonly: bool
     _combo_cache: dict[int, tuple[tuple, dict[str, Any]]]
+    _combo_bases: dict[int, dict[str, Any]]
 
     def runs(self, where: str = "", params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         """Run rows (without the bulky JSON columns) as dicts, oldest first."""
@@ -87,30 +106,27 @@ class StoreReads:
         combo_ids = np.frombuffer(combo_blob, "<i4").tolist()
         combos = self._combo_rows(combo_ids)
         num = np.frombuffer(numbers, "<f8").reshape(len(NUMBER_COLUMNS), n)
-        columns = []
-        for j, c in enumerate(NUMBER_COLUMNS):
-            col = num[j]
-            vals = col.tolist()
-            nan = np.isnan(col)
-            if c in INTEGER_COLUMNS:
-                vals = [None if m else int(v) for v, m in zip(vals, nan.tolist(), strict=True)]
-            elif nan.any():
-                vals = [None if m else v for v, m in zip(vals, nan.tolist(), strict=True)]
-            columns.append(vals)
+        columns = [_number_values(num[j], c in INTEGER_COLUMNS) for j, c in enumerate(NUMBER_COLUMNS)]
         text_cols = text_columns(texts, n)
         if with_samples:
             counts = np.frombuffer(counts_blob, "<i4")
             allsamples = floats(samples_blob_, int(counts.sum()))
-            samples = np.split(allsamples, np.cumsum(counts)[:-1]) if n else []
+            ends = np.cumsum(counts).tolist()
+            samples = [allsamples[a:b] for a, b in zip([0, *ends][:n], ends, strict=True)]
         else:
             samples = [None] * n
-        # one dict(zip()) per record: the combination's values, the texts, the numbers (a C loop each)
-        names = (*_model_names(COMBO_COLUMNS), "combo", *TEXT_COLUMNS, *NUMBER_COLUMNS)
+        # a record is its combination's dict (made once per combination) copied, then its texts and numbers
+        bases = self._combo_bases if self.readonly else {}
+        names = (*TEXT_COLUMNS, *NUMBER_COLUMNS)
         out = []
         for cid, smp, *values_ in zip(combo_ids, samples, *text_cols, *columns, strict=True):
-            values, settings = combos[cid]
-            d = dict(zip(names, (*values, cid, *values_), strict=True))
-            d["settings"] = dict(settings)
+            base = bases.get(cid)
+            if base is None:
+                base = bases[cid] = dict(zip((*_model_names(COMBO_COLUMNS), "combo"), (*combos[cid][0], cid),
+                                             strict=True))
+            d = base.copy()
+            d.update(zip(names, values_, strict=True))
+            d["settings"] = dict(combos[cid][1])
             d["extra"] = d["extra"] or {}
             d["samples"] = smp
             out.append(d)
