@@ -83,7 +83,7 @@ def pack_texts(rows: list) -> bytes:
     its keys in ``extras`` (-1 for none), and ``extras`` per key set its keys and, per key, the values of the
     records of that set in record order. A fleet's ten million extras share a few key sets: by column they are
     read as lists and checked per key with no gathering (packed.py), where objects cost a parse and a walk each.
-    Compressed, they were 62 % of a fleet's store plain (docs/fleet.md, 2026-12-01)."""
+    Uncompressed, the texts were 62 % of a fleet's store (docs/fleet.md, 2026-12-01)."""
     cols = list(zip(*rows, strict=True)) if rows else [()] * len(TEXT_COLUMNS)
     shapes: dict[tuple, int] = {}
     members: list[list[dict]] = []
