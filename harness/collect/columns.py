@@ -79,8 +79,10 @@ def _numbers_ok(vals: list[Any], types: set[type], integer: bool) -> bool:
     (records' numbers are never negative)."""
     if integer:
         return min(vals) >= 0 and max(vals) <= MAX_INT
-    if int in types:  # exact comparison, as _number makes it, for integers (min and max compare int and float
-        if _NONE in types:  # exactly, and a parsed value is never NaN)
+    if int in types:
+        # exact comparison, as _number makes it, for integers: min and max compare int and float exactly, and a
+        # parsed value is never NaN
+        if _NONE in types:
             vals = [v for v in vals if v is not None]
         return not vals or (min(vals) >= 0 and max(vals) <= 1e300)
     a = np.array(vals, dtype=np.float64)  # None becomes NaN (a parsed NaN cannot occur: the readers refuse it)
