@@ -265,4 +265,5 @@ def test_store_texts_written_where_orjson_cannot_write_them():
     from harness.collect.store_packing import pack_texts, text_columns
 
     rows = [["ok", None, {"value": 10 ** 30, "unit": "bits"}], ["ok", None, None]]
-    assert text_columns(pack_texts(rows), 2) == [["ok", "ok"], [None, None], [{"value": 1e30, "unit": "bits"}, None]]
+    columns = list(zip(*rows, strict=True))
+    assert text_columns(pack_texts(columns), 2) == [["ok", "ok"], [None, None], [{"value": 1e30, "unit": "bits"}, None]]

@@ -144,7 +144,7 @@ def _rows(parts: dict) -> list:
 
 
 def _set_rows(parts: dict, rows: list) -> None:
-    parts["texts"] = pack_texts(rows)
+    parts["texts"] = pack_texts(list(zip(*rows, strict=True)))
 
 
 def _texts(parts: dict, row: int, column: str, value) -> None:

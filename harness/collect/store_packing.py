@@ -51,7 +51,6 @@ _POS = {c: i for i, c in enumerate(RECORD_COLUMNS[2:])}
 _NUM_POS = [_POS[c] for c in NUMBER_COLUMNS]
 _TXT_POS = [_POS[c] for c in TEXT_COLUMNS]
 _SAMPLES_POS = _POS["samples"]
-_GET_TEXTS = operator.itemgetter(*_TXT_POS)
 COMBO_COLUMNS = ("key", "case_id", "backend", "direction", "algo", "math", "dtype", "layout", "settings", "kind")
 RANKING_COLUMNS = ("run", "case_id", "direction", "dtype", "layout", "math", "source", "rank", "algo", "status",
                    "time_ms", "memory_bytes", "determinism", "math_reported")
@@ -77,14 +76,14 @@ class ParsedRun:
     packed: tuple[bytes, bytes, bytes, bytes] | None = None
 
 
-def pack_texts(rows: list) -> bytes:
-    """A run's texts (rows of TEXT_COLUMNS) as the store keeps them: by column, zlib level 1 (text_columns reads
-    them back). ``columns`` holds each text column but the extra, ``shape`` each record's extra as the index of
+def pack_texts(columns: Sequence[Sequence]) -> bytes:
+    """A run's texts (its TEXT_COLUMNS) as the store keeps them: by column, zlib level 1 (text_columns reads them
+    back). ``columns`` holds each text column but the extra, ``shape`` each record's extra as the index of
     its keys in ``extras`` (-1 for none), and ``extras`` per key set its keys and, per key, the values of the
     records of that set in record order. A fleet's ten million extras share a few key sets: by column they are
     read as lists and checked per key with no gathering (packed.py), where objects cost a parse and a walk each.
     Uncompressed, the texts were 62 % of a fleet's store (docs/fleet.md, 2026-12-01)."""
-    cols = list(zip(*rows, strict=True)) if rows else [()] * len(TEXT_COLUMNS)
+    cols = list(columns)
     shapes: dict[tuple, int] = {}
     members: list[list[dict]] = []
     ids = []
@@ -181,7 +180,7 @@ def pack_records(combo_ids: list[int], rows: list[tuple]) -> tuple:
         bad = next(f"{c}={v!r}" for c, i in zip(NUMBER_COLUMNS, _NUM_POS, strict=True) for v in cols[i]
                    if v is not None and not isinstance(v, (int, float)))
         raise UnpackableRecord(f"a record has a non-numeric value where a number belongs ({bad[:80]})") from None
-    texts = pack_texts(list(map(_GET_TEXTS, rows)))
+    texts = pack_texts([cols[i] for i in _TXT_POS])
     blobs = cols[_SAMPLES_POS]
     counts = np.array([len(b) if b else 0 for b in blobs], dtype="<i4") // 8
     return (n, np.asarray(combo_ids, dtype="<i4").tobytes(), numbers.astype("<f8").tobytes(), texts,
