@@ -222,25 +222,22 @@ def test_damaged_store_is_one_line_with_the_way_out(tmp_path, label):
         assert res.returncode == EXIT_USAGE and "damaged" in line and "convbench collect" in line, line
 
 
-def test_bit_rot_in_a_page_is_found_on_open(tmp_path):
-    db = _stored(tmp_path)
-    data = bytearray(db.read_bytes())
-    page = 4096
-    assert len(data) >= 4 * page
-    for start in range(page, len(data), page):  # every b-tree page's header rots; the file header survives
-        for i in range(start + 1, start + 8):
-            data[i] ^= 0x5A
-    db.write_bytes(bytes(data))
-    with pytest.raises(StoreError, match="damaged|not a usable"):
-        Store(db, create=False)
-
-
 def _rot(db: Path, pages) -> None:
+    """The header bytes of each page that starts at an offset of ``pages`` rot."""
     data = bytearray(db.read_bytes())
     for start in pages:
         for i in range(start + 1, start + 8):
             data[i] ^= 0x5A
     db.write_bytes(bytes(data))
+
+
+def test_bit_rot_in_a_page_is_found_on_open(tmp_path):
+    db = _stored(tmp_path)
+    page = 4096
+    assert db.stat().st_size >= 4 * page
+    _rot(db, range(page, db.stat().st_size, page))  # every b-tree page's header rots; the file header survives
+    with pytest.raises(StoreError, match="damaged|not a usable"):
+        Store(db, create=False)
 
 
 def test_a_report_of_a_damaged_store_is_one_line_and_keeps_the_last_report(tmp_path):
