@@ -17,6 +17,7 @@ numpy only: the two tests need a rank sum, a normal tail and resampling, not sci
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -115,14 +116,25 @@ def _row_medians(x: np.ndarray) -> np.ndarray:
     return s[:, k] if s.shape[1] % 2 else (s[:, k - 1] + s[:, k]) / 2
 
 
+@functools.lru_cache(maxsize=32)
+def _resamples(seed: int, n_boot: int, n_base: int, n_head: int) -> tuple[np.ndarray, np.ndarray]:
+    """bootstrap_median_ratio's resampling indices, drawn as it draws them. With its fixed seed they depend on
+    the sizes alone, and a fleet report's ~26,000 calls have a few sizes (8 samples a side): drawing them once
+    took a quarter of each call (0.14 of 0.50 ms, 2026-12-02). Read-only: every call shares them."""
+    rng = np.random.default_rng(seed)
+    ia, ib = rng.integers(0, n_base, (n_boot, n_base)), rng.integers(0, n_head, (n_boot, n_head))
+    ia.flags.writeable = ib.flags.writeable = False
+    return ia, ib
+
+
 def bootstrap_median_ratio(base: np.ndarray, head: np.ndarray, *, n_boot: int = 2000, conf: float = 0.95,
                            seed: int = 0) -> tuple[float, float, float]:
     """(median ratio head/base, low, high) with a percentile bootstrap interval (fixed seed: reproducible)."""
     a = np.asarray(base, dtype=np.float64)
     b = np.asarray(head, dtype=np.float64)
-    rng = np.random.default_rng(seed)
-    ma = _row_medians(a[rng.integers(0, len(a), (n_boot, len(a)))])
-    mb = _row_medians(b[rng.integers(0, len(b), (n_boot, len(b)))])
+    ia, ib = _resamples(seed, n_boot, len(a), len(b))
+    ma = _row_medians(a[ia])
+    mb = _row_medians(b[ib])
     r = mb / ma
     lo, hi = np.quantile(r, [(1 - conf) / 2, 1 - (1 - conf) / 2])
     return float(np.median(b) / np.median(a)), float(lo), float(hi)
