@@ -16,7 +16,7 @@ from ..analysis import pairing
 from ..analysis.compare import compare_records
 from ..analysis.timechange import Thresholds
 from ..collect.store import Store
-from .reading import combo_keys, current_records, history_records
+from .reading import combo_keys, covering_runs, current_records, history_records
 
 if TYPE_CHECKING:
     from .model import MachineInfo, Model
@@ -114,17 +114,7 @@ def nightly_plan(runs: list[dict[str, Any]], info: dict[int, dict[str, Any]]) ->
 
 def _side(runs: list[dict[str, Any]], vectors: dict[int, dict[str, np.ndarray]]) -> tuple[int, ...]:
     """The ids of the runs ``current_records`` takes records from, found from the vectors alone."""
-    seen: set[int] = set()
-    ids = []
-    for r in reversed(runs):
-        v = vectors.get(r["id"])
-        if v is None or not len(v["combo"]):
-            continue
-        new = set(v["combo"].tolist()) - seen
-        if new:
-            ids.append(r["id"])
-            seen |= new
-    return tuple(sorted(ids))
+    return tuple(sorted(r["id"] for r, _ in covering_runs(runs, vectors)))
 
 
 def _key(base: list[dict[str, Any]], head: list[dict[str, Any]], history: Any,
