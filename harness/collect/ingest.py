@@ -22,7 +22,7 @@ from typing import Any
 from ..core import intake
 from ..run.journal import END_FILE, JOURNAL_FILE, RUN_FILE
 from .asv_results import parse_asv
-from .discovery import Archive, AsvFile, RawRun, Refused, dir_run, discover, read_optional, sha1_16
+from .discovery import Archive, AsvFile, RawRun, Refused, dir_run, discover, read_optional
 from .journals import journal_digest, journal_identity, parse_journal
 from .packed import Unusable, decode, dir_raw
 from .store import DEFAULT_STORE, ParsedRun, Store, StoreError, UnpackableRecord
@@ -63,36 +63,39 @@ class Summary:
 PACKED = "packed"  # ingest_item's note for a run read from its packed copy
 
 
-
-def _dir_unchanged(store: Store, path: Path) -> bool:
-    """Whether a run directory's digest (run.json, journal length, end.json) is the stored one, from the journal's
-    size alone. Anything unusual (unreadable, not a regular file, another schema) answers False and takes the
-    full path, which reads, checks and refuses as usual."""
+def _dir_head(path: Path) -> tuple[RawRun, tuple] | None:
+    """A run directory's run.json and end.json, its journal's size and its identity (journal_identity), read
+    once: enough to tell a run the store holds unchanged without reading its journal, and reused to read it when
+    it is not. None where anything is unusual (unreadable, not a regular file, another schema): the full path then
+    reads, checks and refuses as usual."""
     try:
         run_json = intake.read_file(path / RUN_FILE, intake.MAX_META_BYTES)
         st = os.lstat(path / JOURNAL_FILE) if os.path.lexists(path / JOURNAL_FILE) else None
         if st is not None and not stat.S_ISREG(st.st_mode):
-            return False
-        end = read_optional(path / END_FILE)
-        _, run_id, machine = journal_identity(RawRun(str(path), run_json, b"", end))
+            return None
+        head = RawRun(str(path), run_json, b"", read_optional(path / END_FILE),
+                      journal_size=st.st_size if st is not None else 0)
+        return head, journal_identity(head)
     except (OSError, intake.Hostile, Refused):
-        return False
-    size = st.st_size if st is not None else 0
-    return store.digest_of(run_id, machine) == f"j:{sha1_16(run_json)}:{size}:{sha1_16(end)}"
+        return None
 
 
 def _parse(store: Store, item: Any) -> tuple[ParsedRun | None, str | None]:
     """One discovered run parsed for the store (None when the store already holds it unchanged), and how it was
     read: PACKED, why its packed copy was passed over, or None."""
+    identity = None
     if isinstance(item, tuple) and item[0] == "dir":
-        if _dir_unchanged(store, item[1]):  # a nightly re-collect reads no journal it already holds
-            return None, None
+        head = _dir_head(item[1])
+        if head is not None and store.digest_of(*head[1][1:]) == journal_digest(head[0]):
+            return None, None  # a nightly re-collect reads no journal it already holds
         try:
-            item = dir_raw(item[1])
+            item = dir_raw(item[1], head[0] if head is not None else None)
         except (OSError, intake.Hostile) as exc:
             raise Refused(f"{item[1]}: cannot read ({exc})") from None
+        if head is not None and item.run_json is head[0].run_json:
+            identity = head[1]
     if isinstance(item, RawRun):
-        meta, run_id, machine = journal_identity(item)
+        meta, run_id, machine = identity or journal_identity(item)
         if store.digest_of(run_id, machine) == journal_digest(item):
             return None, None
         note = None

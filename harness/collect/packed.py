@@ -107,9 +107,10 @@ def write_packed(run_dir: Path) -> bool:
 
 # --- reading (collect) ---
 
-def dir_raw(path: Path) -> RawRun:
+def dir_raw(path: Path, head: RawRun | None = None) -> RawRun:
     """A run directory's RawRun: with its packed copy and the journal's size (and no journal bytes) where a copy
-    at least as new as the journal is there, else as discovery.dir_run reads it."""
+    at least as new as the journal is there, else as discovery.dir_run reads it. ``head``: its run.json and
+    end.json, already read (collect's check for a run it holds unchanged)."""
     try:
         pst, jst = os.lstat(path / PACKED_FILE), os.lstat(path / JOURNAL_FILE)
     except OSError:
@@ -121,8 +122,10 @@ def dir_raw(path: Path) -> RawRun:
         data = intake.read_file(path / PACKED_FILE, intake.MAX_JOURNAL_BYTES)
     except (OSError, intake.Hostile):  # replaced by something else since: the journal decides
         return dir_run(path)
-    return RawRun(str(path), intake.read_file(path / RUN_FILE, intake.MAX_META_BYTES), b"",
-                  intake.read_optional(path / END_FILE, intake.MAX_META_BYTES), data, jst.st_size)
+    if head is None:
+        head = RawRun(str(path), intake.read_file(path / RUN_FILE, intake.MAX_META_BYTES), b"",
+                      intake.read_optional(path / END_FILE, intake.MAX_META_BYTES))
+    return RawRun(str(path), head.run_json, b"", head.end_json, data, jst.st_size)
 
 
 def decode(raw: RawRun, meta: dict[str, Any]) -> ParsedRun:

@@ -74,15 +74,22 @@ def read_file(path: Path, limit: int) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise Hostile(f"{path.name}: cannot open ({exc.strerror})") from None
-    with os.fdopen(fd, "rb") as f:
+    try:  # os.read, not a file object: half the cost of reading a collect's 55,000 small files (2026-12-02)
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):  # swapped between lstat and open
             raise Hostile(f"{path.name} is not a regular file")
-        # sized by the file, not the limit: read(limit + 1) allocates (and maps) the whole limit, 4 GiB per journal
-        want = min(limit, st.st_size) + 1
-        data = f.read(want)
-        if len(data) == want and want <= limit:  # the file grew since fstat
-            data += f.read(limit + 1 - want)
+        # sized by the file, not the limit: read(limit + 1) allocates (and maps) the whole limit, 4 GiB per journal;
+        # read on until the end of the file (it may have grown since fstat) or one byte past the limit
+        chunks, total = [], 0
+        while total <= limit:
+            chunk = os.read(fd, min(limit + 1 - total, max(st.st_size + 1 - total, 1 << 16)))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    finally:
+        os.close(fd)
+    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     if len(data) > limit:
         raise Hostile(f"{path.name} is larger than {limit >> 20} MiB")
     return data
