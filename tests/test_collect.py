@@ -267,3 +267,27 @@ def test_store_texts_written_where_orjson_cannot_write_them():
     rows = [["ok", None, {"value": 10 ** 30, "unit": "bits"}], ["ok", None, None]]
     columns = list(zip(*rows, strict=True))
     assert text_columns(pack_texts(columns), 2) == [["ok", "ok"], [None, None], [{"value": 1e30, "unit": "bits"}, None]]
+
+
+def test_a_keys_values_are_kept_encoded_and_read_back_as_they_were():
+    """encode_values keeps objects alike by key and lists of numbers alike flat; anything else (a bool list, lists
+    of other lengths, objects with other keys, a null among them) as it is; text_columns gives every value back
+    with its type and its keys' order."""
+    from harness.collect.store_packing import decode_values, encode_values, pack_texts, text_columns
+
+    clock = [{"slowdowns": [], "sm_mhz_max": 1980, "sm_mhz_min": 1755.5} for _ in range(3)]
+    assert encode_values(clock) == {"keys": ["slowdowns", "sm_mhz_max", "sm_mhz_min"], "columns": [
+        {"width": 0, "flat": []}, [1980] * 3, [1755.5] * 3]}
+    assert encode_values([[1.0, 2], [3.5, 4]]) == {"width": 2, "flat": [1.0, 2, 3.5, 4]}
+    kept = [[[True, False], [True, True]], [[1.0], [2.0, 3.0]], [{"a": 1}, {"b": 1}], [{"a": 1, "b": 2}, {"b": 2, "a": 1}],
+            [{"a": 1}, None], [[1.0, "x"], [2.0, "y"]], [[[1.0]], [[2.0]]], []]
+    for values in kept:
+        assert encode_values(values) is values
+    extras = [{"p": [1.0, 2.0], "clock": clock[0], "b": [True], "n": {"deep": {"x": [1, 2]}}},
+              {"p": [3.0, 4.5], "clock": clock[1], "b": [False], "n": {"deep": {"x": [3, 4]}}},
+              {"wall_ms": 1.0}, None]
+    columns = [["ok"] * 4, extras]
+    back = text_columns(pack_texts(columns), 4)
+    assert back == columns and [list(e) for e in back[1][:3]] == [list(e) for e in extras[:3]]
+    assert [type(x) for x in back[1][0]["clock"].values()] == [list, int, float]
+    assert decode_values(encode_values([{"k": [[1]]}] * 2), 2) == [{"k": [[1]]}] * 2

@@ -10,6 +10,7 @@ import os
 import struct
 import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,7 +22,14 @@ from harness.collect.discovery import Archive, RawRun, discover
 from harness.collect.ingest import collect
 from harness.collect.journals import journal_identity, parse_journal
 from harness.collect.store import Store
-from harness.collect.store_packing import NUMBER_COLUMNS, TEXT_COLUMNS, pack_records, pack_texts, text_columns
+from harness.collect.store_packing import (
+    NUMBER_COLUMNS,
+    TEXT_COLUMNS,
+    decode_values,
+    pack_records,
+    pack_texts,
+    text_columns,
+)
 from harness.core.records import dumps
 from harness.run.journal import JOURNAL_FILE, PACKED_FILE
 
@@ -163,8 +171,25 @@ def _layout(parts: dict, edit) -> None:
 def _split_key_set(obj: dict) -> None:
     """Record 0's extra moved to a second key set equal to its first."""
     keys, values = obj["extras"][0]
+    values[:] = [decode_values(v, len(obj["shape"])) for v in values]  # as lists (the test's 3 records share it)
     obj["extras"].append([keys, [[col.pop(0)] for col in values]])
     obj["shape"][0] = len(obj["extras"]) - 1
+
+
+def _encoded(key: str, edit) -> Any:
+    """An edit of the texts' layout: ``key``'s values in the first key set (encode_values) replaced by
+    ``edit(values)``, or changed in place where it returns None."""
+    def change(obj: dict) -> None:
+        keys, values = obj["extras"][0]
+        at = keys.index(key)
+        new = edit(values[at])
+        if new is not None:
+            values[at] = new
+    return change
+
+
+def _drop_last(values: list) -> None:
+    values.pop()
 
 
 def _number(parts: dict, row: int, column: str, value: float) -> None:
@@ -220,7 +245,32 @@ HOSTILE = {
     "a key set no record has": lambda h, p: _layout(p, lambda o: o["extras"].append([["wall_ms"], [[]]])),
     "a shape past the key sets": lambda h, p: _layout(p, lambda o: o["shape"].__setitem__(0, len(o["extras"]))),
     "a shape that is true": lambda h, p: _layout(p, lambda o: o["shape"].__setitem__(0, True)),
-    "a key's values one short": lambda h, p: _layout(p, lambda o: o["extras"][0][1][0].pop()),
+    "a key's values one short": lambda h, p: _layout(p, _encoded("wall_ms", _drop_last)),
+    "a flat list one number short": lambda h, p: _layout(p, _encoded("placement_medians_ms",
+                                                                     lambda v: _drop_last(v["flat"]))),
+    "a width that is true": lambda h, p: _layout(p, _encoded("placement_medians_ms", lambda v: {
+        "width": True, "flat": v["flat"][::2]})),
+    "a width past the items a list may hold": lambda h, p: _layout(p, _encoded("placement_medians_ms", lambda v: {
+        "width": 5000, "flat": [1.0] * 15000})),
+    "placement medians kept flat as text": lambda h, p: _layout(p, _encoded("placement_medians_ms", lambda v: {
+        "width": 2, "flat": ["1"] * 6})),
+    "a negative placement median kept flat": lambda h, p: _layout(p, _encoded("placement_medians_ms", lambda v: {
+        "width": 2, "flat": [1.0, -1.0] * 3})),
+    "a wall time kept flat (a list where a number belongs)": lambda h, p: _layout(p, _encoded("wall_ms", lambda v: {
+        "width": 1, "flat": v})),
+    "placement medians kept as objects": lambda h, p: _layout(p, _encoded("placement_medians_ms", lambda v: {
+        "keys": ["a"], "columns": [[1.0, 2.0, 3.0]]})),
+    "values in a form nothing writes": lambda h, p: _layout(p, _encoded("wall_ms", lambda v: {"rows": v})),
+    "a clock kept by key with a key a timer does not write": lambda h, p: _layout(p, _encoded(
+        "clock", lambda v: v["keys"].__setitem__(0, "volts"))),
+    "a clock kept by key repeating a key": lambda h, p: _layout(p, _encoded(
+        "clock", lambda v: v["keys"].__setitem__(0, v["keys"][1]))),
+    "a clock kept by key one column short": lambda h, p: _layout(p, _encoded("clock",
+                                                                             lambda v: _drop_last(v["columns"]))),
+    "a clock's minimum kept by key as text": lambda h, p: _layout(p, _encoded(
+        "clock", lambda v: v["columns"].__setitem__(2, ["fast"] * 3))),
+    "a clock's slowdowns kept flat as numbers": lambda h, p: _layout(p, _encoded(
+        "clock", lambda v: v["columns"].__setitem__(0, {"width": 1, "flat": [1, 2, 3]}))),
     "a shape short of a record": lambda h, p: _layout(p, lambda o: o["shape"].pop()),
     "a negative wall time": lambda h, p: _extra(p, 0, {"wall_ms": -1.0}),
     "a placement median that is text": lambda h, p: _extra(p, 1, {"placement_medians_ms": [1.0, "2"]}),
@@ -271,6 +321,33 @@ def test_a_copy_of_an_older_version_is_passed_over_and_named(tmp_path, version):
     s = collect(tmp_path / "s.sqlite", [d])
     assert s.added == 1 and s.packed == 0 and not s.refused
     assert s.passed_over == [f"{d}: packed copy passed over, its journal read (packed by another convbench version)"]
+
+
+def _as_lists(obj: dict) -> None:
+    """Every key's values as a list, as version 3 wrote them."""
+    for sid, (_, values) in enumerate(obj["extras"]):
+        values[:] = [decode_values(v, obj["shape"].count(sid)) for v in values]
+
+
+def test_a_version_3_copy_is_read_as_it_was_written(tmp_path, monkeypatch):
+    """Version 3 (2026-12-02) kept every key's values as a list: a version-4 copy with nothing encoded, read as one."""
+    d = _run(tmp_path / "v3")
+    head, parts = _sections((d / PACKED_FILE).read_bytes())
+    _layout(parts, _as_lists)
+    assert b'"flat"' not in zlib.decompress(parts["texts"])
+    (d / PACKED_FILE).write_bytes(b"CBPACK3\n" + _assemble(head, parts)[len(pk.MAGIC):])
+    clean = _run(tmp_path / "clean")
+    (clean / PACKED_FILE).unlink()
+    _no_journal_parse(monkeypatch)
+    s = collect(tmp_path / "v3.sqlite", [d])
+    assert s.added == 1 and s.packed == 1 and not s.passed_over
+    monkeypatch.undo()
+    collect(tmp_path / "c.sqlite", [clean])
+    v3, now = _dump(tmp_path / "v3.sqlite"), _dump(tmp_path / "c.sqlite")
+    assert v3[2] != now[2]  # the store keeps the texts as the copy wrote them, and reads the same values from them
+    for dump in (v3, now):
+        dump[2] = [(*r[:4], text_columns(r[4], r[1]), *r[5:]) for r in dump[2]]
+    assert v3 == now
 
 
 def test_a_journal_collect_refuses_is_not_packed_and_its_refusal_stays_the_journals(tmp_path):

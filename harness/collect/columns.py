@@ -117,7 +117,26 @@ def check_columns(rows: list[tuple], cls: type, names: tuple[str, ...]) -> bool:
 _NUMERIC = (float, float | None, int, int | None, bool, bool | None)
 
 
+class Flat:
+    """The values of a column of lists, some of them given as lists (``values``) and the rest as (width, items)
+    of lists of numbers kept flat (store_packing.encode_values): _values_pass checks their items as they are."""
+
+    def __init__(self, values: list, flats: list[tuple[int, list]]):
+        self.values, self.flats = values, flats
+
+
+def _flat_pass(column: Flat, tp: Any, name: str) -> bool:
+    if tp not in (list[float], list[str]) or not _values_pass(column.values, tp, name):
+        return False
+    if max(w for w, _ in column.flats) > (MAX_SAMPLES if name == "samples_ms" else MAX_ITEMS):
+        return False
+    items = list(itertools.chain.from_iterable(f for _, f in column.flats))
+    return _values_pass(items, float if tp == list[float] else str, name)
+
+
 def _values_pass(values: Any, tp: Any, name: str) -> bool:
+    if values.__class__ is Flat:
+        return _flat_pass(values, tp, name)
     if not values:
         return True
     if tp in (str, str | None):  # distinct values first: a str is equal only to a str, so no type hides in them

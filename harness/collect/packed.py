@@ -10,10 +10,10 @@ checked. A copy that is missing, stale, damaged, hostile or unreadable in any wa
 read instead: nothing is lost and the refusal words stay the journal's. The journal stays the record; the copy is
 a cache of it.
 
-Layout: ``CBPACK3``, a JSON header line {journal_bytes, n, sizes}, then six sections back to back: the records'
+Layout: ``CBPACK4``, a JSON header line {journal_bytes, n, sizes}, then six sections back to back: the records'
 combinations (a JSON array per line, in record order), NUMBER_COLUMNS as float64 (NaN for null), the texts of
-TEXT_COLUMNS (by column, the extras by key set, compressed as the store keeps them: pack_texts), the samples' counts
-(int32), the samples (float64) and the rankings (JSON).
+TEXT_COLUMNS (by column, the extras by key set, each key's values encoded, compressed as the store keeps them:
+pack_texts), the samples' counts (int32), the samples (float64) and the rankings (JSON).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import numpy as np
 
 from ..core import intake
 from ..core.records import SCHEMA_VERSION, Accuracy, Determinism, Ranking, Record, Timing
-from ..core.schema import MAX_INT, MAX_SAMPLES, SchemaError, _checker, check_record
+from ..core.schema import MAX_INT, MAX_ITEMS, MAX_SAMPLES, SchemaError, _checker, check_record
 from ..run.journal import END_FILE, JOURNAL_FILE, PACKED_FILE, RUN_FILE
 from . import columns as column_checks
 from .discovery import RawRun, Refused, dir_run
@@ -41,12 +41,17 @@ from .store_packing import (
     NUMBER_COLUMNS,
     TEXT_COLUMNS,
     ParsedRun,
+    decode_values,
     dumps_texts,
     loads_texts,
     pack_records,
 )
 
-MAGIC = b"CBPACK3\n"  # 3 (2026-12-02): texts by column, extras by key set; copies of older versions are passed over
+# 3 (2026-12-02): texts by column, extras by key set; 4 (later that day): a key's values encoded (encode_values).
+# A version-3 copy is a version-4 copy with no value encoded and is read as one; copies of older versions are
+# passed over
+MAGIC = b"CBPACK4\n"
+_READS = (MAGIC, b"CBPACK3\n")
 _SECTIONS = ("combos", "numbers", "texts", "sample_counts", "samples", "rankings")
 _OWNER = {**{n: Record for n in ("status", "reason", "device", "chosen_algo", "explanation", "workspace_bytes")},
           **{n: Timing for n in ("median_ms", "iqr_ms", "min_ms", "n", "timer", "mode")},
@@ -145,7 +150,7 @@ def _decode(raw: RawRun, meta: dict[str, Any]) -> ParsedRun:
 
     data = raw.packed or b""
     journal_bytes = len(raw.records) if raw.journal_size is None else raw.journal_size
-    if not data.startswith(MAGIC):
+    if not data.startswith(_READS):
         raise Unusable("packed by another convbench version" if data.startswith(b"CBPACK") else
                        "no packed copy header")
     try:
@@ -261,7 +266,8 @@ def _texts(section: bytes, n: int, journal_bytes: int) -> tuple[bytes, list]:
 def _extras(shape: list, extras: list, n: int) -> None:
     """Each record's stored extra (journals._stored_extra: an object or null, by key set as pack_texts writes
     it) checked as check_record checks an extra. The keys real runs write are checked per key, a column at once
-    (a fleet has ten million extras); a key set with any other key is made into its objects and walked whole."""
+    (a fleet has ten million extras), their numbers' lists and clocks as encode_values keeps them; a key set with
+    any other key is made into its objects and walked whole."""
     if type(shape) is not list or len(shape) != n or type(extras) is not list:
         raise Unusable(f"extras are not {n} shapes and their key sets")
     if shape and (set(map(type, shape)) != {int} or min(shape) < -1 or max(shape) >= len(extras)):
@@ -271,34 +277,100 @@ def _extras(shape: list, extras: list, n: int) -> None:
     seen: set[tuple] = set()
     walk = []
     for (keys, values), count in zip(_key_sets(extras), members, strict=True):
-        if not keys or len(set(keys)) != len(keys) or set(map(type, keys)) != {str} or tuple(keys) in seen:
+        if not _names_ok(keys) or tuple(keys) in seen:
             raise Unusable("a key set of the extras is empty, repeats a key or repeats another")
         seen.add(tuple(keys))
-        if (not count or type(values) is not list or len(values) != len(keys) or set(map(type, values)) != {list}
-                or set(map(len, values)) != {count}):
+        if not count or type(values) is not list or len(values) != len(keys) or not all(
+                _encoded_ok(v, count) for v in values):
             raise Unusable("a key set's values are not one column per key of one value per record")
         if not _PLAIN_EXTRA.issuperset(keys):
-            walk.append((keys, values))
+            walk.append((keys, values, count))
+            continue
         for k, col in zip(keys, values, strict=True):
-            by_key.setdefault(k, []).append(col)
+            by_key.setdefault(k, []).append(col if col.__class__ is list else _Encoded(col, count))
     if walk:
         full = _checker(column_checks._hint(Record, "extra"), "extra", True)
         try:
-            for keys, values in walk:
-                for row in zip(*values, strict=True):
+            for keys, values, count in walk:
+                for row in zip(*(decode_values(v, count) for v in values), strict=True):
                     full(dict(zip(keys, row, strict=True)), "extra")
         except (SchemaError, RecursionError):
             raise Unusable("an extra does not pass the record schema") from None
-    gathered = {k: list(itertools.chain.from_iterable(cols)) if len(cols) > 1 else cols[0]
-                for k, cols in by_key.items()}
-    optional = {k: gathered.get(k, ()) for k in _PLAIN_EXTRA - {"clock"}}
-    clocks = [c for c in gathered.get("clock", ()) if c is not None]
-    if clocks:
-        if set(map(type, clocks)) != {dict} or not all(ks <= _CLOCK_KEYS for ks in set(map(frozenset, clocks))):
-            raise Unusable("an extra's clock is not the clock a timer writes")
-        optional.update({k: _column(clocks, k) for k in _CLOCK_KEYS})
+    optional: dict[str, list] = {}
+    for k, parts in by_key.items():
+        if k == "clock":
+            _clock_columns(parts, optional)
+        else:
+            optional[k] = _plain_values(k, parts)
     if not column_checks.optional_pass(optional):
         raise Unusable("an extra's values do not pass the record schema")
+
+
+class _Encoded:
+    """One key set's values of a key, encoded (encode_values), and how many records they are for."""
+
+    def __init__(self, encoded: dict, count: int):
+        self.encoded, self.count = encoded, count
+
+
+def _names_ok(keys: Any) -> bool:
+    return bool(keys) and len(set(keys)) == len(keys) and set(map(type, keys)) == {str}
+
+
+def _encoded_ok(values: Any, count: int, depth: int = 0) -> bool:
+    """Whether a key's values are ``count`` values as encode_values writes them: a list of them, a width and the
+    flat list of ``count`` lists of that width, or an object's keys and each key's values so encoded."""
+    if values.__class__ is list:
+        return len(values) == count
+    if values.__class__ is not dict or depth > 8:
+        return False
+    if values.keys() == {"width", "flat"}:
+        width, flat = values["width"], values["flat"]
+        return (type(width) is int and 0 <= width <= MAX_ITEMS and type(flat) is list
+                and len(flat) == width * count)
+    if values.keys() == {"keys", "columns"}:
+        keys, columns = values["keys"], values["columns"]
+        return (type(keys) is list and _names_ok(keys) and type(columns) is list and len(columns) == len(keys)
+                and all(_encoded_ok(c, count, depth + 1) for c in columns))
+    return False
+
+
+def _plain_values(key: str, parts: list) -> Any:
+    """A plain key's values over its key sets, for optional_pass; a list of numbers' lists kept flat where the
+    key holds such lists (column_checks.Flat), anything else encoded made into its values."""
+    plain = [p for p in parts if p.__class__ is list]
+    encoded = [p for p in parts if p.__class__ is _Encoded]
+    flat = []
+    if column_checks.OPTIONAL_TYPES[key] in (list[float], list[str]):
+        flat = [p for p in encoded if "flat" in p.encoded]
+        encoded = [p for p in encoded if "flat" not in p.encoded]
+    plain += [decode_values(p.encoded, p.count) for p in encoded]
+    values = list(itertools.chain.from_iterable(plain)) if len(plain) != 1 else plain[0]
+    if not flat:
+        return values
+    return column_checks.Flat(values, [(p.encoded["width"], p.encoded["flat"]) for p in flat])
+
+
+def _clock_columns(parts: list, optional: dict[str, list]) -> None:
+    """The clocks' values by clock key into ``optional``: from clocks kept as objects (or null), and from
+    clocks kept by key (encode_values)."""
+    subparts: dict[str, list] = {}
+    for p in parts:
+        if p.__class__ is _Encoded and "keys" in p.encoded:
+            if not _CLOCK_KEYS.issuperset(p.encoded["keys"]):
+                raise Unusable("an extra's clock is not the clock a timer writes")
+            for k, col in zip(p.encoded["keys"], p.encoded["columns"], strict=True):
+                subparts.setdefault(k, []).append(col if col.__class__ is list else _Encoded(col, p.count))
+            continue
+        clocks = [c for c in (p if p.__class__ is list else decode_values(p.encoded, p.count)) if c is not None]
+        if not clocks:
+            continue
+        if set(map(type, clocks)) != {dict} or not all(ks <= _CLOCK_KEYS for ks in set(map(frozenset, clocks))):
+            raise Unusable("an extra's clock is not the clock a timer writes")
+        for k in _CLOCK_KEYS:
+            subparts.setdefault(k, []).append(_column(clocks, k))
+    for k in _CLOCK_KEYS:
+        optional[k] = _plain_values(k, subparts.get(k, []))
 
 
 def _key_sets(extras: list) -> list[tuple]:

@@ -72,8 +72,9 @@ CREATE TABLE IF NOT EXISTS run_records (
     n INTEGER NOT NULL,             -- records of the run (the last of a combination twice in a journal)
     combo BLOB NOT NULL,            -- int32 combo ids, record order
     numbers BLOB NOT NULL,          -- float64, NUMBER_COLUMNS x n (column after column), NaN = null
-    texts BLOB NOT NULL,            -- JSON {columns, shape, extras}: TEXT_COLUMNS by column, extras by key set
-                                    -- (store_packing.pack_texts), zlib; older stores: a row per record (extra an
+    texts BLOB NOT NULL,            -- JSON {columns, shape, extras}: TEXT_COLUMNS by column, extras by key set,
+                                    -- a key's values encoded (store_packing.pack_texts, encode_values; a list in
+                                    -- stores written before that), zlib; older stores: a row per record (extra an
                                     -- object, or its JSON text), zlib or plain (store_packing.text_columns)
     sample_counts BLOB NOT NULL,    -- int32 timing samples per record
     samples BLOB NOT NULL           -- float64 (float32 in older stores) little-endian samples in ms, in order
