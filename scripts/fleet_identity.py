@@ -65,17 +65,21 @@ def _values(values: list | dict, count: int) -> list:
 
 def table_digests(path: Path) -> dict[str, tuple[int, str]]:
     """(rows, sha256 of every row in primary-key order) of each table of a store; a run's texts as the values
-    they hold (_texts)."""
+    they hold (_texts), its numbers inflated."""
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     out = {}
     for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name"):
         h, n = hashlib.sha256(), 0
         cur = db.execute(f"SELECT * FROM {name} ORDER BY rowid" if name != "meta" else
                          "SELECT * FROM meta ORDER BY key")
-        texts = [d[0] for d in cur.description].index("texts") if name == "run_records" else None
+        names = [d[0] for d in cur.description]
         for row in cur:
-            if texts is not None:
-                row = (*row[:texts], _texts(row[texts]), *row[texts + 1:])
+            if name == "run_records":
+                row = dict(zip(names, row, strict=True))
+                # numbers as they are: compressed since 2026-12-02 (store_packing.pack_numbers), where smaller
+                row.update(texts=_texts(row["texts"]), numbers=row["numbers"] if len(row["numbers"]) == 120 * row["n"]
+                           else zlib.decompress(row["numbers"]))
+                row = tuple(row.values())
             h.update(repr(row).encode())
             n += 1
         out[name] = (n, h.hexdigest())

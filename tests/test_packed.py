@@ -26,6 +26,8 @@ from harness.collect.store_packing import (
     NUMBER_COLUMNS,
     TEXT_COLUMNS,
     decode_values,
+    numbers_array,
+    pack_numbers,
     pack_records,
     pack_texts,
     text_columns,
@@ -194,9 +196,9 @@ def _drop_last(values: list) -> None:
 
 def _number(parts: dict, row: int, column: str, value: float) -> None:
     n = len(parts["sample_counts"]) // 4
-    a = np.frombuffer(parts["numbers"], dtype="<f8").reshape(len(NUMBER_COLUMNS), n).copy()
+    a = numbers_array(parts["numbers"], n).copy()
     a[NUMBER_COLUMNS.index(column), row] = value
-    parts["numbers"] = a.tobytes()
+    parts["numbers"] = pack_numbers(a)
 
 
 def _combo(parts: dict, row: int, field: int, value) -> None:
@@ -220,6 +222,13 @@ HOSTILE = {
     "a fractional sample count": lambda h, p: _number(p, 0, "n", 2.5),
     "a boolean that is 2": lambda h, p: _number(p, 0, "repeat_equal", 2.0),
     "an integer past 2**63": lambda h, p: _number(p, 0, "workspace_bytes", 2.0**64),
+    "numbers compressed one record short": lambda h, p: p.update(numbers=zlib.compress(
+        numbers_array(p["numbers"], 3)[:, :2].tobytes())),
+    "numbers compressed with bytes after their stream": lambda h, p: p.update(numbers=p["numbers"] + b"\0"),
+    "numbers that inflate past 15 a record": lambda h, p: p.update(numbers=zlib.compress(bytes(8 * 15 * 3 + 8))),
+    "numbers neither plain nor compressed": lambda h, p: p.update(numbers=b"\x78" * (8 * 15 * 3 - 1)),
+    "a negative median, compressed": lambda h, p: p.update(numbers=zlib.compress(np.where(
+        np.arange(45) == NUMBER_COLUMNS.index("median_ms") * 3, -1.0, numbers_array(p["numbers"], 3).ravel()).tobytes())),
     "an empty status": lambda h, p: _texts(p, 0, "status", ""),
     "a status that is a number": lambda h, p: _texts(p, 0, "status", 7),
     "a device with a control character": lambda h, p: _texts(p, 0, "device", "cuda\x07"),
@@ -330,11 +339,13 @@ def _as_lists(obj: dict) -> None:
 
 
 def test_a_version_3_copy_is_read_as_it_was_written(tmp_path, monkeypatch):
-    """Version 3 (2026-12-02) kept every key's values as a list: a version-4 copy with nothing encoded, read as one."""
+    """Version 3 (2026-12-02) kept every key's values as a list and the numbers as they are: a version-4 copy with
+    nothing encoded or compressed, read as one."""
     d = _run(tmp_path / "v3")
     head, parts = _sections((d / PACKED_FILE).read_bytes())
     _layout(parts, _as_lists)
     assert b'"flat"' not in zlib.decompress(parts["texts"])
+    parts["numbers"] = numbers_array(parts["numbers"], _n(parts)).tobytes()  # and its numbers as they are
     (d / PACKED_FILE).write_bytes(b"CBPACK3\n" + _assemble(head, parts)[len(pk.MAGIC):])
     clean = _run(tmp_path / "clean")
     (clean / PACKED_FILE).unlink()
@@ -344,9 +355,9 @@ def test_a_version_3_copy_is_read_as_it_was_written(tmp_path, monkeypatch):
     monkeypatch.undo()
     collect(tmp_path / "c.sqlite", [clean])
     v3, now = _dump(tmp_path / "v3.sqlite"), _dump(tmp_path / "c.sqlite")
-    assert v3[2] != now[2]  # the store keeps the texts as the copy wrote them, and reads the same values from them
+    assert v3[2] != now[2]  # the store keeps numbers and texts as the copy wrote them, and reads the same values
     for dump in (v3, now):
-        dump[2] = [(*r[:4], text_columns(r[4], r[1]), *r[5:]) for r in dump[2]]
+        dump[2] = [(*r[:3], numbers_array(r[3], r[1]).tobytes(), text_columns(r[4], r[1]), *r[5:]) for r in dump[2]]
     assert v3 == now
 
 

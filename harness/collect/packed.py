@@ -11,9 +11,10 @@ read instead: nothing is lost and the refusal words stay the journal's. The jour
 a cache of it.
 
 Layout: ``CBPACK4``, a JSON header line {journal_bytes, n, sizes}, then six sections back to back: the records'
-combinations (a JSON array per line, in record order), NUMBER_COLUMNS as float64 (NaN for null), the texts of
-TEXT_COLUMNS (by column, the extras by key set, each key's values encoded, compressed as the store keeps them:
-pack_texts), the samples' counts (int32), the samples (float64) and the rankings (JSON).
+combinations (a JSON array per line, in record order), NUMBER_COLUMNS as float64 (NaN for null; compressed:
+store_packing.pack_numbers), the texts of TEXT_COLUMNS (by column, the extras by key set, each key's values
+encoded, compressed as the store keeps them: pack_texts), the samples' counts (int32), the samples (float64) and
+the rankings (JSON).
 """
 
 from __future__ import annotations
@@ -47,9 +48,9 @@ from .store_packing import (
     pack_records,
 )
 
-# 3 (2026-12-02): texts by column, extras by key set; 4 (later that day): a key's values encoded (encode_values).
-# A version-3 copy is a version-4 copy with no value encoded and is read as one; copies of older versions are
-# passed over
+# 3 (2026-12-02): texts by column, extras by key set; 4 (later that day): a key's values encoded (encode_values),
+# the numbers compressed. A version-3 copy is a version-4 copy with nothing encoded or compressed and is read as
+# one; copies of older versions are passed over
 MAGIC = b"CBPACK4\n"
 _READS = (MAGIC, b"CBPACK3\n")
 _SECTIONS = ("combos", "numbers", "texts", "sample_counts", "samples", "rankings")
@@ -389,10 +390,18 @@ def _column(dicts: list[dict], key: str) -> list:
 
 
 def _numbers(section: bytes, n: int) -> np.ndarray:
-    """NUMBER_COLUMNS (rows) x records, each column within what check_record lets through (null as NaN): never
-    negative, at most 1e300 (a number), MAX_INT (an integer) or 1 (a flag), and whole where an integer or a flag."""
-    if len(section) != 8 * len(NUMBER_COLUMNS) * n:
-        raise Unusable("numbers are not 15 per record")
+    """NUMBER_COLUMNS (rows) x records, plain or compressed (store_packing.pack_numbers), each column within what
+    check_record lets through (null as NaN): never negative, at most 1e300 (a number), MAX_INT (an integer) or 1
+    (a flag), and whole where an integer or a flag."""
+    size = 8 * len(NUMBER_COLUMNS) * n
+    if len(section) != size:  # compressed: one whole stream of exactly the numbers
+        inflate = zlib.decompressobj()
+        try:
+            section = inflate.decompress(section, size + 1)
+        except zlib.error:
+            raise Unusable("numbers are neither 15 per record nor a compressed stream") from None
+        if len(section) != size or not inflate.eof or inflate.unconsumed_tail or inflate.unused_data:
+            raise Unusable("numbers are not one compressed stream of 15 per record")
     a = np.frombuffer(section, dtype="<f8").reshape(len(NUMBER_COLUMNS), n)
     top, whole = _number_bounds()
     with np.errstate(invalid="ignore"):

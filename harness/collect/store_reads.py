@@ -19,6 +19,7 @@ from .store_packing import (
     TEXT_COLUMNS,
     floats,
     loads_texts,
+    numbers_array,
     text_columns,
 )
 
@@ -105,7 +106,7 @@ class StoreReads:
         n, combo_blob, numbers, texts, counts_blob, samples_blob_ = row
         combo_ids = np.frombuffer(combo_blob, "<i4").tolist()
         combos = self._combo_rows(combo_ids)
-        num = np.frombuffer(numbers, "<f8").reshape(len(NUMBER_COLUMNS), n)
+        num = numbers_array(numbers, n)
         columns = [_number_values(num[j], c in INTEGER_COLUMNS) for j, c in enumerate(NUMBER_COLUMNS)]
         text_cols = text_columns(texts, n)
         if with_samples:
@@ -168,7 +169,7 @@ class StoreReads:
         if row is None:
             return [], []
         n, combo_blob, numbers = row
-        med = np.frombuffer(numbers, "<f8").reshape(len(NUMBER_COLUMNS), n)[NUMBER_COLUMNS.index("median_ms")]
+        med = numbers_array(numbers, n)[NUMBER_COLUMNS.index("median_ms")]
         return np.frombuffer(combo_blob, "<i4").tolist(), [None if m != m else m for m in med.tolist()]
 
     def vectors(self, run_pks: Sequence[int]) -> dict[int, dict[str, np.ndarray]]:
