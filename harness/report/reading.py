@@ -35,20 +35,35 @@ def current_records(store: Store, runs: list[dict[str, Any]], vectors: dict[int,
     return out
 
 
+_COMBO_SETS: dict[bytes, frozenset] = {}  # a run's combination ids -> their set, shared by the runs that have them
+
+
+def _combo_set(v: dict[str, Any]) -> frozenset:
+    """A run's combinations as a set, made once and kept in its vectors. Runs with the same combinations (a
+    machine's nights) share one set: one set a run held 0.7 GiB more in a fleet report (2026-12-02)."""
+    combos = v.get("combo_set")
+    if combos is None:
+        key = v["combo"].tobytes()
+        combos = _COMBO_SETS.get(key)
+        if combos is None:
+            if len(_COMBO_SETS) >= 1024:
+                _COMBO_SETS.clear()
+            combos = _COMBO_SETS[key] = frozenset(v["combo"].tolist())
+        v["combo_set"] = combos
+    return combos
+
+
 def covering_runs(runs: list[dict[str, Any]], vectors: dict[int, dict[str, np.ndarray]]) -> list[tuple[dict, set]]:
     """The runs current_records reads, newest first, each with the combinations no newer run measured (from the
-    vectors alone). A run's combinations are made a set once and kept in its vectors: a fleet report asks this
-    of a machine's runs for every judgement and every key of one (2.5 CPU-s of set-making, 2026-12-02)."""
+    vectors alone). A fleet report asks this of a machine's runs for every judgement and every key of one: each
+    run's set is made once (_combo_set; 2.5 CPU-s of set-making before, 2026-12-02)."""
     seen: set[int] = set()
     out = []
     for r in reversed(runs):
         v = vectors.get(r["id"])
         if v is None or not len(v["combo"]):
             continue
-        combos = v.get("combo_set")
-        if combos is None:
-            combos = v["combo_set"] = frozenset(v["combo"].tolist())
-        new = combos - seen
+        new = _combo_set(v) - seen
         if new:
             out.append((r, new))
             seen |= new
