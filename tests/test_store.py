@@ -131,3 +131,27 @@ def test_hash64s_is_hash64_of_each_hash():
     for hashes in cases:
         got = hash64s(hashes)
         assert got.dtype == np.int64 and got.tolist() == [hash64(h) for h in hashes], hashes[:3]
+
+
+def test_the_checkpointer_copies_the_log_that_writers_leave(tmp_path):
+    """collect's parser processes leave the write-ahead log to the Checkpointer (store.Checkpointer): what they
+    commit reaches the store file while they write on."""
+    import time
+
+    from harness.collect.store import Checkpointer
+
+    path = tmp_path / "s.sqlite"
+    Store(path).close()
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("PRAGMA wal_autocheckpoint = 0")
+    writer.execute("CREATE TABLE t (x BLOB)")
+    for _ in range(4):
+        writer.execute("INSERT INTO t VALUES (?)", (bytes(1 << 20),))
+    size = path.stat().st_size
+    assert size < 1 << 20 and (tmp_path / "s.sqlite-wal").stat().st_size > 4 << 20  # all of it in the log
+    with Checkpointer(path, every_s=0.05):
+        deadline = time.monotonic() + 10
+        while path.stat().st_size < 4 << 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert path.stat().st_size >= 4 << 20  # and now in the store file
+    writer.close()

@@ -14,7 +14,7 @@ import multiprocessing as mp
 import os
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from .asv_results import parse_asv
 from .discovery import Archive, AsvFile, RawRun, Refused, dir_run, discover, read_optional
 from .journals import journal_digest, journal_identity, parse_journal
 from .packed import Unusable, decode, dir_raw
-from .store import DEFAULT_STORE, ParsedRun, Store, StoreError, UnpackableRecord
+from .store import DEFAULT_STORE, Checkpointer, ParsedRun, Store, StoreError, UnpackableRecord
 
 
 @dataclass
@@ -118,12 +118,18 @@ def _parse(store: Store, item: Any) -> tuple[ParsedRun | None, str | None]:
     raise TypeError(item)
 
 
-def ingest_item(store: Store, item: Any, lock: Any = None, replace: bool = False) -> list[tuple]:
-    """Collect one discovered item (a run, or every run of an archive): [('added'|'updated'|'unchanged', records,
-    how it was read)] (Summary.account).
+@dataclass
+class Prepared:
+    """One discovered item parsed for the store, not written yet: its runs (None where the store holds one
+    unchanged) and how each was read."""
 
-    Parsing happens outside ``lock`` and writing inside it, so parallel parsers overlap while one writes.
-    """
+    item: Any
+    parsed: list[ParsedRun | None]
+    notes: list[str | None]
+
+
+def parse_item(store: Store, item: Any) -> Prepared:
+    """The parsing half of ingest_item (no lock needed): Refused with one line where the item is refused."""
     members = item.items if isinstance(item, Archive) else [item]
     parsed = []
     for member in members:
@@ -133,17 +139,31 @@ def ingest_item(store: Store, item: Any, lock: Any = None, replace: bool = False
             if isinstance(item, Archive):
                 raise Refused(f"{exc} (the tarball {item.origin} is refused as a whole)") from None
             raise
-    notes = [note for _, note in parsed]
-    parsed = [p for p, _ in parsed]
-    new = [p for p in parsed if p is not None]
-    with lock if lock is not None else contextlib.nullcontext():
-        try:
-            outcomes = iter(store.ingest_all(new, replace=replace))
-        except UnpackableRecord as exc:
-            origin = item.origin if isinstance(item, Archive) else new[0].run["origin"]
-            raise Refused(f"{origin}: {exc}") from None
+    return Prepared(item, [p for p, _ in parsed], [note for _, note in parsed])
+
+
+def write_item(store: Store, prepared: Prepared, replace: bool = False) -> list[tuple]:
+    """The writing half of ingest_item (under the writers' lock): the item's runs in one transaction."""
+    new = [p for p in prepared.parsed if p is not None]
+    try:
+        outcomes = iter(store.ingest_all(new, replace=replace))
+    except UnpackableRecord as exc:
+        item = prepared.item
+        origin = item.origin if isinstance(item, Archive) else new[0].run["origin"]
+        raise Refused(f"{origin}: {exc}") from None
     return [("unchanged", 0, None) if p is None else (next(outcomes), p.run["n_records"], note)
-            for p, note in zip(parsed, notes, strict=True)]
+            for p, note in zip(prepared.parsed, prepared.notes, strict=True)]
+
+
+def ingest_item(store: Store, item: Any, lock: Any = None, replace: bool = False) -> list[tuple]:
+    """Collect one discovered item (a run, or every run of an archive): [('added'|'updated'|'unchanged', records,
+    how it was read)] (Summary.account).
+
+    Parsing happens outside ``lock`` and writing inside it, so parallel parsers overlap while one writes.
+    """
+    prepared = parse_item(store, item)
+    with lock if lock is not None else contextlib.nullcontext():
+        return write_item(store, prepared, replace)
 
 
 _worker_store: Store | None = None
@@ -155,6 +175,7 @@ def _worker_init(path: str, lock, replace: bool) -> None:
     global _worker_store, _worker_lock, _worker_replace
     gc.set_threshold(50_000, 20, 100)  # a parser allocates millions of short-lived tuples and no cycles
     _worker_store = Store(path, verify=False)
+    _worker_store.db.execute("PRAGMA wal_autocheckpoint = 0")  # collect's Checkpointer copies the log instead
     _worker_lock, _worker_replace = lock, replace
 
 
@@ -162,11 +183,12 @@ def _origin(item: Any) -> str:
     return str(item[1]) if isinstance(item, tuple) else getattr(item, "origin", repr(item)[:200])
 
 
-def _ingest_or_refuse(store: Store, item: Any, lock: Any = None, replace: bool = False) -> list[tuple]:
-    """One item; whatever goes wrong with it (even a bug exposed by hostile input) refuses it, not the collect.
-    A store that cannot be written (full disk, read-only mount, damage) ends the collect: StoreError."""
+def _refusing(item: Any, step: Callable[[], Any]) -> Any:
+    """``step()`` of one item; whatever goes wrong with it (even a bug exposed by hostile input) refuses it, not
+    the collect: [('refused', line)]. A store that cannot be written (full disk, read-only mount, damage) ends the
+    collect: StoreError."""
     try:
-        return ingest_item(store, item, lock, replace)
+        return step()
     except Refused as exc:
         return [("refused", str(exc))]
     except StoreError:
@@ -176,8 +198,56 @@ def _ingest_or_refuse(store: Store, item: Any, lock: Any = None, replace: bool =
         return [("refused", f"{_origin(item)}: cannot be collected ({type(exc).__name__}: {text})")]
 
 
-def _worker(item: Any) -> list[tuple]:
-    return _ingest_or_refuse(_worker_store, item, _worker_lock, _worker_replace)
+def _ingest_or_refuse(store: Store, item: Any, lock: Any = None, replace: bool = False) -> list[tuple]:
+    """One item, refused in one line rather than failing the collect (_refusing)."""
+    return _refusing(item, lambda: ingest_item(store, item, lock, replace))
+
+
+BATCH = 8  # items a parser process takes at once
+
+
+def _worker(items: list[Any]) -> list[tuple]:
+    """A batch of items in a parser process. Each is parsed, then written as soon as the writers' lock is free;
+    while the other parser holds it, this one parses the next item instead of waiting (with two parsers on two
+    cores, waiting left a quarter of a core idle: a fleet collect 44.6 s with --jobs 2, 39.5 s with --jobs 3,
+    2026-12-02). What is still parsed and unwritten at the batch's end waits for the lock then. Each item is its
+    own transaction, as ingest_item writes it."""
+    store, lock = _worker_store, _worker_lock
+    results: list[Any] = [None] * len(items)
+    pending: list[tuple[int, Prepared]] = []
+
+    def write_pending() -> None:
+        for i, prepared in pending:
+            results[i] = _refusing(prepared.item, lambda prepared=prepared: write_item(store, prepared,
+                                                                                      _worker_replace))
+        pending.clear()
+
+    for i, item in enumerate(items):
+        prepared = _refusing(item, lambda item=item: parse_item(store, item))
+        if isinstance(prepared, list):  # refused
+            results[i] = prepared
+        else:
+            pending.append((i, prepared))
+        if pending and lock.acquire(block=False):
+            try:
+                write_pending()
+            finally:
+                lock.release()
+    if pending:
+        with lock:
+            write_pending()
+    return [r for result in results for r in result]
+
+
+def _batches(items: Iterator[Any]) -> Iterator[list[Any]]:
+    batch: list[Any] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def check_store_path(store_path: str | Path) -> None:
@@ -219,14 +289,15 @@ def collect(store_path: str | Path, paths: list[str | Path], jobs: int = 1,
     Store(store_path).close()  # create (and check) the schema once, before the workers open it
     ctx = mp.get_context("fork")
     lock = ctx.Lock()
-    with ctx.Pool(jobs, initializer=_worker_init, initargs=(str(store_path), lock, replace)) as pool:
+    with (Checkpointer(store_path),
+          ctx.Pool(jobs, initializer=_worker_init, initargs=(str(store_path), lock, replace)) as pool):
         def feed():
             for item in items:
                 if isinstance(item, Refused):
                     account([("refused", str(item))])
                 else:
                     yield item
-        for results in pool.imap_unordered(_worker, feed(), chunksize=4):
+        for results in pool.imap_unordered(_worker, _batches(feed())):
             account(results)
     Store(store_path, verify=False).close()  # checkpoint the write-ahead log into the store file
     return summary
