@@ -33,7 +33,7 @@ def _row(f) -> dict[str, Any]:
 
 def upgrade(g: Model) -> dict[str, Any]:
     studies = []
-    for s in paired.studies(g.store):
+    for s in paired.studies(g.store, info=g.info):
         legs = []
         for gpu, leg in s["legs"].items():
             fs = leg["findings"]

@@ -202,12 +202,15 @@ def confirm(legs: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 # ---- studies in a store ----------------------------------------------------------------------------------------
 
-def studies(store: Any, th: Thresholds | None = None) -> list[dict[str, Any]]:
+def studies(store: Any, th: Thresholds | None = None,
+            info: dict[int, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Every paired study in a store, newest first: its stacks, and per GPU leg the two runs and their judgement
-    (``judge``), with the agreement across legs (``confirm``). What the report's upgrade page shows."""
+    (``judge``), with the agreement across legs (``confirm``). What the report's upgrade page shows. ``info``:
+    every run's run_json, where the caller has read them already (Store.run_jsons; a fleet report's 18,250 runs
+    read one by one again took 1.3 s)."""
     found: dict[str, dict[str, dict[str, Any]]] = {}
     for run in store.runs():
-        meta = store.run_json(run["id"])
+        meta = info[run["id"]] if info is not None else store.run_json(run["id"])
         p = (meta.get("options") or {}).get("paired")
         if isinstance(p, dict) and p.get("role") in ROLES and p.get("study"):
             leg = found.setdefault(str(p["study"]), {}).setdefault(str(p.get("gpu", "0")), {})
