@@ -103,6 +103,9 @@ def environment() -> jinja2.Environment:
 
 
 POOL_FROM_RUNS = 200  # a store of this many runs or more is judged in a pool of processes (one per CPU)
+# the judges yield the CPU to this process, whose pages are the report's critical path: a fleet report 16.9 ->
+# 15.4 s on 2 cores (means of 3 alternated runs, 2026-12-02)
+NICE = 5
 
 
 def build(store: Store, out: str | Path, *, title: str = "convbench fleet report",
@@ -153,7 +156,7 @@ def _pool(store: Store, workers: int | None) -> Any:
     if workers < 1 or store.path == ":memory:":
         return None
     try:
-        return mp.get_context("fork").Pool(workers)
+        return mp.get_context("fork").Pool(workers, initializer=os.nice, initargs=(NICE,))
     except (OSError, ValueError):  # no fork here, or no room for a process: judged in this one
         return None
 
