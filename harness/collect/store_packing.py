@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.schema import _NUMBER_TYPES
 from .store_schema import REBUILD, StoreError
 
 try:  # packing a run's texts is on collect's hot path; the standard library is the fallback
@@ -108,9 +109,6 @@ def pack_texts(columns: Sequence[Sequence]) -> bytes:
     except TypeError:  # orjson.JSONEncodeError: an integer beyond 64 bits (an asv track value); read back as
         plain = json.dumps(obj, separators=(",", ":")).encode()  # the nearest float, as a journal's is
     return zlib.compress(plain, 1)
-
-
-_NUMBER_TYPES = frozenset((int, float))
 
 
 def encode_values(values: list) -> Any:
