@@ -19,6 +19,7 @@ import multiprocessing as mp
 import re
 import shutil
 import sqlite3
+import struct
 import subprocess
 import sys
 import tempfile
@@ -37,29 +38,40 @@ _STAMP = re.compile(rb"\d{4}-\d\d-\d\d \d\d:\d\d UTC")
 def _texts(blob: bytes) -> bytes:
     """A run's texts as the values they hold, a row per record, one spelling: stores since 2026-12-01 keep them
     compressed (store_packing.pack_texts), since 2026-12-02 each extra as an object instead of its JSON text, and
-    later that day by column, each extra by its key set, then each key's values encoded (_values). Read here
-    with the standard library, apart from the code being compared."""
-    texts = json.loads(blob if blob[:1] in b"[{" else zlib.decompress(blob))
+    later that day by column, each extra by its key set, then each key's values encoded (_values), that evening
+    their numbers binary (a part before the JSON: b"\\0BIN", its length, the part). Read here with the standard
+    library, apart from the code being compared."""
+    plain = blob if blob[:1] in b"[{" else zlib.decompress(blob)
+    area = b""
+    if plain.startswith(b"\0BIN"):
+        end = 8 + int.from_bytes(plain[4:8], "little")
+        plain, area = plain[end:], plain[8:end]
+    texts = json.loads(plain)
     if isinstance(texts, dict):
         extras: list = [None] * len(texts["shape"])
         for sid, (keys, values) in enumerate(texts["extras"]):
             at = [i for i, s in enumerate(texts["shape"]) if s == sid]
-            for i, row in zip(at, zip(*(_values(v, len(at)) for v in values), strict=True), strict=True):
+            for i, row in zip(at, zip(*(_values(v, len(at), area) for v in values), strict=True), strict=True):
                 extras[i] = dict(zip(keys, row, strict=True))
         texts = [[*r] for r in zip(*texts["columns"], extras, strict=True)]
     rows = [[*r[:-1], json.loads(r[-1]) if isinstance(r[-1], str) else r[-1]] for r in texts]
     return json.dumps(rows, sort_keys=True).encode()
 
 
-def _values(values: list | dict, count: int) -> list:
+def _values(values: list | dict, count: int, area: bytes = b"") -> list:
     """A key's ``count`` values as a store keeps them since 2026-12-02's fourth layout: a list, or objects alike
-    by key ({keys, columns}), or lists of numbers of one length flat ({width, flat})."""
+    by key ({keys, columns}), or lists of numbers of one length flat ({width, flat}), or (that evening) numbers
+    in the binary part ({"f8" or "i8": [first, count]}, in 8-byte items)."""
     if isinstance(values, list):
         return values
     if "flat" in values:
-        w = values["width"]
-        return [values["flat"][i * w:(i + 1) * w] for i in range(count)]
-    columns = [_values(c, count) for c in values["columns"]]
+        w, flat = values["width"], values["flat"]
+        flat = _values(flat, w * count, area) if isinstance(flat, dict) else flat
+        return [flat[i * w:(i + 1) * w] for i in range(count)]
+    if "columns" not in values:
+        (kind, (first, n)), = values.items()
+        return list(struct.unpack_from(f"<{n}{'d' if kind == 'f8' else 'q'}", area, 8 * first))
+    columns = [_values(c, count, area) for c in values["columns"]]
     return [dict(zip(values["keys"], row, strict=True)) for row in zip(*columns, strict=True)]
 
 

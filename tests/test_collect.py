@@ -4,6 +4,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import zlib
 from pathlib import Path
 
 import pytest
@@ -287,6 +288,7 @@ def test_a_keys_values_are_kept_encoded_and_read_back_as_they_were():
               {"p": [3.0, 4.5], "clock": clock[1], "b": [False], "n": {"deep": {"x": [3, 4]}}},
               {"wall_ms": 1.0}, None]
     columns = [["ok"] * 4, extras]
+    assert zlib.decompress(pack_texts(columns)).startswith(b"\0BIN")  # their numbers binary
     back = text_columns(pack_texts(columns), 4)
     assert back == columns and [list(e) for e in back[1][:3]] == [list(e) for e in extras[:3]]
     assert [type(x) for x in back[1][0]["clock"].values()] == [list, int, float]

@@ -26,10 +26,13 @@ from harness.collect.store_packing import (
     NUMBER_COLUMNS,
     TEXT_COLUMNS,
     decode_values,
+    join_texts,
     numbers_array,
+    numbers_at,
     pack_numbers,
     pack_records,
     pack_texts,
+    split_texts,
     text_columns,
 )
 from harness.core.records import dumps
@@ -164,10 +167,38 @@ def _texts(parts: dict, row: int, column: str, value) -> None:
 
 
 def _layout(parts: dict, edit) -> None:
-    """The texts as pack_texts lays them out ({columns, shape, extras}), changed in place by ``edit``."""
-    obj = json.loads(zlib.decompress(parts["texts"]))
+    """The texts as pack_texts lays them out ({columns, shape, extras}), their binary numbers as JSON lists (a
+    layout a copy may hold), changed in place by ``edit``."""
+    obj = _plain_layout(parts["texts"])
     edit(obj)
     parts["texts"] = zlib.compress(json.dumps(obj, separators=(",", ":")).encode(), 1)
+
+
+def _plain_layout(blob: bytes) -> dict:
+    """A texts blob's layout with every reference to its binary part replaced by the numbers it names."""
+    text, area = split_texts(zlib.decompress(blob))
+    obj = json.loads(text)
+
+    def plain(v: Any) -> Any:
+        if type(v) is list:
+            return v
+        if "flat" in v:
+            return {"width": v["width"], "flat": plain(v["flat"]) if type(v["flat"]) is dict else v["flat"]}
+        if "columns" in v:
+            return {"keys": v["keys"], "columns": [plain(c) for c in v["columns"]]}
+        return numbers_at(v, area).tolist()
+
+    for _, values in obj["extras"]:
+        values[:] = [plain(v) for v in values]
+    return obj
+
+
+def _binary(parts: dict, edit) -> None:
+    """The texts as stored, their JSON and binary part changed in place by ``edit(layout, area)``."""
+    text, area = split_texts(zlib.decompress(parts["texts"]))
+    obj, area = json.loads(text), bytearray(area)
+    edit(obj, area)
+    parts["texts"] = zlib.compress(join_texts(json.dumps(obj, separators=(",", ":")).encode(), bytes(area)), 1)
 
 
 def _split_key_set(obj: dict) -> None:
@@ -192,6 +223,36 @@ def _encoded(key: str, edit) -> Any:
 
 def _drop_last(values: list) -> None:
     values.pop()
+
+
+def _bin(key: str, edit) -> Any:
+    """A hostile edit of the binary numbers: ``edit(ref, area)`` given the reference to ``key``'s values in the
+    first key set (a flat list's items for placement medians, the clock's maximum for the clock)."""
+    def change(obj: dict, area: bytearray) -> None:
+        keys, values = obj["extras"][0]
+        v = values[keys.index(key)]
+        edit(v["flat"] if "flat" in v else v["columns"][v["keys"].index("sm_mhz_max")] if "columns" in v else v, area)
+    return lambda h, p: _binary(p, change)
+
+
+def _encoded_binary(key: str, edit) -> Any:
+    """_encoded's edit of the texts as stored, binary part and all."""
+    return lambda h, p: _binary(p, lambda obj, area: _encoded(key, edit)(obj))
+
+
+def _put(ref: dict, area: bytearray, value: float | int) -> None:
+    """The first number a reference names set to ``value``."""
+    kind, (first, _) = next(iter(ref.items()))
+    struct.pack_into("<d" if kind == "f8" else "<q", area, 8 * first, value)
+
+
+def _clock_twice(obj: dict, area: bytearray) -> None:
+    """The clock's maximum made to name the numbers its minimum names (as many integers): its own are named by
+    nothing."""
+    keys, values = obj["extras"][0]
+    clock = values[keys.index("clock")]
+    columns = dict(zip(clock["keys"], clock["columns"], strict=True))
+    columns["sm_mhz_max"].update(columns["sm_mhz_min"])
 
 
 def _number(parts: dict, row: int, column: str, value: float) -> None:
@@ -281,6 +342,20 @@ HOSTILE = {
     "a clock's slowdowns kept flat as numbers": lambda h, p: _layout(p, _encoded(
         "clock", lambda v: v["columns"].__setitem__(0, {"width": 1, "flat": [1, 2, 3]}))),
     "a shape short of a record": lambda h, p: _layout(p, lambda o: o["shape"].pop()),
+    "a negative wall time, binary": _bin("wall_ms", lambda r, a: _put(r, a, -1.0)),
+    "an infinite wall time, binary": _bin("wall_ms", lambda r, a: _put(r, a, float("inf"))),
+    "a NaN placement median, binary": _bin("placement_medians_ms", lambda r, a: _put(r, a, float("nan"))),
+    "a negative clock, binary": _bin("clock", lambda r, a: _put(r, a, -5)),
+    "binary numbers of a kind nothing writes": _bin("wall_ms", lambda r, a: r.update(u8=r.pop("f8"))),
+    "a reference one number short": _bin("wall_ms", lambda r, a: r["f8"].__setitem__(1, 2)),
+    "a reference whose start is true": _bin("wall_ms", lambda r, a: r["f8"].__setitem__(0, True)),
+    "a reference past the binary part": _bin("wall_ms", lambda r, a: r["f8"].__setitem__(0, len(a))),
+    "two references to the same numbers": lambda h, p: _binary(p, _clock_twice),
+    "binary numbers no reference names": lambda h, p: _binary(p, lambda o, a: a.extend(bytes(8))),
+    "a binary part cut short": lambda h, p: _binary(p, lambda o, a: a.__delitem__(slice(-8, None))),
+    "a binary part longer than the texts": lambda h, p: p.update(texts=zlib.compress(
+        b"\0BIN" + (1 << 20).to_bytes(4, "little") + b"{}", 1)),
+    "placement medians as a reference with no width": _encoded_binary("placement_medians_ms", lambda v: v["flat"]),
     "a negative wall time": lambda h, p: _extra(p, 0, {"wall_ms": -1.0}),
     "a placement median that is text": lambda h, p: _extra(p, 1, {"placement_medians_ms": [1.0, "2"]}),
     "an unknown extra nested too deep": lambda h, p: _extra(p, 0, {"x": json.loads("[" * 12 + "]" * 12)}),
@@ -293,6 +368,27 @@ HOSTILE = {
     "a ranking whose rank is text": lambda h, p: p.update(rankings=json.dumps(
         [["c1", "fwd", "fp32", "NCHW", "DEFAULT", "find", "first", "A", "ok", 1.0, 0, "DETERMINISTIC", "x"]]).encode()),
 }
+
+
+def test_binary_numbers_pass_where_check_record_passes_their_values():
+    """The rules a key's binary numbers are held to (columns._arrays_pass) are those of its values as JSON: a
+    float where an integer belongs, a number where a flag, text or a list belongs, null where none may be, a
+    negative or non-finite number: each refused; each allowed value passes."""
+    from harness.collect.columns import Arrays, _values_pass
+    from harness.core.schema import check_record
+
+    floats, ints = np.array([1.5, 2.0]), np.array([3, 4])
+    assert _values_pass(Arrays([None], [floats, ints]), float | None, "wall_ms")
+    assert _values_pass(Arrays([], [ints]), int, "throttled_batches")
+    assert not _values_pass(Arrays([], [floats]), int, "throttled_batches")
+    assert not _values_pass(Arrays([None], [ints]), int, "throttled_batches")  # a float may be null (NaN), not so an integer
+    for tp in (bool | None, str | None, list[float], list[str]):
+        assert not _values_pass(Arrays([], [ints]), tp, "x")
+    for bad in (-1.0, float("nan"), float("inf"), 1e301):
+        assert not _values_pass(Arrays([], [np.array([1.0, bad])]), float | None, "wall_ms")
+    assert not _values_pass(Arrays([], [np.array([-1])]), float | None, "wall_ms")
+    rec = record("c", clock={"sm_mhz_min": 1980, "sm_mhz_max": 1980.5, "slowdowns": [], "throttled_batches": 2})
+    check_record(json.loads(dumps(rec)))  # the values above that pass are values check_record passes
 
 
 @pytest.mark.parametrize("what", sorted(HOSTILE))
@@ -344,7 +440,7 @@ def test_a_version_3_copy_is_read_as_it_was_written(tmp_path, monkeypatch):
     d = _run(tmp_path / "v3")
     head, parts = _sections((d / PACKED_FILE).read_bytes())
     _layout(parts, _as_lists)
-    assert b'"flat"' not in zlib.decompress(parts["texts"])
+    assert b'"flat"' not in zlib.decompress(parts["texts"]) and not zlib.decompress(parts["texts"]).startswith(b"\0")
     parts["numbers"] = numbers_array(parts["numbers"], _n(parts)).tobytes()  # and its numbers as they are
     (d / PACKED_FILE).write_bytes(b"CBPACK3\n" + _assemble(head, parts)[len(pk.MAGIC):])
     clean = _run(tmp_path / "clean")
@@ -359,6 +455,29 @@ def test_a_version_3_copy_is_read_as_it_was_written(tmp_path, monkeypatch):
     for dump in (v3, now):
         dump[2] = [(*r[:3], numbers_array(r[3], r[1]).tobytes(), text_columns(r[4], r[1]), *r[5:]) for r in dump[2]]
     assert v3 == now
+
+
+def test_a_version_4_copy_is_read_as_it_was_written(tmp_path, monkeypatch):
+    """Version 4 (2026-12-02) kept the extras' numbers as JSON: a version-5 copy with no binary part, read as one;
+    the store keeps its texts as written and reads the same values as from the journal."""
+    d = _run(tmp_path / "v4")
+    head, parts = _sections((d / PACKED_FILE).read_bytes())
+    assert zlib.decompress(parts["texts"]).startswith(b"\0BIN")
+    _layout(parts, lambda obj: None)  # every reference replaced by its numbers as JSON
+    assert not zlib.decompress(parts["texts"]).startswith(b"\0BIN")
+    (d / PACKED_FILE).write_bytes(b"CBPACK4\n" + _assemble(head, parts)[len(pk.MAGIC):])
+    clean = _run(tmp_path / "clean")
+    (clean / PACKED_FILE).unlink()
+    _no_journal_parse(monkeypatch)
+    s = collect(tmp_path / "v4.sqlite", [d])
+    assert s.added == 1 and s.packed == 1 and not s.passed_over
+    monkeypatch.undo()
+    collect(tmp_path / "c.sqlite", [clean])
+    v4, now = _dump(tmp_path / "v4.sqlite"), _dump(tmp_path / "c.sqlite")
+    assert v4[2] != now[2]
+    for dump in (v4, now):
+        dump[2] = [(*r[:4], text_columns(r[4], r[1]), *r[5:]) for r in dump[2]]
+    assert v4 == now
 
 
 def test_a_journal_collect_refuses_is_not_packed_and_its_refusal_stays_the_journals(tmp_path):
@@ -404,7 +523,7 @@ def _read_as_an_older_store_kept_it(tmp_path, older) -> tuple[list, list]:
 
 def _as_rows(blob: bytes, extra=lambda e: e) -> list:
     """A run's texts by column (as stored now) as the row per record older stores kept, each extra made ``extra``."""
-    layout = json.loads(zlib.decompress(blob))
+    layout = json.loads(split_texts(zlib.decompress(blob))[0])
     assert set(layout) == {"columns", "shape", "extras"}  # by column now
     cols = text_columns(blob, len(layout["shape"]))
     assert any(isinstance(e, dict) for e in cols[-1])

@@ -41,6 +41,7 @@ _MAX_VERIFIED = 200_000
 _NONE = type(None)
 _FLOAT_TYPES = frozenset((int, float))
 _HINTS: dict[type, dict[str, Any]] = {}
+_PRINTABLE_ASCII = bytes(range(0x20, 0x7F))
 
 
 def identity_signature(d: dict[str, Any]) -> tuple | None:
@@ -125,18 +126,44 @@ class Flat:
         self.values, self.flats = values, flats
 
 
+class Arrays:
+    """The values of a column, some given as lists (``values``: a list, or Flat) and the rest as arrays of binary
+    numbers (store_packing.Area): _values_pass checks the arrays as numpy arrays."""
+
+    def __init__(self, values: Any, arrays: list[np.ndarray]):
+        self.values, self.arrays = values, arrays
+
+
 def _flat_pass(column: Flat, tp: Any, name: str) -> bool:
     if tp not in (list[float], list[str]) or not _values_pass(column.values, tp, name):
         return False
     if max(w for w, _ in column.flats) > (MAX_SAMPLES if name == "samples_ms" else MAX_ITEMS):
         return False
-    items = list(itertools.chain.from_iterable(f for _, f in column.flats))
-    return _values_pass(items, float if tp == list[float] else str, name)
+    items = list(itertools.chain.from_iterable(f for _, f in column.flats if f.__class__ is list))
+    arrays = [f for _, f in column.flats if f.__class__ is not list]
+    item = float if tp == list[float] else str
+    return _values_pass(items, item, name) and (not arrays or _arrays_pass(arrays, item))
+
+
+def _arrays_pass(arrays: list[np.ndarray], tp: Any) -> bool:
+    """Whether every binary number passes as a value of type ``tp``, as _numbers_ok checks a column's numbers:
+    a float or an integer where a number belongs, an integer where an integer does; never negative, at most
+    1e300 (a number, NaN and infinity failing) or MAX_INT (an integer)."""
+    integer = tp in (int, int | None)
+    if integer and any(a.dtype.kind != "i" for a in arrays) or not integer and tp not in (float, float | None):
+        return False
+    a = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)  # as floats where any is: signs and bounds kept
+    if not len(a):
+        return True
+    low, high = a.min(), a.max()  # NaN where any is NaN, which no comparison passes
+    return bool(low >= 0 and high <= (MAX_INT if integer else 1e300))
 
 
 def _values_pass(values: Any, tp: Any, name: str) -> bool:
     if values.__class__ is Flat:
         return _flat_pass(values, tp, name)
+    if values.__class__ is Arrays:
+        return _values_pass(values.values, tp, name) and _arrays_pass(values.arrays, tp)
     if not values:
         return True
     if tp in (str, str | None):  # distinct values first: a str is equal only to a str, so no type hides in them
@@ -163,7 +190,9 @@ def _values_pass(values: Any, tp: Any, name: str) -> bool:
             return False
         if max(map(len, distinct)) > limit:
             return False
-        return limit > MAX_TEXT or (text.isascii() and text.isprintable()) or not _CONTROL.search(text)
+        # printable ASCII first (a fleet's hashes: 5x quicker than str.isprintable), which holds no control character
+        return (limit > MAX_TEXT or (text.isascii() and not text.encode().translate(None, _PRINTABLE_ASCII))
+                or not _CONTROL.search(text))
     types = set(map(type, values))
     if _NONE in types and not _nullable(tp):
         return False

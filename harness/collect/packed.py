@@ -10,11 +10,11 @@ checked. A copy that is missing, stale, damaged, hostile or unreadable in any wa
 read instead: nothing is lost and the refusal words stay the journal's. The journal stays the record; the copy is
 a cache of it.
 
-Layout: ``CBPACK4``, a JSON header line {journal_bytes, n, sizes}, then six sections back to back: the records'
+Layout: ``CBPACK5``, a JSON header line {journal_bytes, n, sizes}, then six sections back to back: the records'
 combinations (a JSON array per line, in record order), NUMBER_COLUMNS as float64 (NaN for null; compressed:
 store_packing.pack_numbers), the texts of TEXT_COLUMNS (by column, the extras by key set, each key's values
-encoded, compressed as the store keeps them: pack_texts), the samples' counts (int32), the samples (float64) and
-the rankings (JSON).
+encoded, their numbers binary, compressed as the store keeps them: pack_texts), the samples' counts (int32), the
+samples (float64) and the rankings (JSON).
 """
 
 from __future__ import annotations
@@ -44,13 +44,15 @@ from .store_packing import (
     dumps_texts,
     loads_texts,
     pack_records,
+    split_texts,
 )
 
 # 3 (2026-12-02): texts by column, extras by key set; 4 (later that day): a key's values encoded (encode_values),
-# the numbers compressed. A version-3 copy is a version-4 copy with nothing encoded or compressed and is read as
-# one; copies of older versions are passed over
-MAGIC = b"CBPACK4\n"
-_READS = (MAGIC, b"CBPACK3\n")
+# the numbers compressed; 5 (that evening): the extras' numbers binary (store_packing.Area). A version-3 or -4 copy
+# is a version-5 copy with less encoded (no binary part; nothing encoded or compressed) and is read as one; copies
+# of older versions are passed over
+MAGIC = b"CBPACK5\n"
+_READS = (MAGIC, b"CBPACK4\n", b"CBPACK3\n")
 _SECTIONS = ("combos", "numbers", "texts", "sample_counts", "samples", "rankings")
 _OWNER = {**{n: Record for n in ("status", "reason", "device", "chosen_algo", "explanation", "workspace_bytes")},
           **{n: Timing for n in ("median_ms", "iqr_ms", "min_ms", "n", "timer", "mode")},
@@ -238,7 +240,11 @@ def _texts(section: bytes, n: int, journal_bytes: int) -> tuple[bytes, list]:
     if not inflate.eof or inflate.unconsumed_tail or inflate.unused_data:
         raise Unusable("texts are not one whole compressed stream within their bound")
     try:
-        texts = loads_texts(plain)
+        text, area = split_texts(plain)
+    except ValueError:
+        raise Unusable("the texts' binary part does not fit them") from None
+    try:
+        texts = loads_texts(text)
     except ValueError:
         raise Unusable("texts are not JSON") from None
     if type(texts) is not dict or texts.keys() != {"columns", "shape", "extras"}:
@@ -251,7 +257,7 @@ def _texts(section: bytes, n: int, journal_bytes: int) -> tuple[bytes, list]:
         tp = column_checks._hint(_OWNER[name], name)
         if not column_checks._values_pass(col, tp if name == "status" else tp | None, name):
             raise Unusable(f"column {name} does not pass the record schema")
-    check_extras(texts["shape"], texts["extras"], n)
+    check_extras(texts["shape"], texts["extras"], n, area)
     return section, cols
 
 

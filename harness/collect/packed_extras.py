@@ -15,7 +15,7 @@ import numpy as np
 from ..core.records import Record
 from ..core.schema import MAX_ITEMS, SchemaError, _checker
 from . import columns as column_checks
-from .store_packing import decode_values
+from .store_packing import NUMBER_KINDS, decode_values, numbers_at
 
 _TIME_EXTRAS = frozenset(("clock", "flags", "host_ms"))  # the time's parts the store keeps in extra
 _PLAIN_EXTRA = frozenset(column_checks.PLAIN_EXTRA) | _TIME_EXTRAS
@@ -26,11 +26,12 @@ class Unusable(ValueError):
     """A packed copy collect does not use (stale, damaged or hostile); the journal is read instead."""
 
 
-def check_extras(shape: list, extras: list, n: int) -> None:
+def check_extras(shape: list, extras: list, n: int, area: Any = b"") -> None:
     """Each record's stored extra (journals._stored_extra: an object or null, by key set as pack_texts writes
     it) checked as check_record checks an extra. The keys real runs write are checked per key, a column at once
-    (a fleet has ten million extras), their numbers' lists and clocks as encode_values keeps them; a key set with
-    any other key is made into its objects and walked whole."""
+    (a fleet has ten million extras), their numbers' lists, clocks and binary numbers (``area``, the texts'
+    binary part, which their references must cover exactly) as encode_values keeps them; a key set with any other
+    key is made into its objects and walked whole."""
     if type(shape) is not list or len(shape) != n or type(extras) is not list:
         raise Unusable(f"extras are not {n} shapes and their key sets")
     if shape and (set(map(type, shape)) != {int} or min(shape) < -1 or max(shape) >= len(extras)):
@@ -39,32 +40,35 @@ def check_extras(shape: list, extras: list, n: int) -> None:
     by_key: dict[str, list] = {}
     seen: set[tuple] = set()
     walk = []
+    refs: list[list[int]] = []
     for (keys, values), count in zip(_key_sets(extras), members, strict=True):
         if not _names_ok(keys) or tuple(keys) in seen:
             raise Unusable("a key set of the extras is empty, repeats a key or repeats another")
         seen.add(tuple(keys))
         if not count or type(values) is not list or len(values) != len(keys) or not all(
-                _encoded_ok(v, count) for v in values):
+                _encoded_ok(v, count, refs) for v in values):
             raise Unusable("a key set's values are not one column per key of one value per record")
         if not _PLAIN_EXTRA.issuperset(keys):
             walk.append((keys, values, count))
             continue
         for k, col in zip(keys, values, strict=True):
             by_key.setdefault(k, []).append(col if col.__class__ is list else _Encoded(col, count))
+    if not _tiled(refs, len(area) // 8):
+        raise Unusable("the binary numbers are not each named once by the extras")
     if walk:
         full = _checker(column_checks._hint(Record, "extra"), "extra", True)
         try:
             for keys, values, count in walk:
-                for row in zip(*(decode_values(v, count) for v in values), strict=True):
+                for row in zip(*(decode_values(v, count, area) for v in values), strict=True):
                     full(dict(zip(keys, row, strict=True)), "extra")
         except (SchemaError, RecursionError):
             raise Unusable("an extra does not pass the record schema") from None
     optional: dict[str, list] = {}
     for k, parts in by_key.items():
         if k == "clock":
-            _clock_columns(parts, optional)
+            _clock_columns(parts, optional, area)
         else:
-            optional[k] = _plain_values(k, parts)
+            optional[k] = _plain_values(k, parts, area)
     if not column_checks.optional_pass(optional):
         raise Unusable("an extra's values do not pass the record schema")
 
@@ -80,41 +84,75 @@ def _names_ok(keys: Any) -> bool:
     return bool(keys) and len(set(keys)) == len(keys) and set(map(type, keys)) == {str}
 
 
-def _encoded_ok(values: Any, count: int, depth: int = 0) -> bool:
-    """Whether a key's values are ``count`` values as encode_values writes them: a list of them, a width and the
-    flat list of ``count`` lists of that width, or an object's keys and each key's values so encoded."""
+def _encoded_ok(values: Any, count: int, refs: list, depth: int = 0) -> bool:
+    """Whether a key's values are ``count`` values as encode_values writes them: a list of them, a reference to
+    ``count`` binary numbers, a width and the flat list (or reference) of ``count`` lists of that width, or an
+    object's keys and each key's values so encoded. ``refs``: each reference's [first item, items], appended."""
     if values.__class__ is list:
         return len(values) == count
     if values.__class__ is not dict or depth > 8:
         return False
     if values.keys() == {"width", "flat"}:
         width, flat = values["width"], values["flat"]
-        return (type(width) is int and 0 <= width <= MAX_ITEMS and type(flat) is list
-                and len(flat) == width * count)
+        if type(width) is not int or not 0 <= width <= MAX_ITEMS:
+            return False
+        return len(flat) == width * count if type(flat) is list else width > 0 and _ref_ok(flat, width * count, refs)
     if values.keys() == {"keys", "columns"}:
         keys, columns = values["keys"], values["columns"]
         return (type(keys) is list and _names_ok(keys) and type(columns) is list and len(columns) == len(keys)
-                and all(_encoded_ok(c, count, depth + 1) for c in columns))
-    return False
+                and all(_encoded_ok(c, count, refs, depth + 1) for c in columns))
+    return _ref_ok(values, count, refs)
 
 
-def _plain_values(key: str, parts: list) -> Any:
-    """A plain key's values over its key sets, for optional_pass; a list of numbers' lists kept flat where the
-    key holds such lists (column_checks.Flat), anything else encoded made into its values."""
+def _ref_ok(ref: Any, count: int, refs: list) -> bool:
+    """Whether ``ref`` is a reference to ``count`` binary numbers (store_packing.Area.ref); kept in ``refs``."""
+    if ref.__class__ is not dict or len(ref) != 1 or next(iter(ref)) not in NUMBER_KINDS:
+        return False
+    where = next(iter(ref.values()))
+    if (where.__class__ is not list or len(where) != 2 or set(map(type, where)) != {int} or min(where) < 0
+            or where[1] != count):
+        return False
+    refs.append(where)
+    return True
+
+
+def _tiled(refs: list[list[int]], items: int) -> bool:
+    """Whether the references name every item of the binary part once: back to back from its start to its end."""
+    at = 0
+    for first, size in sorted(refs):
+        if first != at:
+            return False
+        at += size
+    return at == items
+
+
+def _plain_values(key: str, parts: list, area: Any) -> Any:
+    """A plain key's values over its key sets, for optional_pass: binary numbers as their arrays
+    (column_checks.Arrays), a list of numbers' lists kept flat where the key holds such lists
+    (column_checks.Flat), anything else encoded made into its values."""
     plain = [p for p in parts if p.__class__ is list]
     encoded = [p for p in parts if p.__class__ is _Encoded]
+    refs = [p for p in encoded if p.encoded.keys() <= NUMBER_KINDS.keys()]
+    encoded = [p for p in encoded if p not in refs]
     flat = []
     if column_checks.OPTIONAL_TYPES[key] in (list[float], list[str]):
         flat = [p for p in encoded if "flat" in p.encoded]
         encoded = [p for p in encoded if "flat" not in p.encoded]
-    plain += [decode_values(p.encoded, p.count) for p in encoded]
-    values = list(itertools.chain.from_iterable(plain)) if len(plain) != 1 else plain[0]
-    if not flat:
-        return values
-    return column_checks.Flat(values, [(p.encoded["width"], p.encoded["flat"]) for p in flat])
+    plain += [decode_values(p.encoded, p.count, area) for p in encoded]
+    values: Any = list(itertools.chain.from_iterable(plain)) if len(plain) != 1 else plain[0]
+    if flat:
+        values = column_checks.Flat(values, [(p.encoded["width"], _items(p.encoded["flat"], area)) for p in flat])
+    if refs:
+        values = column_checks.Arrays(values, [numbers_at(p.encoded, area) for p in refs])
+    return values
 
 
-def _clock_columns(parts: list, optional: dict[str, list]) -> None:
+def _items(flat: Any, area: Any) -> Any:
+    """A flat list's items: the list, or the array its reference names."""
+    return flat if flat.__class__ is list else numbers_at(flat, area)
+
+
+def _clock_columns(parts: list, optional: dict[str, list], area: Any) -> None:
     """The clocks' values by clock key into ``optional``: from clocks kept as objects (or null), and from
     clocks kept by key (encode_values)."""
     subparts: dict[str, list] = {}
@@ -125,7 +163,8 @@ def _clock_columns(parts: list, optional: dict[str, list]) -> None:
             for k, col in zip(p.encoded["keys"], p.encoded["columns"], strict=True):
                 subparts.setdefault(k, []).append(col if col.__class__ is list else _Encoded(col, p.count))
             continue
-        clocks = [c for c in (p if p.__class__ is list else decode_values(p.encoded, p.count)) if c is not None]
+        clocks = [c for c in (p if p.__class__ is list else decode_values(p.encoded, p.count, area))
+                  if c is not None]
         if not clocks:
             continue
         if set(map(type, clocks)) != {dict} or not all(ks <= _CLOCK_KEYS for ks in set(map(frozenset, clocks))):
@@ -133,7 +172,7 @@ def _clock_columns(parts: list, optional: dict[str, list]) -> None:
         for k in _CLOCK_KEYS:
             subparts.setdefault(k, []).append(_column(clocks, k))
     for k in _CLOCK_KEYS:
-        optional[k] = _plain_values(k, subparts.get(k, []))
+        optional[k] = _plain_values(k, subparts.get(k, []), area)
 
 
 def _key_sets(extras: list) -> list[tuple]:

@@ -84,8 +84,8 @@ def pack_texts(columns: Sequence[Sequence]) -> bytes:
     its keys in ``extras`` (-1 for none), and ``extras`` per key set its keys and, per key, the values of the
     records of that set in record order. A fleet's ten million extras share a few key sets: by column they are
     read as lists and checked per key with no gathering (packed.py), where objects cost a parse and a walk each;
-    a key's values are encoded by encode_values. Uncompressed, the texts were 62 % of a fleet's store
-    (docs/fleet.md, 2026-12-01)."""
+    a key's values are encoded by encode_values, its numbers kept as binary (join_texts). Uncompressed, the
+    texts were 62 % of a fleet's store (docs/fleet.md, 2026-12-01)."""
     cols = list(columns)
     shapes: dict[tuple, int] = {}
     members: list[list[dict]] = []
@@ -101,77 +101,151 @@ def pack_texts(columns: Sequence[Sequence]) -> bytes:
             members.append([])
         members[sid].append(e)
         ids.append(sid)
-    extras = [[keys, [encode_values(list(map(operator.itemgetter(k), group))) for k in keys]]
+    area = Area()
+    extras = [[keys, [encode_values(list(map(operator.itemgetter(k), group)), area) for k in keys]]
               for keys, group in zip(shapes, members, strict=True)]
     obj = {"columns": cols[:-1], "shape": ids, "extras": extras}
     try:
         plain = dumps_texts(obj)
     except TypeError:  # orjson.JSONEncodeError: an integer beyond 64 bits (an asv track value); read back as
         plain = json.dumps(obj, separators=(",", ":")).encode()  # the nearest float, as a journal's is
-    return zlib.compress(plain, 1)
+    return zlib.compress(join_texts(plain, area.bytes()), 1)
 
 
-def encode_values(values: list) -> Any:
+# The texts' binary part (join_texts): a key's numbers, all floats or all integers, as little-endian float64 or
+# int64 instead of JSON text. A fleet's extras are about ten numbers a record; as JSON each was parsed into an
+# object and checked one by one, as binary they are checked by numpy (packed_extras.py).
+BINARY = b"\0BIN"
+NUMBER_KINDS = {"f8": "<f8", "i8": "<i8"}
+
+
+class Area:
+    """The binary part being written: encode_values hands it a key's numbers and writes the reference it returns,
+    {"f8" or "i8": [first item, items]}, items counted in 8-byte units from the part's start."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.items = 0
+
+    def ref(self, numbers: list) -> dict | None:
+        """The reference of ``numbers`` written here, or None where they are not all floats or all 64-bit
+        integers (they stay JSON then, which keeps every value's type)."""
+        kinds = set(map(type, numbers))
+        if kinds == {float}:
+            kind = "f8"
+        elif kinds == {int} and -(1 << 63) <= min(numbers) and max(numbers) < 1 << 63:
+            kind = "i8"
+        else:
+            return None
+        self.parts.append(np.array(numbers, dtype=NUMBER_KINDS[kind]).tobytes())
+        at, self.items = self.items, self.items + len(numbers)
+        return {kind: [at, len(numbers)]}
+
+    def bytes(self) -> bytes:
+        return b"".join(self.parts)
+
+
+def join_texts(plain: bytes, area: bytes) -> bytes:
+    """The texts' JSON and their binary part as one: the JSON alone where there is no binary part (as every store
+    before 2026-12-02 evening kept it), else BINARY, the part's length (4 bytes, little-endian), the part, the
+    JSON."""
+    if not area:
+        return plain
+    return b"".join((BINARY, len(area).to_bytes(4, "little"), area, plain))
+
+
+def split_texts(plain: bytes) -> tuple[Any, Any]:
+    """(the JSON, the binary part: a view) of join_texts' bytes; ValueError where the part does not fit."""
+    if not plain.startswith(BINARY):
+        return plain, b""
+    end = 8 + int.from_bytes(plain[4:8], "little")
+    if end > len(plain) or (end - 8) % 8:
+        raise ValueError("the texts' binary part does not fit them")
+    return plain[end:], memoryview(plain)[8:end]
+
+
+def numbers_at(ref: dict, area: Any) -> np.ndarray:
+    """The numbers an Area reference names (ValueError where it names none, or names more than the area holds)."""
+    if ref.__class__ is not dict or len(ref) != 1:
+        raise ValueError("not a reference to binary numbers")
+    kind, where = next(iter(ref.items()))
+    if (kind not in NUMBER_KINDS or where.__class__ is not list or len(where) != 2
+            or set(map(type, where)) != {int} or min(where) < 0):
+        raise ValueError("not a reference to binary numbers")
+    return np.frombuffer(area, dtype=NUMBER_KINDS[kind], count=where[1], offset=8 * where[0])
+
+
+def encode_values(values: list, area: Area | None = None) -> Any:
     """A key's values (of one key set's records) as pack_texts keeps them: where every value is an object with
     the same keys in the same order, ``{"keys", "columns"}`` (each key's values encoded again); where every value
-    is a list of numbers of one length, ``{"width", "flat"}`` (the lists' items as one list); else the values
-    themselves (a list). A fleet's ten million clocks and replica medians are then a few long lists of numbers
-    instead of 40 million small objects: the parse of a run's texts 1.3-2.0 -> 0.75 us a record (2026-12-02)."""
+    is a list of numbers of one length, ``{"width", "flat"}`` (the lists' items as one list); with ``area``,
+    numbers all floats or all integers (a key's values, a flat list's items) as their reference there
+    (Area.ref); else the values themselves (a list). A fleet's ten million clocks and replica medians are then a
+    few runs of binary numbers instead of 40 million small objects: the parse of a run's texts 1.3-2.0 -> 0.75 us
+    a record (2026-12-02, by key), then (that evening, binary) its numbers checked by numpy."""
     first = values[0] if values else None
     if first.__class__ is dict and first:
         keys = tuple(first)
         if all(v.__class__ is dict and tuple(v) == keys for v in values):
             return {"keys": list(keys),
-                    "columns": [encode_values(list(map(operator.itemgetter(k), values))) for k in keys]}
+                    "columns": [encode_values(list(map(operator.itemgetter(k), values)), area) for k in keys]}
     elif first.__class__ is list:
         width = len(first)
         if all(v.__class__ is list and len(v) == width for v in values):
             flat = list(itertools.chain.from_iterable(values))
             if set(map(type, flat)) <= _NUMBER_TYPES:  # never a bool: True is not a number here
-                return {"width": width, "flat": flat}
+                return {"width": width, "flat": (area is not None and flat and area.ref(flat)) or flat}
+    elif area is not None and (first.__class__ is float or first.__class__ is int):
+        return area.ref(values) or values
     return values
 
 
-def decode_values(encoded: Any, count: int) -> list:
-    """The ``count`` values encode_values encoded."""
+def decode_values(encoded: Any, count: int, area: Any = b"") -> list:
+    """The ``count`` values encode_values encoded (``area``: the binary part its references name)."""
     if encoded.__class__ is list:
         return encoded
     if "flat" in encoded:
         width, flat = encoded["width"], encoded["flat"]
         if not width:
             return [[] for _ in range(count)]
+        if flat.__class__ is dict:
+            flat = numbers_at(flat, area).tolist()
         return [flat[at:at + width] for at in range(0, width * count, width)]
-    columns = [decode_values(c, count) for c in encoded["columns"]]
+    if "columns" not in encoded:
+        return numbers_at(encoded, area).tolist()
+    columns = [decode_values(c, count, area) for c in encoded["columns"]]
     return list(map(dict, map(zip, itertools.repeat(encoded["keys"]), zip(*columns, strict=True))))
 
 
-def unpack_texts(blob: bytes) -> Any:
-    """A run's texts from the store, parsed: compressed (pack_texts), or plain JSON (stores written before
-    2026-12-01). text_columns gives their columns whatever their layout."""
-    return loads_texts(blob if blob[:1] in b"[{" else zlib.decompress(blob))
+def unpack_texts(blob: bytes) -> tuple[Any, Any]:
+    """A run's texts from the store, parsed, and their binary part (join_texts): compressed (pack_texts), or
+    plain JSON (stores written before 2026-12-01). text_columns gives their columns whatever their layout."""
+    text, area = split_texts(blob if blob[:1] in b"[{" else zlib.decompress(blob))
+    return loads_texts(text), area
 
 
 def text_columns(blob: bytes, n: int) -> list[list]:
     """The TEXT_COLUMNS of a run's ``n`` records (extras as objects, None for none) from its stored texts: by
     column (pack_texts), or, in stores written before 2026-12-02, a row per record with each extra an object or
     (before that day) the object's JSON text."""
-    texts = unpack_texts(blob)
+    texts, area = unpack_texts(blob)
     if type(texts) is list:
         cols = [list(c) for c in zip(*texts, strict=True)] if texts else [[] for _ in TEXT_COLUMNS]
         cols[-1] = [e if e.__class__ is not str else json.loads(e) if e else None for e in cols[-1]]
         return cols
-    return [*map(list, texts["columns"]), extra_objects(texts["shape"], texts["extras"], n)]
+    return [*map(list, texts["columns"]), extra_objects(texts["shape"], texts["extras"], n, area)]
 
 
-def extra_objects(shape: list[int], extras: list, n: int) -> list[dict | None]:
-    """Each record's extra (an object, or None) from pack_texts' ``shape`` and ``extras``."""
+def extra_objects(shape: list[int], extras: list, n: int, area: Any = b"") -> list[dict | None]:
+    """Each record's extra (an object, or None) from pack_texts' ``shape`` and ``extras``; ``area``: the binary
+    part their references name."""
     out: list[dict | None] = [None] * n
     if not extras:
         return out
     ids = np.asarray(shape, dtype=np.int64)
     for sid, (keys, values) in enumerate(extras):
         where = np.flatnonzero(ids == sid).tolist()
-        columns = [decode_values(v, len(where)) for v in values]
+        columns = [decode_values(v, len(where), area) for v in values]
         dicts = map(dict, map(zip, itertools.repeat(keys), zip(*columns, strict=True)))
         for at, d in zip(where, dicts, strict=True):
             out[at] = d
