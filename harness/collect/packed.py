@@ -276,10 +276,10 @@ def _numbers(section: bytes, n: int) -> np.ndarray:
             raise Unusable("numbers are not one compressed stream of 15 per record")
     a = np.frombuffer(section, dtype="<f8").reshape(len(NUMBER_COLUMNS), n)
     top, whole = _number_bounds()
-    with np.errstate(invalid="ignore"):
-        v = np.where(np.isnan(a), 0.0, a)
-        ok = (v >= 0).all(axis=1) & (v <= top[:, None]).all(axis=1)
-        ok[whole] &= (v[whole] == np.floor(v[whole])).all(axis=1)
+    with np.errstate(invalid="ignore"):  # fmin and fmax pass NaN (null) over; an infinity is out of bounds
+        ok = (np.fmin.reduce(a, axis=1, initial=0.0) >= 0) & (np.fmax.reduce(a, axis=1, initial=0.0) <= top)
+        w = a[whole]
+        ok[whole] &= ((w == np.floor(w)) | np.isnan(w)).all(axis=1)
     if not ok.all():
         raise Unusable(f"column {NUMBER_COLUMNS[int(np.argmin(ok))]} holds a value the record schema refuses")
     return a
