@@ -434,6 +434,21 @@ def _as_lists(obj: dict) -> None:
         values[:] = [decode_values(v, obj["shape"].count(sid)) for v in values]
 
 
+def _older_copy_beside_its_journal(tmp_path: Path, monkeypatch, d: Path, version: bytes, head: dict,
+                                   parts: dict) -> tuple[list, list]:
+    """The store of run ``d`` collected from its copy rewritten as ``version`` with ``parts`` (read from the copy:
+    its journal is never parsed), and the store of the same run collected from its journal alone."""
+    (d / PACKED_FILE).write_bytes(version + _assemble(head, parts)[len(pk.MAGIC):])
+    clean = _run(tmp_path / "clean")
+    (clean / PACKED_FILE).unlink()
+    with monkeypatch.context() as m:
+        _no_journal_parse(m)
+        s = collect(tmp_path / "older.sqlite", [d])
+    assert s.added == 1 and s.packed == 1 and not s.passed_over
+    collect(tmp_path / "c.sqlite", [clean])
+    return _dump(tmp_path / "older.sqlite"), _dump(tmp_path / "c.sqlite")
+
+
 def test_a_version_3_copy_is_read_as_it_was_written(tmp_path, monkeypatch):
     """Version 3 (2026-12-02) kept every key's values as a list and the numbers as they are: a version-4 copy with
     nothing encoded or compressed, read as one."""
@@ -442,15 +457,7 @@ def test_a_version_3_copy_is_read_as_it_was_written(tmp_path, monkeypatch):
     _layout(parts, _as_lists)
     assert b'"flat"' not in zlib.decompress(parts["texts"]) and not zlib.decompress(parts["texts"]).startswith(b"\0")
     parts["numbers"] = numbers_array(parts["numbers"], _n(parts)).tobytes()  # and its numbers as they are
-    (d / PACKED_FILE).write_bytes(b"CBPACK3\n" + _assemble(head, parts)[len(pk.MAGIC):])
-    clean = _run(tmp_path / "clean")
-    (clean / PACKED_FILE).unlink()
-    _no_journal_parse(monkeypatch)
-    s = collect(tmp_path / "v3.sqlite", [d])
-    assert s.added == 1 and s.packed == 1 and not s.passed_over
-    monkeypatch.undo()
-    collect(tmp_path / "c.sqlite", [clean])
-    v3, now = _dump(tmp_path / "v3.sqlite"), _dump(tmp_path / "c.sqlite")
+    v3, now = _older_copy_beside_its_journal(tmp_path, monkeypatch, d, b"CBPACK3\n", head, parts)
     assert v3[2] != now[2]  # the store keeps numbers and texts as the copy wrote them, and reads the same values
     for dump in (v3, now):
         dump[2] = [(*r[:3], numbers_array(r[3], r[1]).tobytes(), text_columns(r[4], r[1]), *r[5:]) for r in dump[2]]
@@ -465,15 +472,7 @@ def test_a_version_4_copy_is_read_as_it_was_written(tmp_path, monkeypatch):
     assert zlib.decompress(parts["texts"]).startswith(b"\0BIN")
     _layout(parts, lambda obj: None)  # every reference replaced by its numbers as JSON
     assert not zlib.decompress(parts["texts"]).startswith(b"\0BIN")
-    (d / PACKED_FILE).write_bytes(b"CBPACK4\n" + _assemble(head, parts)[len(pk.MAGIC):])
-    clean = _run(tmp_path / "clean")
-    (clean / PACKED_FILE).unlink()
-    _no_journal_parse(monkeypatch)
-    s = collect(tmp_path / "v4.sqlite", [d])
-    assert s.added == 1 and s.packed == 1 and not s.passed_over
-    monkeypatch.undo()
-    collect(tmp_path / "c.sqlite", [clean])
-    v4, now = _dump(tmp_path / "v4.sqlite"), _dump(tmp_path / "c.sqlite")
+    v4, now = _older_copy_beside_its_journal(tmp_path, monkeypatch, d, b"CBPACK4\n", head, parts)
     assert v4[2] != now[2]
     for dump in (v4, now):
         dump[2] = [(*r[:4], text_columns(r[4], r[1]), *r[5:]) for r in dump[2]]
