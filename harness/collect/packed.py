@@ -48,7 +48,7 @@ from .store_packing import (
 )
 
 # 3 (2026-12-02): texts by column, extras by key set; 4 (later that day): a key's values encoded (encode_values),
-# the numbers compressed; 5 (that evening): the extras' numbers binary (store_packing.Area). A version-3 or -4 copy
+# the numbers compressed; 5 (10:40 UTC): the extras' numbers binary (store_packing.Area). A version-3 or -4 copy
 # is a version-5 copy with less encoded (no binary part; nothing encoded or compressed) and is read as one; copies
 # of older versions are passed over
 MAGIC = b"CBPACK5\n"

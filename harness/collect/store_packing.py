@@ -147,7 +147,7 @@ class Area:
 
 def join_texts(plain: bytes, area: bytes) -> bytes:
     """The texts' JSON and their binary part as one: the JSON alone where there is no binary part (as every store
-    before 2026-12-02 evening kept it), else BINARY, the part's length (4 bytes, little-endian), the part, the
+    before 2026-12-02 10:40 UTC kept it), else BINARY, the part's length (4 bytes, little-endian), the part, the
     JSON."""
     if not area:
         return plain
@@ -182,7 +182,7 @@ def encode_values(values: list, area: Area | None = None) -> Any:
     numbers all floats or all integers (a key's values, a flat list's items) as their reference there
     (Area.ref); else the values themselves (a list). A fleet's ten million clocks and replica medians are then a
     few runs of binary numbers instead of 40 million small objects: the parse of a run's texts 1.3-2.0 -> 0.75 us
-    a record (2026-12-02, by key), then (that evening, binary) its numbers checked by numpy."""
+    a record (2026-12-02, by key), then (10:40 UTC, binary) its numbers checked by numpy."""
     first = values[0] if values else None
     if first.__class__ is dict and first:
         keys = tuple(first)
