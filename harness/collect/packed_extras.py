@@ -15,7 +15,7 @@ import numpy as np
 from ..core.records import Record
 from ..core.schema import MAX_ITEMS, SchemaError, _checker
 from . import columns as column_checks
-from .store_packing import NUMBER_KINDS, decode_values, numbers_at
+from .store_packing import NUMBER_KINDS, decode_values, numbers_at, reference
 
 _TIME_EXTRAS = frozenset(("clock", "flags", "host_ms"))  # the time's parts the store keeps in extra
 _PLAIN_EXTRA = frozenset(column_checks.PLAIN_EXTRA) | _TIME_EXTRAS
@@ -106,13 +106,10 @@ def _encoded_ok(values: Any, count: int, refs: list, depth: int = 0) -> bool:
 
 def _ref_ok(ref: Any, count: int, refs: list) -> bool:
     """Whether ``ref`` is a reference to ``count`` binary numbers (store_packing.Area.ref); kept in ``refs``."""
-    if ref.__class__ is not dict or len(ref) != 1 or next(iter(ref)) not in NUMBER_KINDS:
+    form = reference(ref)
+    if form is None or form[1][1] != count:
         return False
-    where = next(iter(ref.values()))
-    if (where.__class__ is not list or len(where) != 2 or set(map(type, where)) != {int} or min(where) < 0
-            or where[1] != count):
-        return False
-    refs.append(where)
+    refs.append(form[1])
     return True
 
 
@@ -133,7 +130,7 @@ def _plain_values(key: str, parts: list, area: Any) -> Any:
     plain = [p for p in parts if p.__class__ is list]
     encoded = [p for p in parts if p.__class__ is _Encoded]
     refs = [p for p in encoded if p.encoded.keys() <= NUMBER_KINDS.keys()]
-    encoded = [p for p in encoded if p not in refs]
+    encoded = [p for p in encoded if not p.encoded.keys() <= NUMBER_KINDS.keys()]
     flat = []
     if column_checks.OPTIONAL_TYPES[key] in (list[float], list[str]):
         flat = [p for p in encoded if "flat" in p.encoded]

@@ -164,15 +164,24 @@ def split_texts(plain: bytes) -> tuple[Any, Any]:
     return plain[end:], memoryview(plain)[8:end]
 
 
-def numbers_at(ref: dict, area: Any) -> np.ndarray:
-    """The numbers an Area reference names (ValueError where it names none, or names more than the area holds)."""
+def reference(ref: Any) -> tuple[str, list[int]] | None:
+    """(kind, [first item, items]) where ``ref`` is in the form Area.ref writes, else None."""
     if ref.__class__ is not dict or len(ref) != 1:
-        raise ValueError("not a reference to binary numbers")
+        return None
     kind, where = next(iter(ref.items()))
     if (kind not in NUMBER_KINDS or where.__class__ is not list or len(where) != 2
             or set(map(type, where)) != {int} or min(where) < 0):
+        return None
+    return kind, where
+
+
+def numbers_at(ref: dict, area: Any) -> np.ndarray:
+    """The numbers an Area reference names (ValueError where it names none, or names more than the area holds)."""
+    form = reference(ref)
+    if form is None:
         raise ValueError("not a reference to binary numbers")
-    return np.frombuffer(area, dtype=NUMBER_KINDS[kind], count=where[1], offset=8 * where[0])
+    kind, (first, items) = form
+    return np.frombuffer(area, dtype=NUMBER_KINDS[kind], count=items, offset=8 * first)
 
 
 def encode_values(values: list, area: Area | None = None) -> Any:
