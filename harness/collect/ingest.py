@@ -21,6 +21,7 @@ from typing import Any
 
 from ..core import intake
 from ..run.journal import END_FILE, JOURNAL_FILE, RUN_FILE
+from . import fresh
 from .asv_results import parse_asv
 from .discovery import Archive, AsvFile, RawRun, Refused, dir_run, discover, read_optional
 from .journals import journal_digest, journal_identity, parse_journal
@@ -171,11 +172,12 @@ _worker_lock = None
 _worker_replace = False
 
 
-def _worker_init(path: str, lock, replace: bool) -> None:
+def _worker_init(path: str, lock, replace: bool, building: bool) -> None:
     global _worker_store, _worker_lock, _worker_replace
     gc.set_threshold(50_000, 20, 100)  # a parser allocates millions of short-lived tuples and no cycles
-    _worker_store = Store(path, verify=False)
-    _worker_store.db.execute("PRAGMA wal_autocheckpoint = 0")  # collect's Checkpointer copies the log instead
+    _worker_store = Store(path, verify=False, building=building)
+    if not building:
+        _worker_store.db.execute("PRAGMA wal_autocheckpoint = 0")  # collect's Checkpointer copies the log instead
     _worker_lock, _worker_replace = lock, replace
 
 
@@ -261,9 +263,21 @@ def check_store_path(store_path: str | Path) -> None:
 def collect(store_path: str | Path, paths: list[str | Path], jobs: int = 1,
             progress: Callable[[str], None] | None = None, replace: bool = False) -> Summary:
     """Collect every run under ``paths`` into the store at ``store_path``; ``jobs`` parser processes.
-    ``replace``: a copy of a stored run with fewer records replaces it (otherwise it is refused)."""
+    ``replace``: a copy of a stored run with fewer records replaces it (otherwise it is refused).
+    A store that does not exist yet is built beside its path and appears whole (fresh.py); one that another
+    collect made meanwhile is then collected into as it is, from the sources again."""
     check_store_path(store_path)
     summary = Summary()
+    if fresh.build(store_path, lambda hidden: _collect_into(summary, hidden, paths, jobs, progress, replace, True)):
+        return summary
+    summary = Summary()
+    _collect_into(summary, str(store_path), paths, jobs, progress, replace, False)
+    return summary
+
+
+def _collect_into(summary: Summary, store_path: str, paths: list[str | Path], jobs: int,
+                  progress: Callable[[str], None] | None, replace: bool, building: bool) -> None:
+    """collect() into one store file: ``building`` a new one no reader sees yet (fresh.py), or one in place."""
     guard = threading.Lock()  # with --jobs, refusals come from the pool's feeder thread and from results
 
     def account(results: list[tuple]) -> None:
@@ -277,7 +291,7 @@ def collect(store_path: str | Path, paths: list[str | Path], jobs: int = 1,
 
     items = discover(paths)
     if jobs <= 1:
-        store = Store(store_path)
+        store = Store(store_path, building=building)
         try:
             for item in items:
                 if isinstance(item, Refused):
@@ -286,12 +300,13 @@ def collect(store_path: str | Path, paths: list[str | Path], jobs: int = 1,
                 account(_ingest_or_refuse(store, item, replace=replace))
         finally:
             store.close()
-        return summary
-    Store(store_path).close()  # create (and check) the schema once, before the workers open it
+        return
+    Store(store_path, building=building).close()  # create (and check) the schema once, before the workers open it
     ctx = mp.get_context("fork")
     lock = ctx.Lock()
-    with (Checkpointer(store_path),
-          ctx.Pool(jobs, initializer=_worker_init, initargs=(str(store_path), lock, replace)) as pool):
+    # a store in place is written through its log, which the Checkpointer copies into it; a new one has none
+    with (contextlib.nullcontext() if building else Checkpointer(store_path),
+          ctx.Pool(jobs, initializer=_worker_init, initargs=(store_path, lock, replace, building)) as pool):
         def feed():
             for item in items:
                 if isinstance(item, Refused):
@@ -300,8 +315,8 @@ def collect(store_path: str | Path, paths: list[str | Path], jobs: int = 1,
                     yield item
         for results in pool.imap_unordered(_worker, _batches(feed())):
             account(results)
-    Store(store_path, verify=False).close()  # checkpoint the write-ahead log into the store file
-    return summary
+    if not building:
+        Store(store_path, verify=False).close()  # checkpoint the write-ahead log into the store file
 
 
 def read_runs_into(store: Store, paths: list[str | Path]) -> Summary:

@@ -71,7 +71,10 @@ class Store(StoreReads, StoreWrites):
     """The store file. ``create=False`` (compare, report) opens it read-only, in one read transaction, so a
     reader sees whole runs while a collect writes, and works on a read-only mount."""
 
-    def __init__(self, path: str | Path = DEFAULT_STORE, *, create: bool = True, verify: bool = True):
+    def __init__(self, path: str | Path = DEFAULT_STORE, *, create: bool = True, verify: bool = True,
+                 building: bool = False):
+        """``building``: a new store no reader can see yet (fresh.py): its rollback journal kept in memory and
+        nothing synced (fresh.build syncs the whole file once)."""
         self.path = str(path)
         self.verify = verify  # a collect's parser processes open a store their parent has just checked
         self.readonly = not create and self.path != ":memory:"
@@ -92,8 +95,9 @@ class Store(StoreReads, StoreWrites):
                 if self.path != ":memory:":
                     # Switching a new file to WAL can answer "locked" without waiting while another collect
                     # creates the same store (SQLite skips the busy handler there): wait for it here.
-                    when_unlocked(lambda: self.db.execute("PRAGMA journal_mode = WAL"))
-                self.db.execute("PRAGMA synchronous = NORMAL")
+                    mode = "MEMORY" if building else "WAL"
+                    when_unlocked(lambda: self.db.execute(f"PRAGMA journal_mode = {mode}"))
+                self.db.execute(f"PRAGMA synchronous = {'OFF' if building else 'NORMAL'}")
                 self.db.execute("PRAGMA wal_autocheckpoint = 16384")  # 64 MiB between checkpoints (fsyncs)
             self.db.execute("PRAGMA cache_size = -65536")
             if self.readonly:

@@ -1,0 +1,86 @@
+"""A store that does not exist yet is built whole in a hidden file beside its path, then linked into place.
+
+Why: the first collect of a fleet (or the rebuild a damaged store asks for, store_schema.REBUILD) is the largest
+write a store ever gets, and the write-ahead log doubles it: every page is written to the log, copied into the
+store and synced once a second. On this project's 2-core VM, a fleet of 10^7 records collected with --jobs 2 into
+a new store took 45.1 s through the log and 24.7 s written straight into the file with the rollback journal in
+memory and no sync until the end (the sync included; alternated, 2026-12-02 13:45 UTC; 114.4 against 71.1 s while
+the disk was slow). No reader can see a file that is not in place yet, so nothing needs the log's guarantees
+while it is built: a failed or interrupted collect removes the hidden file (nothing measured is lost: the run
+directories are untouched), and the store appears only whole, synced, in WAL mode as every store is.
+
+A collect that finds the store in place (every nightly one) writes into it through the log, run by run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from .store_schema import StoreError, error_line
+
+
+def build(path: str | Path, fill: Callable[[str], None]) -> bool:
+    """``fill(hidden)`` builds a new store in a hidden file beside ``path``, which is then synced and linked in
+    as ``path``. False (and nothing left behind) when ``path`` exists, before or after the build: another collect
+    made it meanwhile, and the caller collects into that one instead."""
+    target = Path(path)
+    if target.exists() or target.is_symlink():
+        return False
+    try:
+        fd, hidden = tempfile.mkstemp(prefix=f".{target.name}.new-", dir=target.parent)
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot write the store ({exc.strerror}; a read-only mount or directory?)") \
+            from None
+    os.close(fd)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(hidden, 0o666 & ~umask)  # mkstemp makes it private; a store is read by whoever reads reports
+        fill(hidden)
+        _seal(hidden)
+        try:
+            os.link(hidden, target)  # never over a store that appeared meanwhile
+        except FileExistsError:
+            return False
+        except OSError:  # a filesystem without hard links: the same check, then a rename
+            if target.exists() or target.is_symlink():
+                return False
+            os.rename(hidden, target)
+        _sync_folder(target.parent)
+        return True
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot write the store ({exc.strerror or exc})") from None
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(error_line(str(path), exc)) from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(hidden)
+
+
+def _seal(hidden: str) -> None:
+    """The built file in WAL mode (as Store opens every store), its pages on disk before it gets its name."""
+    db = sqlite3.connect(hidden, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode = WAL")
+    finally:
+        db.close()  # the last connection checkpoints and removes the log it just made
+    fd = os.open(hidden, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sync_folder(folder: Path) -> None:
+    """The new name on disk too (a folder that cannot be opened or synced, on some filesystems, is let be)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

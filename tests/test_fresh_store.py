@@ -1,0 +1,122 @@
+"""A store collect creates is built in a hidden file beside its path and appears whole (collect/fresh.py)."""
+
+import datetime as dt
+import os
+import sqlite3
+
+import pytest
+from _fleet_data import record, write_run
+
+from harness.collect import fresh, ingest
+from harness.collect.ingest import collect
+from harness.collect.store import Store, StoreError
+
+T0 = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
+
+
+def _sources(root, machines=("m1", "m2"), nights=3):
+    for m in machines:
+        for n in range(nights):
+            write_run(root, m, "img", T0 + dt.timedelta(days=n),
+                      [record(f"case{i}", algo=f"A{n}", median=1.0 + i) for i in range(5)])
+    return root
+
+
+def _dump(db):
+    with Store(db) as s:
+        return [list(s.db.execute(f"SELECT * FROM {t} ORDER BY 1, 2")) for t in ("runs", "combos", "run_records",
+                                                                                  "rankings", "run_vectors")]
+
+
+def test_a_new_store_is_not_in_place_until_it_is_whole(tmp_path, monkeypatch):
+    src = _sources(tmp_path / "r")
+    db = tmp_path / "s.sqlite"
+    seen = []
+    real = ingest._ingest_or_refuse
+
+    def spy(store, item, *a, **k):
+        seen.append((db.exists(), os.path.dirname(store.path), os.path.basename(store.path)))
+        return real(store, item, *a, **k)
+
+    monkeypatch.setattr(ingest, "_ingest_or_refuse", spy)
+    summary = collect(db, [src])
+    assert summary.added == 6 and not summary.refused
+    assert len(seen) == 6
+    assert all(not exists and folder == str(tmp_path) and name.startswith(".s.sqlite.new-")
+               for exists, folder, name in seen)  # written beside its path, under a hidden name
+    assert sorted(os.listdir(tmp_path)) == ["r", "s.sqlite"]  # the hidden file is gone, no log is left
+    con = sqlite3.connect(db)
+    try:
+        assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # as every store is
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        con.close()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(db).st_mode & 0o777 == 0o666 & ~umask  # readable as a store made by SQLite is
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_store_built_new_holds_what_one_written_in_place_holds(tmp_path, jobs):
+    src = _sources(tmp_path / "r")
+    built, in_place = tmp_path / "built.sqlite", tmp_path / "in_place.sqlite"
+    Store(in_place).close()  # exists: collect writes into it through the log, run by run
+    a, b = collect(built, [src], jobs=jobs), collect(in_place, [src], jobs=jobs)
+    assert (a.added, a.records) == (b.added, b.records) == (6, 30)
+    if jobs == 1:  # one process: the same ids in the same order
+        assert _dump(built) == _dump(in_place)
+    with Store(built) as s, Store(in_place) as t:
+        runs = sorted((r["run_id"], r["machine"], r["n_records"]) for r in s.runs())
+        assert runs == sorted((r["run_id"], r["machine"], r["n_records"]) for r in t.runs())
+        assert [s.digest_of(r, m) for r, m, _ in runs] == [t.digest_of(r, m) for r, m, _ in runs]
+        assert s.record_count() == t.record_count() == 30
+    again = collect(built, [src], jobs=jobs)
+    assert (again.added, again.unchanged) == (0, 6)
+
+
+@pytest.mark.parametrize("failure", [KeyboardInterrupt, StoreError])
+def test_a_build_that_fails_leaves_nothing(tmp_path, monkeypatch, failure):
+    src = _sources(tmp_path / "r")
+    db = tmp_path / "s.sqlite"
+    calls = []
+    real = ingest._ingest_or_refuse
+
+    def fail_on_the_third(store, item, *a, **k):
+        calls.append(item)
+        if len(calls) == 3:
+            raise failure("stopped here")
+        return real(store, item, *a, **k)
+
+    monkeypatch.setattr(ingest, "_ingest_or_refuse", fail_on_the_third)
+    with pytest.raises(failure):
+        collect(db, [src])
+    assert sorted(os.listdir(tmp_path)) == ["r"]  # no store, no hidden file, no log
+    monkeypatch.setattr(ingest, "_ingest_or_refuse", real)
+    assert collect(db, [src]).added == 6  # and the next collect builds it from the sources
+
+
+def test_a_store_another_collect_made_meanwhile_is_kept_and_collected_into(tmp_path, monkeypatch):
+    src = _sources(tmp_path / "r", machines=("m1",))
+    other = _sources(tmp_path / "o", machines=("m9",), nights=1)
+    db = tmp_path / "s.sqlite"
+    real_build = fresh.build
+
+    def race(path, fill):
+        def fill_while_another_collect_finishes_first(hidden):
+            fill(hidden)
+            monkeypatch.setattr(fresh, "build", real_build)
+            assert collect(db, [other]).added == 1  # the other collect, which finds no store either
+        return real_build(path, fill_while_another_collect_finishes_first)
+
+    monkeypatch.setattr(fresh, "build", race)
+    summary = collect(db, [src])
+    assert (summary.added, summary.unchanged, summary.records) == (3, 0, 15)  # counted once, from the second pass
+    assert sorted(os.listdir(tmp_path)) == ["o", "r", "s.sqlite"]
+    with Store(db, create=False) as s:
+        assert sorted(r["machine"] for r in s.runs()) == ["m1", "m1", "m1", "m9"]  # the other's run kept
+
+
+def test_a_store_in_a_folder_that_cannot_hold_it_is_one_line(tmp_path):
+    with pytest.raises(StoreError, match=r"^.*missing/s\.sqlite: cannot write the store \(No such file"):
+        collect(tmp_path / "missing" / "s.sqlite", [_sources(tmp_path / "r")])
+    assert sorted(os.listdir(tmp_path)) == ["r"]
