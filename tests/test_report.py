@@ -601,3 +601,29 @@ def test_the_determinism_pages_counts_are_counters_most_common():
         for _ in range(30):
             values = rng.integers(-3, 4, size=size) * 10**12
             assert _most_common(values) == Counter(values.tolist()).most_common()
+
+
+def test_a_changes_page_opens_the_findings_the_index_names_and_folds_the_rest(tmp_path):
+    """Twelve combinations 3x slower in the latest night: the machine's changes page lists all twelve with their
+    records, and shows open only the first TOP, the ones the index names (a page of a hundred open findings took
+    twice as long to load); the others' permalinks open them (the page's script, checked in the browser tests)."""
+    from harness.report.morning import TOP
+
+    r = tmp_path / "r"
+    cases = [f"c{i:02d}" for i in range(12)]
+    for night in range(3):
+        slow = 3.0 if night == 2 else 1.0
+        write_run(r, "h200", "cu13", T0 + dt.timedelta(days=night),
+                  [record(c, median=(1.0 + i / 10) * slow, samples=noisy((1.0 + i / 10) * slow, seed=night * 50 + i))
+                   for i, c in enumerate(cases)])
+    db = tmp_path / "s.sqlite"
+    assert not collect(db, [r]).refused
+    with Store(db) as s:
+        build(s, tmp_path / "site")
+    page = next((tmp_path / "site" / "changes").glob("*.html")).read_text()
+    findings = re.findall(r'<details class="finding" id="(f-time-[0-9a-f]+)"( open)?>', page)
+    assert len(findings) == 12  # every slower combination is there, with its records
+    assert [bool(is_open) for _, is_open in findings] == [True] * TOP + [False] * (12 - TOP)
+    index = (tmp_path / "site" / "index.html").read_text()
+    named = re.findall(r'href="changes/[^"#]+#(f-time-[0-9a-f]+)"', index)
+    assert named and set(named) <= {a for a, is_open in findings if is_open}  # the index's top ones are the open ones
