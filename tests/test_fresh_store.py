@@ -120,3 +120,30 @@ def test_a_store_in_a_folder_that_cannot_hold_it_is_one_line(tmp_path):
     with pytest.raises(StoreError, match=r"^.*missing/s\.sqlite: cannot write the store \(No such file"):
         collect(tmp_path / "missing" / "s.sqlite", [_sources(tmp_path / "r")])
     assert sorted(os.listdir(tmp_path)) == ["r"]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_build_stopped_by_sigterm_leaves_nothing(tmp_path, jobs):
+    """`timeout` or a stopped service sends SIGTERM: the hidden file goes as on Ctrl-C (a fleet's is gigabytes)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    src = _sources(tmp_path / "r", machines=[f"m{i}" for i in range(40)], nights=10)
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    db = tmp_path / "s.sqlite"
+    p = subprocess.Popen([sys.executable, "-m", "harness.cli", "collect", str(src), "--store", str(db), "--jobs",
+                          str(jobs), "-q"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not any(n.startswith(".s.sqlite.new-") for n in os.listdir(tmp_path)) and p.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    assert p.poll() is None, "the collect ended before it could be stopped: give it more runs"
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 128 + signal.SIGTERM, (p.returncode, err)
+    assert "Traceback" not in err
+    assert sorted(os.listdir(tmp_path)) == ["r"]  # no store, no hidden file

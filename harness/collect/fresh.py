@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sqlite3
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .store_schema import StoreError, error_line
@@ -31,35 +33,56 @@ def build(path: str | Path, fill: Callable[[str], None]) -> bool:
     target = Path(path)
     if target.exists() or target.is_symlink():
         return False
-    try:
-        fd, hidden = tempfile.mkstemp(prefix=f".{target.name}.new-", dir=target.parent)
-    except OSError as exc:
-        raise StoreError(f"{path}: cannot write the store ({exc.strerror}; a read-only mount or directory?)") \
-            from None
-    os.close(fd)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(hidden, 0o666 & ~umask)  # mkstemp makes it private; a store is read by whoever reads reports
-        fill(hidden)
-        _seal(hidden)
+    with _raising_on_sigterm():
         try:
-            os.link(hidden, target)  # never over a store that appeared meanwhile
-        except FileExistsError:
-            return False
-        except OSError:  # a filesystem without hard links: the same check, then a rename
-            if target.exists() or target.is_symlink():
+            fd, hidden = tempfile.mkstemp(prefix=f".{target.name}.new-", dir=target.parent)
+        except OSError as exc:
+            raise StoreError(f"{path}: cannot write the store ({exc.strerror}; a read-only mount or "
+                             "directory?)") from None
+        os.close(fd)
+        try:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(hidden, 0o666 & ~umask)  # mkstemp makes it private; a store is read by whoever reads reports
+            fill(hidden)
+            _seal(hidden)
+            try:
+                os.link(hidden, target)  # never over a store that appeared meanwhile
+            except FileExistsError:
                 return False
-            os.rename(hidden, target)
-        _sync_folder(target.parent)
-        return True
-    except OSError as exc:
-        raise StoreError(f"{path}: cannot write the store ({exc.strerror or exc})") from None
-    except sqlite3.DatabaseError as exc:
-        raise StoreError(error_line(str(path), exc)) from None
+            except OSError:  # a filesystem without hard links: the same check, then a rename
+                if target.exists() or target.is_symlink():
+                    return False
+                os.rename(hidden, target)
+            _sync_folder(target.parent)
+            return True
+        except OSError as exc:
+            raise StoreError(f"{path}: cannot write the store ({exc.strerror or exc})") from None
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(error_line(str(path), exc)) from None
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(hidden)
+
+
+@contextlib.contextmanager
+def _raising_on_sigterm() -> Iterator[None]:
+    """SIGTERM (``timeout``, a service stopped) raises SystemExit in the main thread while a store is built, so
+    the hidden file is removed as on Ctrl-C instead of left behind (a fleet's is gigabytes). Elsewhere (a thread,
+    a program that handles SIGTERM itself) SIGTERM is left as it is."""
+    usable = threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    if usable:
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        yield
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(hidden)
+        if usable:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _seal(hidden: str) -> None:

@@ -12,6 +12,7 @@ import contextlib
 import gc
 import multiprocessing as mp
 import os
+import signal
 import stat
 import threading
 from collections.abc import Callable, Iterator
@@ -175,6 +176,7 @@ _worker_replace = False
 def _worker_init(path: str, lock, replace: bool, building: bool) -> None:
     global _worker_store, _worker_lock, _worker_replace
     gc.set_threshold(50_000, 20, 100)  # a parser allocates millions of short-lived tuples and no cycles
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool's terminate ends a parser at once (fresh.py's is the parent's)
     _worker_store = Store(path, verify=False, building=building)
     if not building:
         _worker_store.db.execute("PRAGMA wal_autocheckpoint = 0")  # collect's Checkpointer copies the log instead
