@@ -20,7 +20,7 @@ import signal
 import sqlite3
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from .store_schema import StoreError, error_line
@@ -33,56 +33,76 @@ def build(path: str | Path, fill: Callable[[str], None]) -> bool:
     target = Path(path)
     if target.exists() or target.is_symlink():
         return False
-    with _raising_on_sigterm():
+    with _Stop() as stop:
         try:
             fd, hidden = tempfile.mkstemp(prefix=f".{target.name}.new-", dir=target.parent)
         except OSError as exc:
             raise StoreError(f"{path}: cannot write the store ({exc.strerror}; a read-only mount or "
                              "directory?)") from None
-        os.close(fd)
         try:
+            os.close(fd)
+            stop.arm()  # a SIGTERM that came while the file had no name here is raised now
             umask = os.umask(0)
             os.umask(umask)
             os.chmod(hidden, 0o666 & ~umask)  # mkstemp makes it private; a store is read by whoever reads reports
-            fill(hidden)
-            _seal(hidden)
-            try:
-                os.link(hidden, target)  # never over a store that appeared meanwhile
-            except FileExistsError:
-                return False
-            except OSError:  # a filesystem without hard links: the same check, then a rename
-                if target.exists() or target.is_symlink():
-                    return False
-                os.rename(hidden, target)
-            _sync_folder(target.parent)
-            return True
-        except OSError as exc:
-            raise StoreError(f"{path}: cannot write the store ({exc.strerror or exc})") from None
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(error_line(str(path), exc)) from None
+            fill(hidden)  # its own errors are its own (a refused store, a pool that cannot start)
+            return _put_in_place(str(path), hidden, target)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(hidden)
 
 
-@contextlib.contextmanager
-def _raising_on_sigterm() -> Iterator[None]:
-    """SIGTERM (``timeout``, a service stopped) raises SystemExit in the main thread while a store is built, so
-    the hidden file is removed as on Ctrl-C instead of left behind (a fleet's is gigabytes). Elsewhere (a thread,
-    a program that handles SIGTERM itself) SIGTERM is left as it is."""
-    usable = threading.current_thread() is threading.main_thread() and \
-        signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
-    if usable:
-        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+def _put_in_place(path: str, hidden: str, target: Path) -> bool:
+    """The built file sealed and given its name, unless a store took that name meanwhile (False)."""
     try:
-        yield
-    finally:
-        if usable:
+        _seal(hidden)
+        try:
+            os.link(hidden, target)  # never over a store that appeared meanwhile
+        except FileExistsError:
+            return False
+        except OSError:  # a filesystem without hard links: the same check, then a rename
+            if target.exists() or target.is_symlink():
+                return False
+            os.rename(hidden, target)
+        _sync_folder(target.parent)
+        return True
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot write the store ({exc.strerror or exc})") from None
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(error_line(path, exc)) from None
+
+
+class _Stop:
+    """SIGTERM (``timeout``, a service stopped) while a store is built raises SystemExit, so the hidden file is
+    removed as on Ctrl-C instead of left behind (a fleet's is gigabytes). Until ``arm()`` (the file made, its name
+    known) a SIGTERM only waits: raised earlier, inside ``mkstemp``, it left the file behind (the signal reaches
+    another thread, numpy's, so masking it in this one did not hold it back). In a thread, or in a program that
+    handles SIGTERM itself, SIGTERM is left as it is."""
+
+    def __init__(self) -> None:
+        self.armed, self.pending = False, 0
+        self.usable = threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+    def __enter__(self) -> _Stop:
+        if self.usable:
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.usable:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
+    def _on_sigterm(self, signum: int, frame: object) -> None:
+        if not self.armed:
+            self.pending = signum
+            return
+        raise SystemExit(128 + signum)
 
-def _exit_on_sigterm(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
+    def arm(self) -> None:
+        self.armed = True
+        if self.pending:
+            raise SystemExit(128 + self.pending)
 
 
 def _seal(hidden: str) -> None:

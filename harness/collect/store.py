@@ -90,7 +90,11 @@ class Store(StoreReads, StoreWrites):
             if self.readonly:
                 self.db = self._connect_readonly()
             else:
-                self.db = sqlite3.connect(self.path, isolation_level=None, timeout=60)
+                # a store being built exists already (fresh.build made the file): opened, never made here, so a
+                # parser that starts after its collect was stopped cannot bring the removed file back
+                where, uri = ("file:" + quote(str(Path(self.path).resolve())) + "?mode=rw", True) if building \
+                    else (self.path, False)
+                self.db = sqlite3.connect(where, uri=uri, isolation_level=None, timeout=60)
                 self.db.execute("PRAGMA foreign_keys = ON")
                 if self.path != ":memory:":
                     # Switching a new file to WAL can answer "locked" without waiting while another collect
