@@ -117,7 +117,8 @@ def test_a_store_another_collect_made_meanwhile_is_kept_and_collected_into(tmp_p
 
 
 def test_a_store_in_a_folder_that_cannot_hold_it_is_one_line(tmp_path):
-    with pytest.raises(StoreError, match=r"^.*missing/s\.sqlite: cannot write the store \(No such file"):
+    with pytest.raises(StoreError, match=r"^.*missing/s\.sqlite: cannot write the store \(No such file or "
+                                         r"directory; its folder does not exist\)$"):
         collect(tmp_path / "missing" / "s.sqlite", [_sources(tmp_path / "r")])
     assert sorted(os.listdir(tmp_path)) == ["r"]
 

@@ -37,8 +37,8 @@ def build(path: str | Path, fill: Callable[[str], None]) -> bool:
         try:
             fd, hidden = tempfile.mkstemp(prefix=f".{target.name}.new-", dir=target.parent)
         except OSError as exc:
-            raise StoreError(f"{path}: cannot write the store ({exc.strerror}; a read-only mount or "
-                             "directory?)") from None
+            hint = "its folder does not exist" if not target.parent.is_dir() else "a read-only mount or directory?"
+            raise StoreError(f"{path}: cannot write the store ({exc.strerror}; {hint})") from None
         try:
             os.close(fd)
             stop.arm()  # a SIGTERM that came while the file had no name here is raised now
@@ -80,20 +80,28 @@ class _Stop:
     handles SIGTERM itself, SIGTERM is left as it is."""
 
     def __init__(self) -> None:
-        self.armed, self.pending = False, 0
+        self.armed, self.pending, self.pid = False, 0, os.getpid()
         self.usable = threading.current_thread() is threading.main_thread() and \
             signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
 
     def __enter__(self) -> _Stop:
+        global _building
         if self.usable:
             signal.signal(signal.SIGTERM, self._on_sigterm)
+            _building = self
         return self
 
     def __exit__(self, *exc) -> None:
+        global _building
         if self.usable:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            _building = None
 
     def _on_sigterm(self, signum: int, frame: object) -> None:
+        if os.getpid() != self.pid:  # a parser forked with this handler, before its initializer set the default:
+            signal.signal(signum, signal.SIG_DFL)  # it ends as by default (holding it there hung the pool's end)
+            os.kill(os.getpid(), signum)
+            return
         if not self.armed:
             self.pending = signum
             return
@@ -103,6 +111,19 @@ class _Stop:
         self.armed = True
         if self.pending:
             raise SystemExit(128 + self.pending)
+
+    def hold(self) -> None:
+        """A SIGTERM waits for the next ``arm()`` (collect holds it while its pool starts: a pool cut short
+        there is never terminated, and a parser it had started outlived the collect and its hidden file)."""
+        self.armed = False
+
+
+_building: _Stop | None = None  # the SIGTERM guard of the store being built by this process, if any
+
+
+def building_stop() -> _Stop | None:
+    """The guard of the store being built now, to hold SIGTERM across a step that must not be cut short."""
+    return _building
 
 
 def _seal(hidden: str) -> None:

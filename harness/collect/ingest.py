@@ -306,9 +306,15 @@ def _collect_into(summary: Summary, store_path: str, paths: list[str | Path], jo
     Store(store_path, building=building).close()  # create (and check) the schema once, before the workers open it
     ctx = mp.get_context("fork")
     lock = ctx.Lock()
+    stop = fresh.building_stop() if building else None
+    if stop is not None:
+        stop.hold()  # a SIGTERM while the pool starts is raised once the pool is in the with-block that ends it
+    pool = ctx.Pool(jobs, initializer=_worker_init, initargs=(store_path, lock, replace, building))
     # a store in place is written through its log, which the Checkpointer copies into it; a new one has none
-    with (contextlib.nullcontext() if building else Checkpointer(store_path),
-          ctx.Pool(jobs, initializer=_worker_init, initargs=(store_path, lock, replace, building)) as pool):
+    with (contextlib.nullcontext() if building else Checkpointer(store_path), pool):
+        if stop is not None:
+            stop.arm()
+
         def feed():
             for item in items:
                 if isinstance(item, Refused):
