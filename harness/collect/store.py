@@ -92,9 +92,8 @@ class Store(StoreReads, StoreWrites):
             else:
                 # a store being built exists already (fresh.build made the file): opened, never made here, so a
                 # parser that starts after its collect was stopped cannot bring the removed file back
-                where, uri = ("file:" + quote(str(Path(self.path).resolve())) + "?mode=rw", True) if building \
-                    else (self.path, False)
-                self.db = sqlite3.connect(where, uri=uri, isolation_level=None, timeout=60)
+                self.db = sqlite3.connect(self._uri("mode=rw") if building else self.path, uri=building,
+                                          isolation_level=None, timeout=60)
                 self.db.execute("PRAGMA foreign_keys = ON")
                 if self.path != ":memory:":
                     # Switching a new file to WAL can answer "locked" without waiting while another collect
@@ -118,10 +117,13 @@ class Store(StoreReads, StoreWrites):
         self._combo_cache: dict[int, tuple[tuple, dict[str, Any]]] = {}
         self._combo_bases: dict[int, dict[str, Any]] = {}  # records' dicts begin as a copy of their combination's
 
+    def _uri(self, query: str) -> str:
+        """The store file as an SQLite URI with ``query`` (mode=ro, mode=rw, immutable=1)."""
+        return "file:" + quote(str(Path(self.path).resolve())) + "?" + query
+
     def _connect_readonly(self) -> sqlite3.Connection:
         """A read-only connection; on a read-only mount (no -shm can be made) the file is read as immutable."""
-        uri = "file:" + quote(str(Path(self.path).resolve()))
-        db = sqlite3.connect(uri + "?mode=ro", uri=True, isolation_level=None, timeout=60)
+        db = sqlite3.connect(self._uri("mode=ro"), uri=True, isolation_level=None, timeout=60)
         try:
             db.execute("SELECT count(*) FROM sqlite_master").fetchone()
             return db
@@ -129,7 +131,7 @@ class Store(StoreReads, StoreWrites):
             db.close()
             if os.access(Path(self.path).resolve().parent, os.W_OK):
                 raise
-        return sqlite3.connect(uri + "?immutable=1", uri=True, isolation_level=None)
+        return sqlite3.connect(self._uri("immutable=1"), uri=True, isolation_level=None)
 
     def close(self) -> None:
         if self.path != ":memory:" and not self.readonly:
