@@ -146,7 +146,7 @@ def test_the_image_runs_the_suite_as_its_main_command(client, cpu_image, tmp_pat
     logs = client.containers.run(cpu_image.id, ["bench", "--cases", "quick.seed", "-b", "TorchForward",
                                                 "--results", "/results"],
                                  network_mode="none", read_only=True, tmpfs={"/tmp": "rw,size=1g"}, remove=True,
-                                 environment={"CONVBENCH_MACHINE": "plain"},
+                                 environment={"CONVBENCH_MACHINE": "plain", "CONVBENCH_NODE": "ci-node"},
                                  volumes={str(machine_dir): {"bind": "/results", "mode": "rw"}})
     assert b"asv exit code 0" in logs, logs.decode()[-2000:]
     (run,) = list((machine_dir / "plain").iterdir())
@@ -182,3 +182,99 @@ def test_gpu_request_on_an_engine_without_nvidia_runtime_says_what_to_install(cl
     assert "nvidia-container-toolkit" in runner.fatal[0]
     assert not os.listdir(tmp_path / "ci-gpu0")
     assert Path(tmp_path).exists()
+
+
+# ---- a machine's identity across containers: two nights, one degraded record, the gate fails ---------------------
+
+def _degrade_one_record(run: Path) -> dict:
+    """Raise one ok record's accuracy error 1000x in a run's journal (the injected regression), and drop the
+    run's packed copy so the journal is what is read. Returns the record."""
+    lines = (run / "records.jsonl").read_text().splitlines()
+    for i, line in enumerate(lines):
+        rec = json.loads(line)
+        if rec.get("status") == "ok" and rec.get("kind") == "measurement":
+            for k in ("max_abs", "rel_l2", "max_norm_err"):
+                rec["accuracy"][k] *= 1000.0
+            lines[i] = json.dumps(rec)
+            break
+    else:
+        raise AssertionError(f"{run}: no ok record to degrade")
+    (run / "records.jsonl").write_text("\n".join(lines) + "\n")
+    (run / "records.packed").unlink(missing_ok=True)
+    return rec
+
+
+def _gate(base: Path, head: Path, capsys) -> tuple[int, str]:
+    """`convbench compare` as a nightly gate would run it; time is not gated: two CPU containers on a shared
+    2-core machine cannot be timed to a gate's precision, and the injected change is an accuracy one."""
+    capsys.readouterr()
+    code = main(["compare", str(base), str(head), "--ignore", "time"])
+    return code, capsys.readouterr().out
+
+
+def test_two_convbench_run_nights_are_one_machine_and_the_gate_fails_on_the_degraded_record(
+        client, cpu_image, tmp_path, capsys, monkeypatch):
+    """Each night is a new container with a new hostname; the machine is the node the host runner names, so the
+    second night is compared with the first as the same machine and one degraded record fails the gate."""
+    monkeypatch.setattr(fingerprint, "gpus", lambda: ([], "test host: GPU-less CI"))
+    results = tmp_path / "results"
+    for _ in range(2):
+        assert main(["run", "--rows", "cpu", "--results", str(results), "--host-name", "node-a", "--job", "sweep",
+                     "--backends", "torch", "--cases", "quick.seed"]) == 0
+    runs = sorted(p for p in (results / "node-a-cpu").iterdir() if (p / "run.json").exists())
+    assert len(runs) == 2
+    fps = [json.loads((r / "run.json").read_text())["fingerprint"] for r in runs]
+    assert fps[0]["hostname"] != fps[1]["hostname"]  # two containers, two made-up hostnames
+    for fp in fps:
+        assert fp["node"]["name"] == "node-a" and fp["node"]["source"] == "CONVBENCH_NODE"
+        assert fp["node"]["container"] == "docker"
+        assert fp["image"] == "convbench:cpu" and fp["image_id"] == cpu_image.id
+    code, out = _gate(runs[0], runs[1], capsys)
+    assert code == 0 and "different machines" not in out, out
+    rec = _degrade_one_record(runs[1])
+    code, out = _gate(runs[0], runs[1], capsys)
+    assert code == 1, out
+    assert "different machines" not in out and "1 regression(s) fail the gate" in out, out
+    (line,) = [ln for ln in out.splitlines() if " accuracy " in ln]
+    assert all(v in line.split() for v in ("node-a-cpu", rec["case"], rec["dtype"], rec["layout"])), line
+
+
+def test_two_plain_docker_run_nights_as_the_docs_write_them(client, cpu_image, tmp_path, capsys):
+    """docs/images.md's `docker run`, executed as written (a shell, the user's own uid, the node and the image id
+    passed in): it writes the run, names the image and the node, and two nights gate as one machine."""
+    import subprocess
+
+    from tests._docs_commands import block_after
+
+    command = block_after(Path(__file__).parents[1] / "docs" / "images.md", "## The main command")
+    work = tmp_path / "work"
+    work.mkdir()
+    for _ in range(2):
+        done = subprocess.run(["bash", "-euo", "pipefail", "-c",
+                               command.rstrip() + " bench --cases quick.seed -b TorchForward --results /results"],
+                              cwd=work, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (machine,) = [p for p in (work / "results").iterdir() if p.is_dir()]
+    runs = sorted(p for p in machine.iterdir() if (p / "run.json").exists())
+    assert len(runs) == 2
+    for r in runs:
+        fp = json.loads((r / "run.json").read_text())["fingerprint"]
+        assert fp["node"]["source"] == "CONVBENCH_NODE" and fp["node"]["name"] == os.uname().nodename
+        assert fp["image"] == "convbench:cpu" and fp["image_id"] == cpu_image.id
+        assert os.stat(r / "records.jsonl").st_uid == os.getuid()
+    _degrade_one_record(runs[1])
+    code, out = _gate(runs[0], runs[1], capsys)
+    assert code == 1 and "different machines" not in out, out
+
+
+def test_a_container_that_nothing_names_is_refused(client, cpu_image, tmp_path):
+    """Without CONVBENCH_NODE a container's made-up hostname would be a new machine every night: refused, in one
+    line, before anything is measured."""
+    import docker
+
+    with pytest.raises(docker.errors.ContainerError) as err:
+        client.containers.run(cpu_image.id, ["sweep", "--cases", "quick.seed", "--backends", "torch",
+                                             "--results", "/tmp/r"], network_mode="none", read_only=True,
+                              tmpfs={"/tmp": "rw,size=1g"}, remove=True)
+    assert err.value.exit_status == 2
+    assert b"nothing names the node" in err.value.stderr and b"Traceback" not in err.value.stderr

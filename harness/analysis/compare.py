@@ -14,6 +14,7 @@ from typing import Any
 
 from ..core.explain import nondeterminism_cause
 from ..core.records import OK, record_key
+from ..measurement import fingerprint
 from .timechange import Thresholds, own_noise, time_verdict
 
 # Worse precision has a higher rank; tf32 and fp16 share 10-bit mantissas (accuracy.py).
@@ -219,7 +220,7 @@ def gate(findings: Iterable[Finding], th: Thresholds) -> list[Finding]:
 # Fingerprint fields a reader needs to see when they differ between the two sides of a comparison (clocks,
 # power and temperature always differ and are shown per time finding instead).
 IDENTITY_FIELDS = (
-    "hostname", "gpu.uuid", "gpu.name", "gpu.sm", "gpu.driver", "gpu.memory_total_bytes", "gpu.clock_sm_max_mhz",
+    "node.name", "slot", "gpu.uuid", "gpu.name", "gpu.sm", "gpu.driver", "gpu.memory_total_bytes", "gpu.clock_sm_max_mhz",
     "gpu.power_limit_w", "gpu.ecc_enabled", "gpu.mig_enabled", "cpu", "cpu_count", "stack", "image", "image_id",
     "software.torch", "software.torch_cuda", "software.torch_cudnn", "software.onnxruntime", "software.numpy",
     "libraries.cudnn.version", "libraries.cudnn.path", "env",
@@ -234,11 +235,15 @@ def _field(fp: dict[str, Any], dotted: str) -> Any:
 
 
 def machine_identity(fp: dict[str, Any]) -> str:
-    """A machine is its GPU on its host: hostname and GPU UUID (a CPU run: hostname alone). Two GPUs under one
-    machine name are two machines; one GPU renamed is still one."""
-    host = fp.get("hostname") or "?"
+    """A machine is its GPU on its node: the node as the scheduler or host names it (``fingerprint.node_name``;
+    older runs: their hostname) and the GPU's UUID; a CPU run is its node's slot, else its node. Two GPUs under
+    one machine name are two machines; one GPU in a new container, pod or image is still one."""
+    host = fingerprint.node_name(fp)
     uuid = _field(fp, "gpu.uuid")
-    return f"{host}/{uuid}" if uuid else f"{host}/cpu"
+    if uuid:
+        return f"{host}/{uuid}"
+    slot = fp.get("slot")
+    return f"{host}/slot{slot}" if isinstance(slot, int) and not isinstance(slot, bool) else f"{host}/cpu"
 
 
 def fingerprint_diff(base: dict[str, Any], head: dict[str, Any]) -> list[tuple[str, Any, Any]]:

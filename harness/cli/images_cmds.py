@@ -65,7 +65,9 @@ def register(sub) -> None:
     p.add_argument("--stacks", type=lambda s: [x for x in s.split(",") if x], default=None,
                    help="with --no-docker: stacks each GPU runs in turn: host, installed overlays (convbench stacks), "
                         "NAME=FOLDER (default: host)")
-    p.add_argument("--gpus", default=None, help="NVML indices to use, comma-separated (default: all)")
+    p.add_argument("--gpus", default=None,
+                   help="GPU slots to use: NVML indices, comma-separated, as a scheduler hands them out "
+                        "(CUDA_VISIBLE_DEVICES); where NVML sees no GPU each slot runs a CPU worker (default: all)")
     p.add_argument("--job", choices=("bench", "sweep"), default="bench",
                    help="bench: the asv suite, every class the stack supports; sweep: a plain sweep of --backends "
                         "(default: %(default)s)")
@@ -73,7 +75,10 @@ def register(sub) -> None:
     p.add_argument("--backends", default="torch,cudnn", help="backends of --job sweep (default: %(default)s)")
     p.add_argument("--results", type=Path, default=Path(os.environ.get("CONVBENCH_RESULTS", "results")),
                    help="results root on this host (default: %(default)s)")
-    p.add_argument("--host-name", default=None, help="host part of machine names (default: this host's name)")
+    p.add_argument("--host-name", default=None,
+                   help="the node's name as the scheduler or host names it (Slurm's node, Kubernetes' spec.nodeName); "
+                        "part of every machine's identity (default: CONVBENCH_NODE, SLURMD_NODENAME, else this "
+                        "host's name; refused inside a container with none of them)")
     p.add_argument("--name-gpus-by", choices=("index", "uuid"), default="index",
                    help="GPU part of machine names: NVML index, or UUID where indices are not stable (pods)")
     p.add_argument("sweep_args", nargs=argparse.REMAINDER, help="after --: more flags of `convbench bench` (e.g. -b REGEX) or `sweep`")

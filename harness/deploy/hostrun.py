@@ -11,7 +11,6 @@ failed one journaled before it died stays on disk.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -24,7 +23,7 @@ from ..core.intake import EXIT_ENVIRONMENT, UserError
 from ..measurement import fingerprint
 from .imagematrix import CONTAINER_UID
 from .images import LABEL_PREFIX
-from .placement import Worker, local_rows, machine_for, plan_docker, select_gpus
+from .placement import Worker, cpu_workers, local_rows, machine_for, parse_slots, plan_docker, select_gpus
 
 NO_NVIDIA_RUNTIME = "could not select device driver"
 CONTAINER_RESULTS = "/results"
@@ -72,8 +71,20 @@ def prepare_results(results: Path, machine: str) -> tuple[Path, str]:
     return machine_dir, f"{CONTAINER_UID}:{CONTAINER_UID}"
 
 
+def identity_env(worker: Worker, node: str) -> dict[str, str]:
+    """What names a worker's machine inside its container or process: the node (never the container's own
+    hostname), the host's machine id, the GPU slot and the machine's directory name."""
+    env = {"CONVBENCH_MACHINE": worker.machine, "CONVBENCH_NODE": node}
+    host_id = fingerprint.host_machine_id()
+    if host_id:
+        env["CONVBENCH_HOST_ID"] = host_id
+    if worker.slot is not None:
+        env["CONVBENCH_SLOT"] = str(worker.slot)
+    return env
+
+
 def container_config(image: dict[str, Any], worker: Worker, machine_dir: Path, user: str,
-                     command: list[str]) -> dict[str, Any]:
+                     command: list[str], node: str = "") -> dict[str, Any]:
     """Arguments of containers.create for one worker: one GPU, no network, read-only root, no capabilities,
     the machine's results directory the only writable mount."""
     import docker
@@ -91,7 +102,7 @@ def container_config(image: dict[str, Any], worker: Worker, machine_dir: Path, u
         "pids_limit": 4096,
         "volumes": {str(machine_dir.resolve()): {"bind": f"{CONTAINER_RESULTS}/{worker.machine}", "mode": "rw"}},
         "environment": {
-            "CONVBENCH_MACHINE": worker.machine,
+            **identity_env(worker, node or worker.machine),
             "CONVBENCH_IMAGE": image["tag"],
             "CONVBENCH_IMAGE_ID": image["id"],
             "CONVBENCH_REVISION": image["revision"],
@@ -163,7 +174,7 @@ class Runner:
                 pass
 
 
-def docker_worker(client, results: Path, command: list[str]):
+def docker_worker(client, results: Path, command: list[str], node: str = ""):
     import docker
 
     def work(runner: Runner, worker: Worker) -> None:
@@ -175,7 +186,8 @@ def docker_worker(client, results: Path, command: list[str]):
             started = time.monotonic()
             runner.say(worker.label, f"row {image['row']} ({image['id'][7:19]}) -> {machine_dir}")
             try:
-                container = client.containers.create(**container_config(image, worker, machine_dir, user, command))
+                container = client.containers.create(**container_config(image, worker, machine_dir, user, command,
+                                                                        node))
             except docker.errors.APIError as exc:
                 runner.fatal.append(engine_error(exc) or f"could not create the container: {exc.explanation or exc}")
                 runner.record(Outcome(worker.label, image["row"], EXIT_ENVIRONMENT, runner.fatal[-1]))
@@ -211,7 +223,7 @@ def docker_worker(client, results: Path, command: list[str]):
     return work
 
 
-def native_worker(results: Path, command: list[str], stacks: list | None = None):
+def native_worker(results: Path, command: list[str], stacks: list | None = None, node: str = ""):
     """Processes of this interpreter, one GPU each; with ``stacks`` (stacks.Stack) each GPU runs them in turn,
     each process in its stack's environment (its libraries first on LD_LIBRARY_PATH, its wheels on PYTHONPATH)."""
     from .stacks import Stack
@@ -222,7 +234,7 @@ def native_worker(results: Path, command: list[str], stacks: list | None = None)
             if runner.stopping:
                 return
             before = _listing(machine_dir)
-            base = dict(os.environ, CONVBENCH_MACHINE=worker.machine, CUDA_DEVICE_ORDER="PCI_BUS_ID",
+            base = dict(os.environ, **identity_env(worker, node or worker.machine), CUDA_DEVICE_ORDER="PCI_BUS_ID",
                         CUDA_VISIBLE_DEVICES=worker.gpu["uuid"] if worker.gpu else "", PYTHONUNBUFFERED="1")
             env = stack.env(base)
             started = time.monotonic()
@@ -258,10 +270,14 @@ def _stacks(args) -> list:
 def run(args, log=print) -> int:
     """The ``convbench run`` handler."""
     results = Path(args.results).resolve()
-    host = args.host_name or socket.gethostname()
+    host = fingerprint.check_node_name(args.host_name, "--host-name") if args.host_name else fingerprint.node()["name"]
     found, why = fingerprint.gpus()
-    gpus = select_gpus(found, args.gpus)
-    if not gpus:
+    slots = parse_slots(args.gpus) if not found else None
+    gpus = select_gpus(found, args.gpus) if found else []
+    if slots:
+        log(f"NVML sees no GPU on this node ({why or 'none found'}): the {len(slots)} GPU slot(s) given "
+            f"({', '.join(map(str, slots))}) run one CPU worker each")
+    elif not gpus:
         log(f"no GPU on this host ({why or 'NVML sees none'}): running one CPU worker")
     extra = list(args.sweep_args or [])
     if extra[:1] == ["--"]:
@@ -270,10 +286,10 @@ def run(args, log=print) -> int:
         if args.rows:
             raise UserError("--rows picks image rows; it has no meaning with --no-docker", 2)
         stacks = _stacks(args) if getattr(args, "stacks", None) else None
-        workers = [Worker(f"gpu{g['index']}", machine_for(g, host, args.name_gpus_by), g) for g in gpus] or \
-            [Worker("cpu", machine_for(None, host), None)]
+        workers = [Worker(f"gpu{g['index']}", machine_for(g, host, args.name_gpus_by), g, slot=g["index"])
+                   for g in gpus] or cpu_workers(host, slots)
         target = native_worker(results, worker_args(args.job, args.cases, args.backends, str(results), extra),
-                               stacks)
+                               stacks, host)
         if stacks:
             log(f"stacks, in turn on each worker: {', '.join(s.name for s in stacks)}")
     else:
@@ -286,9 +302,9 @@ def run(args, log=print) -> int:
             client = engine()
         except EngineError as exc:
             raise UserError(str(exc), EXIT_ENVIRONMENT) from None
-        workers = plan_docker(gpus, local_rows(client), args.rows, host, args.name_gpus_by, log)
+        workers = plan_docker(gpus, local_rows(client), args.rows, host, args.name_gpus_by, log, slots)
         target = docker_worker(client, results, worker_args(args.job, args.cases, args.backends, CONTAINER_RESULTS,
-                                                            extra))
+                                                            extra), host)
     log(f"{len(workers)} worker(s) in parallel: " + ", ".join(
         f"{w.label} -> {w.machine}" + (f" [{', '.join(i['row'] for i in w.images)}]" if w.images else "")
         for w in workers))

@@ -20,18 +20,41 @@ from .images import LABEL_PREFIX
 class Worker:
     """One unit of parallel work: a GPU (or the CPU) and, with Docker, the image rows to run on it in turn."""
 
-    label: str  # "gpu0", "cpu"
+    label: str  # "gpu0", "slot1", "cpu"
     machine: str
     gpu: dict[str, Any] | None
     images: list[dict[str, Any]] = field(default_factory=list)  # {"row", "tag", "id", "revision"}
+    slot: int | None = None  # the node's GPU slot this worker measures (its NVML index, or the scheduler's)
 
 
-
-def machine_for(gpu: dict[str, Any] | None, host: str, by: str = "index") -> str:
-    """The machine name a worker's runs are filed under: this host plus its GPU, as fingerprint names it."""
+def machine_for(gpu: dict[str, Any] | None, host: str, by: str = "index", slot: int | None = None) -> str:
+    """The machine name a worker's runs are filed under: this node plus its GPU (or GPU slot), as the
+    fingerprint names it."""
     if gpu is not None and by == "uuid":
         gpu = dict(gpu, index=(gpu.get("uuid") or "GPU-unknown").replace("GPU-", "")[:8])
-    return fingerprint.machine_name({"hostname": host, "gpu": gpu})
+    return fingerprint.machine_name({"node": {"name": host}, "gpu": gpu, "slot": slot})
+
+
+def parse_slots(wanted: str | None) -> list[int] | None:
+    """``--gpus`` as a list of slot indices (None: all). Slurm and the device plugins hand a job its GPUs as
+    these indices (CUDA_VISIBLE_DEVICES)."""
+    if not wanted or wanted == "all":
+        return None
+    try:
+        out = [int(x) for x in wanted.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--gpus {wanted!r}: give NVML indices like 0,1 or 'all'") from None
+    if not out or min(out) < 0 or len(set(out)) != len(out):
+        raise UserError(f"--gpus {wanted!r}: give each GPU index (>= 0) once")
+    return out
+
+
+def cpu_workers(host: str, slots: list[int] | None, images: list[dict[str, Any]] | None = None) -> list[Worker]:
+    """CPU workers: one per GPU slot the scheduler gave (a node whose GPUs NVML cannot see still reports each
+    slot as a machine of its own), else one for the host."""
+    if not slots:
+        return [Worker("cpu", machine_for(None, host), None, list(images or []))]
+    return [Worker(f"slot{n}", machine_for(None, host, slot=n), None, list(images or []), slot=n) for n in slots]
 
 
 def sm_tag(sm: str | None) -> str:
@@ -56,12 +79,9 @@ def local_rows(client) -> dict[str, dict[str, Any]]:
 
 
 def select_gpus(found: list[dict[str, Any]], wanted: str | None) -> list[dict[str, Any]]:
-    if not wanted or wanted == "all":
+    indices = parse_slots(wanted)
+    if indices is None:
         return found
-    try:
-        indices = [int(x) for x in wanted.split(",") if x.strip()]
-    except ValueError:
-        raise UserError(f"--gpus {wanted!r}: give NVML indices like 0,1 or 'all'") from None
     by_index = {g["index"]: g for g in found}
     missing = [i for i in indices if i not in by_index]
     if missing:
@@ -72,7 +92,7 @@ def select_gpus(found: list[dict[str, Any]], wanted: str | None) -> list[dict[st
 
 
 def plan_docker(gpus: list[dict[str, Any]], available: dict[str, dict[str, Any]], wanted: list[str] | None,
-                host: str, by: str, log=print) -> list[Worker]:
+                host: str, by: str, log=print, slots: list[int] | None = None) -> list[Worker]:
     """Which image rows run on which GPU; every row left out is said, with why."""
     if wanted:
         missing = [r for r in wanted if r not in available]
@@ -94,8 +114,7 @@ def plan_docker(gpus: list[dict[str, Any]], available: dict[str, dict[str, Any]]
                             "run a CPU row (e.g. `--rows cpu`)", EXIT_ENVIRONMENT)
         for r in gpu_rows:
             log(f"skip row {r['row']}: needs a GPU")
-        workers.append(Worker("cpu", machine_for(None, host), None, cpu_rows))
-        return workers
+        return cpu_workers(host, slots, cpu_rows)
     for g in gpus:
         label = f"gpu{g['index']}"
         runnable = []
@@ -106,7 +125,7 @@ def plan_docker(gpus: list[dict[str, Any]], available: dict[str, dict[str, Any]]
                 log(f"skip row {r['row']} on {label} ({g.get('name')}, {sm_tag(g.get('sm'))}): the image is built "
                     f"for {', '.join(sm_tag(s) for s in r['sm'])} only")
         if runnable:
-            workers.append(Worker(label, machine_for(g, host, by), g, runnable))
+            workers.append(Worker(label, machine_for(g, host, by), g, runnable, slot=g["index"]))
         elif gpu_rows:
             log(f"{label} ({g.get('name')}, {sm_tag(g.get('sm'))}): no built row can run on it")
     if cpu_rows and wanted:

@@ -10,7 +10,10 @@ import os
 import platform
 import socket
 import sys
+from pathlib import Path
 from typing import Any
+
+from ..core.intake import UserError
 
 # Environment variables that change numerics or algorithm choice without any code change.
 NUMERICS_ENV = (
@@ -157,16 +160,93 @@ def software() -> dict[str, Any]:
     return info
 
 
+# ---- which node ----------------------------------------------------------------------------------------------
+
+# Who may name the node, first to last: the host runner or a manifest (Kubernetes passes spec.nodeName through
+# the downward API), then Slurm, which sets the node's name in every job, then the hostname: a host's, or a
+# container's that was given one. A hostname the runtime made up (the container's id, a pod's name) changes
+# every night, so it never names a node.
+NODE_SOURCES = ("CONVBENCH_NODE", "SLURMD_NODENAME")
+
+
+def container() -> str | None:
+    """The container runtime this process runs under, or None on a host: Docker and Podman leave a marker file,
+    Kubernetes sets its service variables in every pod."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return "kubernetes"
+    if Path("/.dockerenv").exists():
+        return "docker"
+    if Path("/run/.containerenv").exists():
+        return "podman"
+    return None
+
+
+def host_machine_id() -> str | None:
+    """The host's /etc/machine-id (what a reimage changes): passed in by the host runner inside a container."""
+    given = os.environ.get("CONVBENCH_HOST_ID")
+    if given or container():
+        return given or None
+    try:
+        text = Path("/etc/machine-id").read_text().strip()
+    except OSError:
+        return None
+    return text if text.isalnum() and len(text) <= 64 else None
+
+
+def made_up_hostname(name: str) -> bool:
+    """A hostname a container runtime made up: Docker and Podman name a container's host after the first 12 hex
+    digits of its id unless told otherwise (``--hostname``), so it changes with every container."""
+    return len(name) == 12 and all(ch in "0123456789abcdef" for ch in name)
+
+
+def node() -> dict[str, Any]:
+    """The node this run is on, as the scheduler or the host names it: ``{"name", "source", "container",
+    "machine_id"}``. Inside a container with nothing naming the node the run is refused: its hostname would make
+    every night a new machine and the gate would never compare two nights."""
+    runtime = container()
+    for var in NODE_SOURCES:
+        name = os.environ.get(var, "").strip()
+        if name:
+            source = var
+            break
+    else:
+        name, source = socket.gethostname(), "hostname"
+        if runtime == "kubernetes" or (runtime and made_up_hostname(name)):
+            raise UserError(f"running in a {runtime} container named {name!r} by the runtime, and nothing names the "
+                            "node: pass -e CONVBENCH_NODE=\"$(hostname)\" (the host's name; `convbench run`, Slurm "
+                            "and the rendered manifests set it), or every night would be a new machine")
+    return {"name": check_node_name(name, source), "source": source, "container": runtime,
+            "machine_id": host_machine_id()}
+
+
+def check_node_name(name: str, source: str) -> str:
+    """A node name as it may enter machine names and directories: printable, no '/', not '.' or '..'."""
+    if not name or len(name) > 253 or not name.isprintable() or "/" in name or name in (".", ".."):
+        raise UserError(f"{source}={name[:60]!r}: a node name is printable, without '/', at most 253 characters")
+    return name
+
+
+def slot() -> int | None:
+    """The GPU slot of the node this run was given (``CONVBENCH_SLOT``, set by ``convbench run`` per worker)."""
+    text = os.environ.get("CONVBENCH_SLOT", "")
+    return int(text) if text.isdigit() else None
+
+
 def take(gpu_index: int | None = None) -> dict[str, Any]:
     """Full fingerprint for a run on ``gpu_index`` (None: a CPU run)."""
+    where = node()
     found, why = gpus()
     fp: dict[str, Any] = {
         "hostname": socket.gethostname(),
+        "node": where,
+        "slot": slot(),
         "software": software(),
         "env": {k: os.environ[k] for k in NUMERICS_ENV if k in os.environ},
         # a run's image is its container image, or the stack overlay it ran on (stacks.py); None: the host's own
         "image": os.environ.get("CONVBENCH_IMAGE") or (os.environ.get("CONVBENCH_STACK") or None),
-        "image_id": os.environ.get("CONVBENCH_IMAGE_ID"),
+        # the image's id (its digest) comes from the host: an image cannot know its own; the lock's digest and
+        # the suite revision are baked into each image and name its content when the host passed nothing
+        "image_id": os.environ.get("CONVBENCH_IMAGE_ID") or os.environ.get("CONVBENCH_IMAGE_BUILD"),
         "nvml": None if why is None else why,
         "cpu": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
@@ -180,11 +260,24 @@ def take(gpu_index: int | None = None) -> dict[str, Any]:
     return fp
 
 
+def node_name(fp: dict[str, Any]) -> str:
+    """The node a fingerprint names: its ``node`` (scheduler or host), else, in runs from before nodes were
+    recorded, the hostname they carried."""
+    where = fp.get("node")
+    name = where.get("name") if isinstance(where, dict) else None
+    return name if isinstance(name, str) and name else str(fp.get("hostname") or "?")
+
+
 def machine_name(fp: dict[str, Any]) -> str:
-    """Stable, file-name-safe name for (host, GPU): the unit results are grouped by."""
+    """Stable, file-name-safe name for (node, GPU): the unit results are grouped by. A CPU run on a GPU slot
+    (a node whose GPUs NVML cannot see) is named by its slot, so two slots of a node stay two machines."""
     gpu = fp.get("gpu")
-    host = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in fp.get("hostname", "host"))
+    host = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in node_name(fp))[:128] or "host"
     if not gpu:
-        return f"{host}-cpu"
+        return f"{host}-slot{fp['slot']}-cpu" if isinstance(fp.get("slot"), int) else f"{host}-cpu"
     model = "".join(ch if ch.isalnum() else "-" for ch in (gpu.get("name") or "gpu")).strip("-").lower()
+    where = fp.get("node")
+    if isinstance(where, dict) and where.get("container") and gpu.get("uuid"):
+        # a container's NVML numbers only the GPUs it was given (from 0): the UUID tells the node's GPUs apart
+        return f"{host}-gpu{str(gpu['uuid']).replace('GPU-', '')[:8]}-{model}"
     return f"{host}-gpu{gpu['index']}-{model}"

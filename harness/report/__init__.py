@@ -35,6 +35,7 @@ from .investigations import findings, ort, rankings
 from .judging import finish
 from .machine import machine_page
 from .model import MAX_ROWS, MachineInfo, Model, gather
+from .fleet import fleet
 from .morning import morning, overview
 from .regressions import regressions
 from .upgrade import upgrade
@@ -64,7 +65,8 @@ def _runs(g: Model, machine: MachineInfo | None = None) -> dict[str, Any]:
 
 # (page id, file, title in the navigation, template, context of the model); the order is the navigation's
 PAGES: list[tuple[str, str, str, str, Callable[[dict[str, Any]], dict[str, Any]]]] = [
-    ("index", "index.html", "Last night", "index.html", lambda g: {"mo": morning(g), "ov": overview(g)}),
+    ("index", "index.html", "Last night", "index.html",
+     lambda g: {"mo": morning(g), "ov": overview(g), "fl": fleet(g)}),
     ("investigations", "investigations.html", "Investigations", "investigations.html",
      lambda g: {"fd": findings(g)}),
     ("ort", "ort.html", "onnxruntime search", "ort.html", lambda g: {"o": ort(g)}),

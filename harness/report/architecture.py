@@ -8,6 +8,7 @@ from typing import Any
 
 from ..analysis.compare import cross_machine, machine_neutral_key
 from ..core.records import OK
+from ..measurement import fingerprint
 from .fmt import fmt_time, settings_str
 from .model import Model
 
@@ -88,7 +89,7 @@ def _default_pair(ms: list, per: list[dict[str, Any]]) -> list[int]:
     for i, m in enumerate(ms):
         if m.hardware == "gpu":
             models[m.label].append(i)
-    host = [m.latest_fp.get("hostname") if isinstance(m.latest_fp, dict) else None for m in ms]
+    host = [fingerprint.node_name(m.latest_fp) if isinstance(m.latest_fp, dict) else None for m in ms]
     same = [(i, j) for v in models.values() for a, i in enumerate(v) for j in v[a + 1:]]
     pair = max(same, key=lambda ij: (host[ij[0]] != host[ij[1]], len(per[ij[0]].keys() & per[ij[1]].keys())),
                default=None)
