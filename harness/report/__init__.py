@@ -30,12 +30,12 @@ from .architecture import architecture
 from .changes import changes_page
 from .determinism import determinism
 from .fingerprints import fingerprints
+from .fleet import fleet
 from .fmt import fmt_err, fmt_time, minute, settings_str, slug
 from .investigations import findings, ort, rankings
 from .judging import finish
 from .machine import machine_page
 from .model import MAX_ROWS, MachineInfo, Model, gather
-from .fleet import fleet
 from .morning import morning, overview
 from .regressions import regressions
 from .upgrade import upgrade
