@@ -273,3 +273,31 @@ def test_render_cli_writes_the_files(tmp_path, capsys):
     assert written == ["convbench-a100.yaml", "convbench-common.yaml", "convbench-h200.yaml", "convbench-p40.yaml"]
     (cj,) = yaml.safe_load_all((tmp_path / "k8s" / "convbench-h200.yaml").read_text())
     assert cj["spec"]["timeZone"] == "Etc/UTC"
+
+
+def test_the_pod_scripts_run_every_row_and_fail_visibly(tmp_path):
+    """The init containers' and the verdict's shell lines, run by sh with a stand-in `convbench`."""
+    import os
+    import shutil
+    import subprocess
+
+    sh = shutil.which("sh") or pytest.skip("no sh")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "status").mkdir()
+    fake = tmp_path / "bin" / "convbench"
+    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$ARGS_OUT.$CONVBENCH_ROW"; [ "$CONVBENCH_ROW" != bad ]\n')
+    fake.chmod(0o755)
+    cases = 'q"$(x) y'
+    env = dict(os.environ, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}", CONVBENCH_NODE="node-1",
+               CONVBENCH_CASES=cases, ARGS_OUT=str(tmp_path / "args"))
+    status = str(tmp_path / "status") + "/"
+    for row in ("good", "bad"):  # a failing row exits 0, so the rows after it still run
+        res = subprocess.run([sh, "-c", k8s.ROW_SCRIPT.replace("/status/", status)], env=dict(env, CONVBENCH_ROW=row))
+        assert res.returncode == 0
+    args = (tmp_path / "args.good").read_text().splitlines()
+    assert args == ["run", "--no-docker", "--host-name", "node-1", "--name-gpus-by", "uuid", "--cases", cases,
+                    "--results", "/results"]
+    verdict = k8s.VERDICT_SCRIPT.replace("/status/", status)
+    for rows, rc in (("good", 0), ("good bad", 1), ("good never-ran", 1)):
+        res = subprocess.run([sh, "-c", verdict], env=dict(env, CONVBENCH_ROWS=rows), capture_output=True, text=True)
+        assert res.returncode == rc and len(res.stdout.splitlines()) == len(rows.split()), res.stdout
