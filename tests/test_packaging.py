@@ -59,7 +59,7 @@ def test_wheel_carries_the_suite_matrix_revision_and_license_but_no_test_helpers
         meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
         baked = z.read("harness/_shipped/REVISION").decode().split()
     for path in ("harness/_shipped/docker/matrix.toml", "harness/_shipped/docker/Dockerfile.j2",
-                 "harness/_shipped/docker/locks/cpu.txt", "harness/_shipped/docker/fleet/k8s-job.yaml.j2",
+                 "harness/_shipped/docker/locks/cpu.txt", "harness/_shipped/docker/fleet/k8s-cronjob.yaml.j2",
                  "harness/_shipped/asv.conf.json", "harness/_shipped/benchmarks/bench_ort.py",
                  "harness/data/sample_images.npz", "harness/asvplugin.py"):
         assert path in names, path
@@ -78,7 +78,7 @@ def test_installed_wheel_finds_its_files_and_its_own_revision(installed):
     res = _convbench(installed, "images", "render", "cu130-cudnn919-torch211")
     assert res.returncode == 0 and "FROM convbench/base:bookworm-py311" in res.stdout, res.stderr
     res = _convbench(installed, "images", "render", "--k8s", "cu130-cudnn919-torch211")
-    assert res.returncode == 0 and '"bench"' not in res.stderr and "kind: Job" in res.stdout, res.stderr
+    assert res.returncode == 0 and '"bench"' not in res.stderr and "kind: CronJob" in res.stdout, res.stderr
     # without an engine (an image of this very revision may already be built on a host that has one, which
     # `build` then keeps and exits 0): one line and the environment's exit code
     res = _convbench(installed, "images", "build", "cpu", DOCKER_HOST=f"unix://{site}/no-engine.sock")

@@ -27,13 +27,24 @@ def register(sub) -> None:
     q.add_argument("--out", type=Path, help="write files under this folder instead of printing")
     kind = q.add_mutually_exclusive_group()
     kind.add_argument("--slurm", action="store_true", help="one sbatch job array per GPU node pool")
-    kind.add_argument("--k8s", action="store_true", help="Kubernetes Jobs, one per (node pool, row)")
+    kind.add_argument("--k8s", action="store_true",
+                      help="Kubernetes CronJobs, one per node pool: a pod per node, every row in turn")
     q.add_argument("--results", default="/var/lib/convbench/results",
                    help="results directory on the fleet's nodes (default: %(default)s)")
     q.add_argument("--outbox", default="/shared/convbench/inbox",
                    help="where finished runs are sent as tarballs for the collecting host (default: %(default)s)")
     q.add_argument("--registry", default="", help="registry prefix the fleet pulls images from (Kubernetes)")
     q.add_argument("--cases", default="default", help="case set the nightly sweep runs (default: %(default)s)")
+    k8s = q.add_argument_group("Kubernetes (--k8s)")
+    k8s.add_argument("--schedule", default="0 1 * * *", help="the nightly CronJobs' schedule (default: %(default)s)")
+    k8s.add_argument("--time-zone", default="", help="tz database name for the schedules (default: the cluster's)")
+    k8s.add_argument("--cpu", default="4", help="CPU request and limit of a benchmark pod (default: %(default)s)")
+    k8s.add_argument("--memory", default="16Gi",
+                     help="memory request and limit of a benchmark pod (default: %(default)s)")
+    k8s.add_argument("--deadline", type=int, default=8 * 3600,
+                     help="seconds a night's Job may run, every row included (default: %(default)s)")
+    k8s.add_argument("--collect-schedule", default="0 7 * * *",
+                     help="the collector CronJob's schedule (default: %(default)s)")
     q.set_defaults(handler=images_render)
 
     q = isub.add_parser("build", help="download the hashed wheelhouse, then build images with no network")
@@ -157,8 +168,17 @@ def images_render(args) -> int:
 
     matrix = _matrix(args)
     rows = _rows(matrix, args.rows)
-    if args.slurm or args.k8s:
-        files = (fleet.render_slurm if args.slurm else fleet.render_k8s)(
+    if args.k8s:
+        from ..deploy import k8s
+
+        try:
+            files = k8s.render_k8s(matrix, rows, registry=args.registry, cases=args.cases, schedule=args.schedule,
+                                   time_zone=args.time_zone, cpu=args.cpu, memory=args.memory,
+                                   deadline=args.deadline, collect_schedule=args.collect_schedule)
+        except k8s.K8sError as exc:
+            raise UserError(str(exc)) from None
+    elif args.slurm:
+        files = fleet.render_slurm(
             matrix, rows, results=args.results, outbox=args.outbox, registry=args.registry, cases=args.cases)
     else:
         revision = images.build_revision()

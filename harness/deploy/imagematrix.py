@@ -84,6 +84,7 @@ class Pool:
     gpus_per_node: int
     slurm_partition: str
     k8s_node_selector: dict[str, str]
+    nodes: int = 1  # nodes in the pool: the Kubernetes Job runs one pod on each
 
 
 @dataclass(frozen=True)
@@ -260,7 +261,8 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
     for i, table in enumerate(data.get("pool") or [], 1):
         where = f"{path}: pool {i}"
         f = _fields(where, table, {"name": (str, True), "sm": (str, True), "gpus_per_node": (int, True),
-                                   "slurm_partition": (str, True), "k8s_node_selector": (dict, True)})
+                                   "slurm_partition": (str, True), "k8s_node_selector": (dict, True),
+                                   "nodes": (int, False)})
         if not _NAME.match(f["name"]) or not _SM.match(f["sm"]):
             raise MatrixError(f"{where}: name must be a lower-case word and sm like \"9.0\"")
         pools[f["name"]] = Pool(**f)

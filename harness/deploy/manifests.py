@@ -6,7 +6,7 @@ an image can run decides where the scheduler sends it. The templates live in doc
 
 from __future__ import annotations
 
-from .imagematrix import CONTAINER_UID, DOCKER_DIR, Matrix, MatrixError, Row
+from .imagematrix import DOCKER_DIR, Matrix, MatrixError, Row
 
 FLEET_DIR = DOCKER_DIR / "fleet"
 
@@ -43,17 +43,3 @@ def render_slurm(matrix: Matrix, rows: list[Row], results: str, outbox: str, reg
             cases=cases, images_dir=images_dir)
     return files
 
-
-def render_k8s(matrix: Matrix, rows: list[Row], results: str, outbox: str, registry: str = "",
-               cases: str = "default") -> dict[str, str]:
-    env = _env()
-    job = env.get_template("k8s-job.yaml.j2")
-    files = {"k8s/convbench-common.yaml": env.get_template("k8s-common.yaml.j2").render()}
-    if registry and not registry.endswith("/"):
-        registry += "/"
-    for name, fits in pool_rows(matrix, rows).items():
-        pool = matrix.pools[name]
-        docs = [job.render(pool=pool, row=row, sm_tag="sm_" + pool.sm.replace(".", ""), registry=registry,
-                           cases=cases, uid=CONTAINER_UID) for row in fits]
-        files[f"k8s/convbench-{name}.yaml"] = "---\n".join(docs)
-    return files
