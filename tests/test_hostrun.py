@@ -96,6 +96,33 @@ def test_run_without_engine_is_one_line_and_exit_3(monkeypatch, tmp_path, capsys
     assert len(err) == 1 and "Docker engine is not running" in err[0] and "--no-docker" in err[0]
 
 
+def test_an_engine_that_never_answers_is_one_line_and_exit_3_within_seconds(monkeypatch, tmp_path, capsys):
+    """A socket that accepts the connection and says nothing (a hung dockerd): said within the answer limit,
+    not after the 600 s an engine call may take."""
+    import socket
+    import time
+
+    pytest.importorskip("docker")
+    from harness.deploy import images
+
+    path = tmp_path / "hung.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(4)
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
+    monkeypatch.setattr(images, "ENGINE_ANSWER_S", 1)
+    monkeypatch.setattr(fingerprint, "gpus", lambda: ([], "test: no NVML"))
+    started = time.monotonic()
+    try:
+        assert main(["run", "--results", str(tmp_path / "r"), "--host-name", "n1"]) == 3
+    finally:
+        server.close()
+    assert time.monotonic() - started < 15
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "did not answer within 1 s" in err[0] and "--no-docker" in err[0]
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
+
+
 def test_native_cpu_worker_measures_and_files_its_run(tmp_path, capsys):
     """The real sweep in a real child process: on this GPU-less host one CPU worker, said so."""
     pytest.importorskip("torch")

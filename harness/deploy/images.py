@@ -29,6 +29,10 @@ class EngineError(RuntimeError):
 
 # ---- the engine -------------------------------------------------------------------------------------------
 
+ENGINE_ANSWER_S = 10  # an engine that accepts the connection but never answers is said within this
+ENGINE_CALL_S = 600  # one engine call once it has answered (a build step, a log stream's next line)
+
+
 def engine():
     """A docker SDK client to a running engine, or an EngineError saying what to install or start."""
     try:
@@ -37,11 +41,15 @@ def engine():
         raise EngineError("the docker SDK is not installed: pip install 'convbench[harness]'") from None
     where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     try:
-        client = docker.from_env(timeout=600)
+        client = docker.from_env(timeout=ENGINE_ANSWER_S)
         client.ping()
+        client.api.timeout = ENGINE_CALL_S  # builds and log streams take long; the first answer must not
         return client
     except Exception as exc:  # DockerException wraps connection refused, missing socket, permission denied
         text = str(exc)
+        if "timed out" in text.lower():
+            raise EngineError(f"the Docker engine at {where} did not answer within {ENGINE_ANSWER_S} s: restart "
+                              "it (dockerd, `systemctl restart docker`) or use --no-docker") from None
         if "ermission denied" in text:
             raise EngineError(f"no permission to use the Docker engine at {where}: run as root or join the "
                               "docker group") from None
