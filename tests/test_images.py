@@ -10,7 +10,6 @@ import pytest
 
 from harness.cli import main
 from harness.deploy import imagematrix, images, wheels
-from harness.deploy import manifests as fleet
 
 GOOD_ROW = """
 [bases.b]
@@ -179,18 +178,6 @@ def test_stale_lock_is_refused_before_any_download(tmp_path, monkeypatch):
         wheels.wheelhouse(m, row, cache=tmp_path / "cache", log=lambda *_: None)
 
 
-def test_slurm_arrays_follow_the_architectures():
-    m = imagematrix.load_matrix()
-    files = fleet.render_slurm(m, list(m.rows.values()), results="/r", outbox="/box")
-    p40 = files["slurm/convbench-p40.sbatch"]
-    rows_line = next(ln for ln in p40.splitlines() if ln.startswith("ROWS=("))
-    assert "cu118-cudnn8-torch23" in rows_line and "cu130" not in rows_line and "cpu" not in rows_line
-    n = len(rows_line[6:-1].split())
-    assert f"#SBATCH --array=0-{n - 1}" in p40 and "#SBATCH --partition=gpu-p40" in p40
-    h200 = files["slurm/convbench-h200.sbatch"]
-    assert re.search(r'^convbench run --rows "\$ROW" --cases \S+ --results', h200, re.M)  # bench, the asv suite
-    assert "cu130-cudnn919-torch211" in h200 and "--gres=gpu:8" in h200
-    assert 'mv "$OUTBOX/.$name.part" "$OUTBOX/$name"' in h200
 
 
 def test_render_cli_writes_files(tmp_path, capsys):

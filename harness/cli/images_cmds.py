@@ -26,7 +26,8 @@ def register(sub) -> None:
     q.add_argument("rows", nargs="*", help="rows (default: all)")
     q.add_argument("--out", type=Path, help="write files under this folder instead of printing")
     kind = q.add_mutually_exclusive_group()
-    kind.add_argument("--slurm", action="store_true", help="one sbatch job array per GPU node pool")
+    kind.add_argument("--slurm", action="store_true",
+                      help="one sbatch per GPU node pool over all its nodes and GPUs, and its scrontab schedule")
     kind.add_argument("--k8s", action="store_true",
                       help="Kubernetes CronJobs, one per node pool: a pod per node, every row in turn")
     q.add_argument("--results", default="/var/lib/convbench/results",
@@ -36,7 +37,8 @@ def register(sub) -> None:
     q.add_argument("--registry", default="", help="registry prefix the fleet pulls images from (Kubernetes)")
     q.add_argument("--cases", default="default", help="case set the nightly sweep runs (default: %(default)s)")
     k8s = q.add_argument_group("Kubernetes (--k8s)")
-    k8s.add_argument("--schedule", default="0 1 * * *", help="the nightly CronJobs' schedule (default: %(default)s)")
+    k8s.add_argument("--schedule", default="0 1 * * *",
+                     help="the nightly CronJobs' schedule, also the Slurm scrontab's (default: %(default)s)")
     k8s.add_argument("--time-zone", default="", help="tz database name for the schedules (default: the cluster's)")
     k8s.add_argument("--cpu", default="4", help="CPU request and limit of a benchmark pod (default: %(default)s)")
     k8s.add_argument("--memory", default="16Gi",
@@ -45,6 +47,21 @@ def register(sub) -> None:
                      help="seconds a night's Job may run, every row included (default: %(default)s)")
     k8s.add_argument("--collect-schedule", default="0 7 * * *",
                      help="the collector CronJob's schedule (default: %(default)s)")
+    sl = q.add_argument_group("Slurm (--slurm)")
+    sl.add_argument("--no-docker", action="store_true",
+                    help="nodes without a container runtime: the nodes' own Python (`convbench run --no-docker`)")
+    sl.add_argument("--convbench", default="convbench",
+                    help="the convbench the nodes run, e.g. a site venv's bin/convbench (default: on PATH)")
+    sl.add_argument("--stacks", default="",
+                    help="with --no-docker: stacks each GPU runs in turn (convbench run --stacks)")
+    sl.add_argument("--job", choices=("bench", "sweep"), default="bench",
+                    help="bench (the asv suite) or a plain sweep of --backends (default: %(default)s)")
+    sl.add_argument("--backends", default="torch,cudnn", help="with --job sweep: backends (default: %(default)s)")
+    sl.add_argument("--images-dir", default="/shared/convbench/images",
+                    help="where `docker save` tarballs of the rows are (default: %(default)s)")
+    sl.add_argument("--time", default="08:00:00", help="the night's time limit (default: %(default)s)")
+    sl.add_argument("--fleet-dir", default="/shared/convbench/fleet",
+                    help="where --out's files are on the cluster, for the scrontab (default: %(default)s)")
     q.set_defaults(handler=images_render)
 
     q = isub.add_parser("build", help="download the hashed wheelhouse, then build images with no network")
@@ -164,9 +181,10 @@ def images_lock(args) -> int:
 
 def images_render(args) -> int:
     from ..deploy import images, wheels
-    from ..deploy import manifests as fleet
 
     matrix = _matrix(args)
+    if args.slurm and args.no_docker and args.rows:
+        raise UserError("rows pick images; with --no-docker the nodes run their own Python (pick --stacks)")
     rows = _rows(matrix, args.rows)
     if args.k8s:
         from ..deploy import k8s
@@ -178,8 +196,16 @@ def images_render(args) -> int:
         except k8s.K8sError as exc:
             raise UserError(str(exc)) from None
     elif args.slurm:
-        files = fleet.render_slurm(
-            matrix, rows, results=args.results, outbox=args.outbox, registry=args.registry, cases=args.cases)
+        from ..deploy import imagematrix, slurm
+
+        try:
+            files = slurm.render_slurm(
+                matrix, rows, results=args.results, outbox=args.outbox, cases=args.cases,
+                images_dir=args.images_dir, docker=not args.no_docker, convbench=args.convbench, stacks=args.stacks,
+                job=args.job, backends=args.backends, time_limit=args.time, fleet_dir=args.fleet_dir,
+                at=args.schedule)
+        except (slurm.RenderError, imagematrix.MatrixError) as exc:
+            raise UserError(str(exc)) from None
     else:
         revision = images.build_revision()
         files = {}

@@ -1,7 +1,7 @@
 """The image matrix: docker/matrix.toml read and checked into bases, rows (one image each), pools and overlays.
 
 Every other deploy module works from a ``Matrix``: images.py renders and builds a row, wheels.py locks and
-downloads its wheels, manifests.py turns pools into Slurm and Kubernetes jobs, stacks.py installs overlays.
+downloads its wheels, slurm.py and manifests.py turn pools into Slurm and Kubernetes jobs, stacks.py installs overlays.
 ``load_matrix`` refuses a bad row with one clear line naming the file, the row and the field; strings that may
 reach a LABEL or a shell line are checked here, once.
 """
@@ -84,7 +84,7 @@ class Pool:
     gpus_per_node: int
     slurm_partition: str
     k8s_node_selector: dict[str, str]
-    nodes: int = 1  # nodes in the pool: the Kubernetes Job runs one pod on each
+    nodes: int = 1  # nodes in the pool: a Slurm night takes them all, Kubernetes runs a pod on each
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Fleet manifests rendered from the image matrix: Slurm job arrays and Kubernetes Jobs per GPU node pool.
+"""Fleet manifests from the image matrix: which rows each GPU node pool runs, shared by slurm.py and k8s.py.
 
 A pool runs every row whose ``sm`` list holds the pool's architecture, so the same matrix that decides what
 an image can run decides where the scheduler sends it. The templates live in docker/fleet/.
@@ -30,16 +30,3 @@ def pool_rows(matrix: Matrix, rows: list[Row]) -> dict[str, list[Row]]:
     if not out:
         raise MatrixError("none of the rows can run on any pool's architecture")
     return out
-
-
-def render_slurm(matrix: Matrix, rows: list[Row], results: str, outbox: str, registry: str = "",
-                 cases: str = "default", images_dir: str = "/shared/convbench/images") -> dict[str, str]:
-    template = _env().get_template("slurm.sbatch.j2")
-    files = {}
-    for name, fits in pool_rows(matrix, rows).items():
-        pool = matrix.pools[name]
-        files[f"slurm/convbench-{name}.sbatch"] = template.render(
-            pool=pool, rows=fits, sm_tag="sm_" + pool.sm.replace(".", ""), results=results, outbox=outbox,
-            cases=cases, images_dir=images_dir)
-    return files
-
