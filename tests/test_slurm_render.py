@@ -22,7 +22,11 @@ FLEET_MATRIX = Path(__file__).parent / "fixtures" / "fleet_matrix.toml"
 FAKE_SRUN = """#!/bin/bash
 while [[ "${1:-}" == --* ]]; do shift; done
 rc=0
-for n in $FAKE_NODES; do SLURMD_NODENAME=$n CUDA_VISIBLE_DEVICES=0,1 "$@" || rc=$?; done
+for n in $FAKE_NODES; do
+  # a node in $FAKE_DEAD dies before it ends: real srun says "Node failure" and still exits 0 under --no-kill
+  if [ "$n" = "${FAKE_DEAD:-}" ]; then echo "srun: error: Node failure on $n" >&2; continue; fi
+  SLURMD_NODENAME=$n CUDA_VISIBLE_DEVICES=0,1 "$@" || rc=$?
+done
 exit $rc
 """
 # convbench's stand-in: records its argv, writes one machine folder per GPU slot as the contract says
@@ -68,6 +72,7 @@ def stubs(tmp_path: Path, convbench_dir: Path | None = None) -> tuple[dict, Path
     cb.write_text(FAKE_CONVBENCH)
     cb.chmod(0o755)
     env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", FAKE_NODES="n1 n2", SLURM_JOB_ID="77",
+               SLURM_JOB_NUM_NODES="2",
                FAKE_LOG=str(tmp_path / "argv"))
     return env, cb
 
@@ -177,7 +182,7 @@ def test_an_unwritable_outbox_fails_the_night_and_keeps_the_runs(tmp_path):
     env, cb = stubs(tmp_path)
     out = run_script(tmp_path, render(tmp_path, docker=False, convbench=str(cb)), env)
     assert out.returncode == 4
-    assert "could not ship GPU slot n1-slot0-cpu" in out.stderr
+    assert "could not ship GPU slot n1-slot0-cpu" in out.stdout  # the nodes' lines, stderr too, go to the job log
     assert sorted(p.name for p in (tmp_path / "node-local" / "77-n2").iterdir()) == ["n2-slot0-cpu", "n2-slot1-cpu"]
 
 
@@ -190,12 +195,22 @@ def test_a_failed_run_is_shipped_and_fails_the_node(tmp_path):
     assert len(tarballs(tmp_path / "outbox")) == 4  # what n2 measured is shipped all the same
 
 
+def test_a_node_that_never_ends_fails_the_job_though_srun_exits_0(tmp_path):
+    (tmp_path / "outbox").mkdir()
+    env, cb = stubs(tmp_path)
+    env["FAKE_DEAD"] = "n2"
+    out = run_script(tmp_path, render(tmp_path, docker=False, convbench=str(cb)), env)
+    assert out.returncode == 5
+    assert "1 of 2 node(s) done with exit 0; srun exit 0" in out.stdout
+    assert len(tarballs(tmp_path / "outbox")) == 2
+
+
 def test_a_missing_image_fails_the_node(tmp_path):
     (tmp_path / "outbox").mkdir()
     env, cb = stubs(tmp_path)
     (tmp_path / "bin" / "docker").write_text("#!/bin/bash\nexit 1\n")
     out = run_script(tmp_path, render(tmp_path, docker=True, convbench=str(cb)), env)
-    assert out.returncode == 3 and "not loadable" in out.stderr
+    assert out.returncode == 3 and "not loadable" in out.stdout
     assert not (tmp_path / "argv").exists()
 
 
