@@ -114,7 +114,7 @@ def test_the_default_matrix_renders_per_pool_with_its_rows(tmp_path):
     p40 = files["slurm/convbench-p40.sbatch"]
     rows_line = next(ln for ln in p40.splitlines() if "rows=(" in ln)
     assert "cu118-cudnn8-torch23" in rows_line and "cu130" not in rows_line and "cpu" not in rows_line
-    assert "#SBATCH --nodes=1" in p40 and "#SBATCH --gres=gpu:4" in p40  # pools without `nodes`: one node
+    assert f"#SBATCH --nodes={m.pools['p40'].nodes}" in p40 and "#SBATCH --gres=gpu:4" in p40
     h200 = files["slurm/convbench-h200.sbatch"]
     assert '"$convbench" run --rows "$row" --gpus "$gpus" --host-name "$node"' in h200
     assert "--gres=gpu:8" in h200
@@ -137,7 +137,8 @@ def test_pool_nodes_is_a_positive_integer(tmp_path):
     bad.write_text(text.replace("nodes = 3", 'nodes = "3"'))
     with pytest.raises(imagematrix.MatrixError, match="positive integer"):
         imagematrix.load_matrix(bad)
-    assert imagematrix.load_matrix().pools["h200"].nodes == 1
+    bad.write_text(text.replace("nodes = 3\n", ""))
+    assert imagematrix.load_matrix(bad).pools["ci"].nodes == 1  # the default: one node
 
 
 @pytest.mark.parametrize("flag, value", [("--results", "/r\nrm -rf /"), ("--outbox", "/box\r"),
