@@ -57,6 +57,7 @@ class Cluster:
         self.jobcomp = self.folder / "jobcomp.log"
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
         self.started: list[Path] = []  # pid files of the daemons this cluster started
+        self.munged_started = False
 
     # -- setup ---------------------------------------------------------------------------------------------
     def write_conf(self) -> None:
@@ -127,6 +128,7 @@ PartitionName={self.partition} Nodes={nodes} Default=YES MaxTime=INFINITE State=
         shutil.chown("/run/munge", "munge", "munge")
         subprocess.run(["runuser", "-u", "munge", "--", _which("munged")], check=True)
         self.munged_started = True
+        self.started.insert(0, Path("/run/munge/munged.pid"))  # stopped last
 
     def _daemon(self, cmd: list[str], pidfile: Path, extra: dict | None = None) -> None:
         if pidfile.exists():
