@@ -19,8 +19,11 @@ multiplied by 1000, and the run's packed copy (records.packed) is deleted so col
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import html
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -51,9 +54,11 @@ def convbench(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return out
 
 
-def night(cluster: Cluster, script: Path, outbox: Path, label: str) -> dict[str, Path]:
+def night(cluster: Cluster, script: Path, outbox: Path, label: str, date: str) -> dict[str, Path]:
+    """One night: the rendered script submitted with sbatch, its night named ``date`` (CONVBENCH_NIGHT, which the
+    script otherwise sets to the date the job starts)."""
     started = time.monotonic()
-    job = cluster.sbatch(script, cwd=script.parent)
+    job = cluster.sbatch(script, cwd=script.parent, env={"CONVBENCH_NIGHT": date})
     end = cluster.wait(job, timeout=600)
     log = script.parent / f"convbench-ci-{job}.log"
     shipped = {s: outbox / f"convbench-ci-{job}-{s}.tar.gz" for s in SLOTS}
@@ -100,6 +105,20 @@ def degrade(tarball: Path) -> str:
     return changed
 
 
+def morning_says(page: Path) -> list[str]:
+    """The index's status line and, per GPU slot, whether it reported and whether it fails the gate."""
+    text = page.read_text()
+    plain = lambda h: " ".join(html.unescape(re.sub(r"<[^>]+>", " ", h)).split())  # noqa: E731
+    status = re.search(r'<div id="status"[^>]*>(.*?)<span class="muted">', text, re.S)
+    out = [plain(status.group(1)) if status else "(no status line)"]
+    blocks = text.split('<div class="machine" id="m-')[1:]  # the machines with findings, each to the next one
+    for slot in SLOTS:
+        mine = [b for b in blocks if f"{slot}</a>" in b.split("</h3>")[0]]
+        out.append(f"{slot}: " + ("findings, " + ("FAILS THE GATE" if "fails the gate" in mine[0] else "none gated")
+                                  if mine else "nothing new"))
+    return out
+
+
 def screenshot(page: Path, work: Path) -> str:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if not chromium:
@@ -136,10 +155,14 @@ def main() -> int:
                   "--cases", "quick.seed", f"--fleet-dir={fleet}", "--out", str(fleet))
         script = fleet / "slurm" / "convbench-ci.sbatch"
         say(f"rendered {script} (submitted unchanged)")
-        first = night(cluster, script, outbox, "night 1")
+        today = dt.datetime.now(dt.timezone.utc).date()
+        dates = [str(today - dt.timedelta(days=1)), str(today)]
+        say(f"the two nights run minutes apart; they are named {dates[0]} and {dates[1]} (CONVBENCH_NIGHT), as two "
+            "nightly jobs on consecutive dates would be")
+        first = night(cluster, script, outbox, "night 1", dates[0])
         convbench("collect", *map(str, first.values()), "--store", str(store), "-q")
         say(f"night 1 collected into {store}")
-        second = night(cluster, script, outbox, "night 2")
+        second = night(cluster, script, outbox, "night 2", dates[1])
         what = degrade(second[DEGRADED])
         say(f"INJECTED DEGRADATION in GPU slot {DEGRADED} of night 2: accuracy errors x1000 in {what}")
         convbench("collect", *map(str, second.values()), "--store", str(store), "-q")
@@ -158,19 +181,20 @@ def main() -> int:
         convbench("report", "--store", str(store), "--out", str(site))
         page = site / "index.html"
         say(f"morning report {page}")
-        say("note: the morning page gates each machine's latest night against its previous one by date; both "
-            "nights here ran minutes apart on one date, so the page shows them as one night with nothing to "
-            "compare yet, and the slot-by-slot verdict above is `convbench compare`'s")
+        morning = morning_says(page)
+        for line in morning:
+            say(f"  the morning page: {line}")
         say(screenshot(page, work))
     finally:
         cluster.stop()
         say("Slurm cluster stopped")
     wall = time.monotonic() - began
-    ok = codes == expected
+    gated = [line.split(":")[0] for line in morning[1:] if line.endswith("FAILS THE GATE")]
+    ok = codes == expected and gated == [DEGRADED] and "1 finding fails the gate on 1 of 6 machines" in morning[0]
     say(f"{'PROVED' if ok else 'NOT PROVED'} in {wall:.0f} s: two nights of one sbatch each on 3 nodes x 2 GPU "
         f"slots shipped 6 of 6 slot tarballs each; collect took both; compare failed exactly the degraded slot "
-        f"{DEGRADED} (exit 1) and passed the other five (exit 0)" if ok else f"compare exits {codes}, "
-        f"expected {expected}")
+        f"{DEGRADED} (exit 1) and passed the other five (exit 0); the morning page fails the gate on that slot "
+        f"alone" if ok else f"compare exits {codes}, expected {expected}; the morning page gates {gated}")
     return 0 if ok else 1
 
 

@@ -35,3 +35,31 @@ def test_append_done_keys_and_torn_tail(tmp_path):
     end = json.loads((j.path / "end.json").read_text())
     assert end["ok"] == 3 and "finished" in end
     assert Journal(j.path).meta["options"] == {"x": 1}
+
+
+def test_a_nightly_job_names_its_night_and_collect_keeps_it(tmp_path, monkeypatch):
+    """CONVBENCH_NIGHT (set by the rendered Slurm night to the date its job started) is the night of every run
+    of the job, also of a run that starts after midnight; a label after the start or long before it is refused."""
+    import datetime as dt
+
+    from harness.collect.ingest import collect
+    from harness.collect.store import Store
+    from harness.core.schema import SchemaError, check_night
+    from harness.run.journal import Journal, JournalError
+
+    today = dt.datetime.now(dt.timezone.utc).date()
+    monkeypatch.setenv("CONVBENCH_NIGHT", str(today - dt.timedelta(days=1)))
+    j = Journal.create(tmp_path / "r", _fp(), {})
+    assert j.meta["night"] == str(today - dt.timedelta(days=1))
+    j.append(_rec(0))
+    j.finish({"ok": 0})
+    db = tmp_path / "s.sqlite"
+    assert not collect(db, [tmp_path / "r"]).refused
+    with Store(db) as s:
+        assert [r["night"] for r in s.runs()] == [str(today - dt.timedelta(days=1))]
+    for bad in (str(today + dt.timedelta(days=1)), str(today - dt.timedelta(days=3)), "yesterday", "2026-02-30"):
+        monkeypatch.setenv("CONVBENCH_NIGHT", bad)
+        with pytest.raises(JournalError, match="CONVBENCH_NIGHT"):
+            Journal.create(tmp_path / "r", _fp(), {})
+        with pytest.raises(SchemaError):
+            check_night(bad, today)

@@ -284,7 +284,7 @@ def run_row(raw: RawRun, meta: dict[str, Any], statuses: Sequence[str], median: 
     except intake.Hostile as exc:
         raise Refused(f"{raw.origin}: {exc}") from None
     run = {"run_id": meta["run_id"], "machine": meta["machine"], "image": meta.get("image") or "native",
-           "started": meta["started"], "night": night(meta["started"]),
+           "started": meta["started"], "night": night(meta["started"], meta.get("night")),
            "suite_revision": meta.get("suite_revision"), "source": "journal", "origin": raw.origin,
            "digest": journal_digest(raw), "complete": int(end is not None), "n_records": len(statuses),
            "n_ok": counts.get(OK, 0), "n_rankings": n_rankings, "counts": json.dumps(counts, sort_keys=True),

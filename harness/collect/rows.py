@@ -30,9 +30,10 @@ def combo_row(identity: tuple[str, ...], settings: dict[str, Any], kind: str) ->
     return (key, *identity, settings_json(settings), kind)
 
 
-def night(started: str) -> str:
-    """The night a run belongs to: the date its start was stamped with."""
-    return started[:10]
+def night(started: str, labelled: str | None = None) -> str:
+    """The night a run belongs to: the night its job labelled it with (run.json ``night``, checked by
+    check_run_header), else the date its start was stamped with."""
+    return labelled or started[:10]
 
 
 def hash64(h: str | None) -> int:

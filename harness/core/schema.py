@@ -254,6 +254,24 @@ def check_name(value: Any, what: str) -> str:
     return value
 
 
+NIGHT_BEFORE_START = 2  # days: a night's job may start a run up to this long after the night it belongs to
+
+
+def check_night(night: Any, started: dt.date) -> str:
+    """A run's night as its job labelled it (``CONVBENCH_NIGHT``): a YYYY-MM-DD date on or up to
+    NIGHT_BEFORE_START days before the run's start, so that a job crossing midnight stays one night."""
+    if type(night) is not str or not re.fullmatch(r"\d{4}-\d{2}-\d{2}", night):
+        raise SchemaError("night", f"is {str(night)[:40]!r}, not a YYYY-MM-DD date")
+    try:
+        day = dt.date.fromisoformat(night)
+    except ValueError:
+        raise SchemaError("night", f"is {night!r}, not a date") from None
+    if not 0 <= (started - day).days <= NIGHT_BEFORE_START:
+        raise SchemaError("night", f"is {night}, but the run started on {started}: a night is the start's date or "
+                                   f"up to {NIGHT_BEFORE_START} days before it")
+    return night
+
+
 def check_run_header(meta: Any) -> dict[str, Any]:
     """run.json: schema version, identity (safe names, an ISO start time) and bounded JSON for the rest."""
     if type(meta) is not dict:
@@ -276,6 +294,8 @@ def check_run_header(meta: Any) -> dict[str, Any]:
         raise SchemaError("started", f"is {started[:40]!r}, not an ISO 8601 time") from None
     if when.tzinfo is None:
         raise SchemaError("started", f"is {started[:40]!r}, a time without its UTC offset")
+    if meta.get("night") is not None:
+        check_night(meta["night"], when.date())
     for k in ("image", "suite_revision", "image_id"):
         if meta.get(k) is not None:
             _text(meta[k], k, MAX_TEXT)

@@ -27,7 +27,7 @@ from typing import Any
 from ..core import intake
 from ..core.intake import UserError
 from ..core.records import SCHEMA_VERSION, Ranking, Record, dumps
-from ..core.schema import SchemaError, check_name, check_record, check_run_header
+from ..core.schema import SchemaError, check_name, check_night, check_record, check_run_header
 from ..measurement import fingerprint as fpmod
 
 # What a finished run directory gets after end.json, each a callable of its path: installed by the layer that
@@ -114,6 +114,12 @@ class Journal:
             raise JournalError(str(exc)) from None
         revision = suite_revision()
         started = dt.datetime.now(dt.timezone.utc)
+        label = os.environ.get("CONVBENCH_NIGHT") or None  # the nightly job's night, shared by all its runs
+        if label:
+            try:
+                check_night(label, started.date())
+            except SchemaError as exc:
+                raise JournalError(f"CONVBENCH_NIGHT: {exc}") from None
         image = fingerprint.get("image") or "native"
         safe_image = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in image)[:64]
         results = Path(results)
@@ -143,6 +149,8 @@ class Journal:
         meta = {"schema": SCHEMA_VERSION, "run_id": run_id, "machine": machine, "image": image,
                 "started": started.isoformat(), "suite_revision": revision, "fingerprint": fingerprint,
                 "options": options}
+        if label:
+            meta["night"] = label
         _write_atomic(path / RUN_FILE, meta)
         return cls(path)
 
