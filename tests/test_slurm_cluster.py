@@ -143,3 +143,47 @@ exec '{CONVBENCH}' "$@"
         subprocess.run(["scontrol", "update", "NodeName=n2", "State=RESUME"], env=cluster.env,
                        capture_output=True)
         cluster.wait_idle(120)
+
+
+def test_a_docker_night_runs_one_container_per_gpu_slot_of_every_node(cluster, tmp_path):
+    """The Docker variant, submitted as rendered: each node loads nothing (the CPU image is on this engine),
+    `convbench run --rows cpu` starts one hardened container per GPU slot, and each slot's runs are shipped; the
+    runs name their node and slot, and the image by name and id."""
+    import json
+    import tarfile
+
+    pytest.importorskip("docker")
+    from harness.deploy import baseimage, imagematrix, images
+
+    try:
+        client = images.engine()
+    except images.EngineError as exc:
+        pytest.skip(f"no Docker engine: {exc}")
+    matrix = imagematrix.load_matrix()
+    row, base = matrix.rows["cpu"], matrix.bases[matrix.rows["cpu"].base]
+    try:
+        baseimage.ensure(client, base.tag, base.suite, base.mirror, base.include)
+    except baseimage.BaseImageError as exc:
+        pytest.skip(f"cannot make the base image here: {exc}")
+    image_id = images.build(client, matrix, row)
+    (tmp_path / "outbox").mkdir()
+    out = tmp_path / "fleet"
+    subprocess.run([str(CONVBENCH), "images", "--matrix", str(FLEET_MATRIX), "render", "--slurm", "cpu",
+                    f"--convbench={CONVBENCH}", f"--results={tmp_path / 'node-local'}",
+                    f"--outbox={tmp_path / 'outbox'}", f"--images-dir={tmp_path / 'images'}", "--job", "sweep",
+                    "--backends", "torch", "--cases", "quick.seed", "--fleet-dir", str(out), "--out", str(out)],
+                   check=True, capture_output=True)
+    script = out / "slurm" / "convbench-ci.sbatch"
+    assert "docker image inspect" in script.read_text()
+    job = cluster.sbatch(script, cwd=script.parent)
+    end = cluster.wait(job, timeout=600)
+    assert (end["JobState"], end["ExitCode"]) == ("COMPLETED", "0:0"), log_of(script, job)
+    assert slots_in(tmp_path / "outbox", job) == SLOTS, log_of(script, job)
+    with tarfile.open(tmp_path / "outbox" / f"convbench-ci-{job}-n2-slot1-cpu.tar.gz") as tar:
+        (meta,) = [json.load(tar.extractfile(m)) for m in tar.getmembers() if m.name.endswith("/run.json")]
+    fp = meta["fingerprint"]
+    assert fp["node"] == {"name": "n2", "source": "CONVBENCH_NODE", "container": "docker",
+                          "machine_id": fp["node"]["machine_id"]}
+    assert fp["slot"] == 1 and fp["image"] == "convbench:cpu" and fp["image_id"] == image_id
+    assert not client.containers.list(all=True, filters={"label": f"{images.LABEL_PREFIX}worker"}), \
+        "a container was left behind"

@@ -203,7 +203,7 @@ def images_render(args) -> int:
                 matrix, rows, results=args.results, outbox=args.outbox, cases=args.cases,
                 images_dir=args.images_dir, docker=not args.no_docker, convbench=args.convbench, stacks=args.stacks,
                 job=args.job, backends=args.backends, time_limit=args.time, fleet_dir=args.fleet_dir,
-                at=args.schedule)
+                at=args.schedule, named=bool(args.rows))
         except (slurm.RenderError, imagematrix.MatrixError) as exc:
             raise UserError(str(exc)) from None
     else:

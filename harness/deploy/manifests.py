@@ -18,13 +18,15 @@ def _env():
                               keep_trailing_newline=True, autoescape=False)
 
 
-def pool_rows(matrix: Matrix, rows: list[Row]) -> dict[str, list[Row]]:
-    """pool name -> the given rows that can run on its architecture; a pool no row fits is an error."""
+def pool_rows(matrix: Matrix, rows: list[Row], cpu_named: bool = False) -> dict[str, list[Row]]:
+    """pool name -> the given rows that can run on its architecture; a pool no row fits is an error. A CPU row
+    needs no GPU: it runs on every pool when it was named (``cpu_named``), as `convbench run --rows` runs it on a
+    GPU host only when named."""
     if not matrix.pools:
         raise MatrixError(f"{matrix.path}: no [[pool]] tables; fleet manifests need the GPU node pools")
     out = {}
     for pool in matrix.pools.values():
-        fits = [r for r in rows if r.runs_on(pool.sm)]
+        fits = [r for r in rows if r.runs_on(pool.sm) or (cpu_named and not r.gpu)]
         if fits:
             out[pool.name] = fits
     if not out:

@@ -55,10 +55,12 @@ def _env():
 def render_slurm(matrix: Matrix, rows: list[Row], results: str, outbox: str, cases: str = "default",
                  images_dir: str = "/shared/convbench/images", docker: bool = True, convbench: str = "convbench",
                  stacks: str = "", job: str = "bench", backends: str = "torch,cudnn", time_limit: str = "08:00:00",
-                 fleet_dir: str = "/shared/convbench/fleet", at: str = "0 1 * * *") -> dict[str, str]:
+                 fleet_dir: str = "/shared/convbench/fleet", at: str = "0 1 * * *",
+                 named: bool = False) -> dict[str, str]:
     """{relative path: text}: slurm/convbench-<pool>.sbatch and slurm/convbench-<pool>.scrontab per pool.
 
-    With Docker a pool runs the given rows that fit its architecture (pools no row fits get no script); without,
+    With Docker a pool runs the given rows that fit its architecture, and CPU rows when ``named`` (pools no row
+    fits get no script); without,
     every pool runs the node's own Python (rows pick images, so none may be named), with ``stacks`` in turn."""
     for what, value in (("--results", results), ("--outbox", outbox), ("--cases", cases),
                         ("--images-dir", images_dir), ("--convbench", convbench), ("--backends", backends)):
@@ -73,7 +75,7 @@ def render_slurm(matrix: Matrix, rows: list[Row], results: str, outbox: str, cas
     if not CRON.match(checked("--schedule", at)):
         raise RenderError(f"--schedule {at!r}: give the five fields of a crontab time, e.g. '0 1 * * *'")
     if docker:
-        pools = pool_rows(matrix, rows)
+        pools = pool_rows(matrix, rows, cpu_named=named)
     else:
         if not matrix.pools:
             raise MatrixError(f"{matrix.path}: no [[pool]] tables; fleet manifests need the GPU node pools")
