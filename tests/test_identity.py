@@ -182,3 +182,24 @@ def test_the_morning_page_lists_every_node_and_slot_and_names_the_silent_ones(tm
     assert sorted((node, slot.split(" (")[0], state, bool(bad)) for bad, node, slot, state in rows) == [
         ("n1", "slot 0", "reported", False), ("n1", "slot 1", "reported", False),
         ("n2", "slot 0", "reported", False), ("n2", "slot 1", "did not report", True)]
+
+
+def test_two_real_gpu_nights_are_one_machine(tmp_path, capsys):
+    """Two nights on a lent H200 (scripts/gpu/identity.sh): the runs name the node the host runner was given,
+    slot 0 and the GPU's UUID; the gate compares them as one machine, and the A/A pair fails nothing."""
+    import tarfile
+
+    from _fleet_data import FIXTURES
+
+    with tarfile.open(FIXTURES / "h200-identity-2nights.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    runs = sorted(p.parent for p in tmp_path.rglob("run.json"))
+    fps = [json.loads((r / "run.json").read_text())["fingerprint"] for r in runs]
+    assert len(runs) == 2 and {machine_identity(fp) for fp in fps} == {
+        "lent-h200/GPU-34552e40-8e79-f54d-7e49-27edb407edd5"}
+    assert all(fp["node"]["source"] == "CONVBENCH_NODE" and fp["slot"] == 0 and fp["gpu"]["name"] == "NVIDIA H200"
+               for fp in fps)
+    capsys.readouterr()
+    assert main(["compare", str(runs[0]), str(runs[1])]) == 0
+    out = capsys.readouterr().out
+    assert "different machines" not in out and "0 regression(s) fail the gate" in out
