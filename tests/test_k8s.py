@@ -15,7 +15,7 @@ yaml = pytest.importorskip("yaml")
 DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 OLD_VERSION = "1.30.0"
 
-MATRIX = """
+BASE = """
 [bases.b]
 tag = "convbench/base:test"
 suite = "bookworm"
@@ -23,9 +23,10 @@ mirror = "http://deb.debian.org/debian"
 include = ["python3"]
 python = "3.11"
 glibc = "2.36"
-
+"""
+ROW = """
 [[row]]
-name = "{row1}"
+name = "{name}"
 base = "b"
 gpu = true
 cuda = "13.0"
@@ -34,18 +35,8 @@ torch = "2.11.0"
 onnxruntime = "onnxruntime-gpu==1.27.0"
 sm = ["9.0"]
 requirements = ["torch==2.11.0", "onnxruntime-gpu==1.27.0"]
-
-[[row]]
-name = "{row2}"
-base = "b"
-gpu = true
-cuda = "13.0"
-cudnn = "9.19.0.56"
-torch = "2.11.0"
-onnxruntime = "onnxruntime-gpu==1.27.0"
-sm = ["9.0"]
-requirements = ["torch==2.11.0", "onnxruntime-gpu==1.27.0"]
-
+"""
+POOL = """
 [[pool]]
 name = "{pool}"
 sm = "9.0"
@@ -57,7 +48,7 @@ slurm_partition = "p"
 
 def matrix_file(tmp_path, row1="r1", row2="r2", pool="h200", extra='nodes = 3\nk8s_node_selector = { "a" = "b" }'):
     path = tmp_path / "matrix.toml"
-    path.write_text(MATRIX.format(row1=row1, row2=row2, pool=pool, extra=extra))
+    path.write_text(BASE + ROW.format(name=row1) + ROW.format(name=row2) + POOL.format(pool=pool, extra=extra))
     return path
 
 
