@@ -260,19 +260,20 @@ def take(gpu_index: int | None = None) -> dict[str, Any]:
     return fp
 
 
-def node_name(fp: dict[str, Any]) -> str:
+def node_name(fp: dict[str, Any], unknown: str = "?") -> str:
     """The node a fingerprint names: its ``node`` (scheduler or host), else, in runs from before nodes were
-    recorded, the hostname they carried."""
+    recorded, the hostname they carried, else ``unknown``."""
     where = fp.get("node")
     name = where.get("name") if isinstance(where, dict) else None
-    return name if isinstance(name, str) and name else str(fp.get("hostname") or "?")
+    return name if isinstance(name, str) and name else str(fp.get("hostname") or unknown)
 
 
 def machine_name(fp: dict[str, Any]) -> str:
     """Stable, file-name-safe name for (node, GPU): the unit results are grouped by. A CPU run on a GPU slot
     (a node whose GPUs NVML cannot see) is named by its slot, so two slots of a node stay two machines."""
     gpu = fp.get("gpu")
-    host = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in node_name(fp))[:128] or "host"
+    host = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in node_name(fp, "host"))[:128].strip("-.")
+    host = host or "host"
     if not gpu:
         return f"{host}-slot{fp['slot']}-cpu" if isinstance(fp.get("slot"), int) else f"{host}-cpu"
     model = "".join(ch if ch.isalnum() else "-" for ch in (gpu.get("name") or "gpu")).strip("-").lower()
