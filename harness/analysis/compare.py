@@ -16,11 +16,15 @@ from ..core.explain import nondeterminism_cause
 from ..core.records import OK, record_key
 from ..measurement import fingerprint
 from .timechange import Thresholds, own_noise, time_verdict
+from .why import time_cause
 
 # Worse precision has a higher rank; tf32 and fp16 share 10-bit mantissas (accuracy.py).
 PRECISION_RANK = {"fp32": 0, "tf32": 1, "fp16": 1, "bf16": 2, "broken": 3}
 KINDS = ("time", "accuracy", "determinism", "availability", "search")
 VERDICT_WORDS = {"time": {"regression": "slower", "improvement": "faster"}}
+# The kinds whose finding may quote the record's own explanation (core/explain.py: its status and accuracy); a
+# time finding's cause is why.time_cause's, a determinism finding's the documented cause in its evidence.
+EXPLAINED_BY_RECORD = ("accuracy", "availability")
 
 
 @dataclass
@@ -66,7 +70,7 @@ def _finding(kind: str, verdict: str, rec: dict[str, Any], base: str, head: str,
     return Finding(kind=kind, verdict=verdict, key=rec["key"], case=rec["case"], backend=rec["backend"],
                    direction=rec["direction"], algo=rec["algo"], math=rec["math"], dtype=rec["dtype"],
                    layout=rec["layout"], settings=rec["settings"], base=base, head=head, evidence=evidence,
-                   explanation=rec.get("explanation"), **kw)
+                   **{"explanation": rec.get("explanation") if kind in EXPLAINED_BY_RECORD else None, **kw})
 
 
 def _clock_note(rb: dict[str, Any], rh: dict[str, Any]) -> str:
@@ -126,7 +130,8 @@ def compare_records(base: Iterable[dict[str, Any]], head: Iterable[dict[str, Any
             verdict, evidence, nums = tv
             out.append(_finding("time", verdict, rh, fmt_time(rb["median_ms"]), fmt_time(rh["median_ms"]),
                                 evidence + _clock_note(rb, rh), ratio=nums.get("ratio"), ci=nums.get("ci"),
-                                p=nums.get("p"), delta_us=nums.get("delta_us")))
+                                p=nums.get("p"), delta_us=nums.get("delta_us"),
+                                explanation=time_cause(rb, rh, nums.get("ratio"))))
         out += _accuracy(rb, rh, th)
         out += _determinism(rb, rh, th)
         out += _search(rb, rh)

@@ -215,8 +215,8 @@ def render_table(findings, notes: list[str], n_failing: int) -> str:
     lines = [f"compare: {n}" for n in notes]
     cols = ("words", "kind", "machine", "case", "backend", "direction", "algo", "math", "dtype", "layout",
             "base", "head", "evidence")
-    rows = [[str(getattr(f, c)) for c in cols] for f in
-            sorted(findings, key=lambda f: (f.verdict != "regression", f.kind, f.key))]
+    rows = [[str(getattr(f, c)) for c in cols[:-1]] + [f.evidence + (f"; why: {f.explanation}" if f.explanation else "")]
+            for f in sorted(findings, key=lambda f: (f.verdict != "regression", f.kind, f.key))]
     if rows:
         widths = [min(28, max(len(c), *(len(r[i]) for r in rows))) for i, c in enumerate(cols[:-1])]
         fmt = "  ".join(f"{{:<{w}.{w}}}" for w in widths) + "  {}"
