@@ -83,11 +83,11 @@ def test_a_change_within_where_the_placements_sit_is_ambiguous():
     base["extra"] = {"placement_medians_ms": [0.446, 0.450, 0.455, 0.459, 0.464]}
     head["extra"] = {"placement_medians_ms": [0.460, 0.466, 0.475, 0.477, 0.481]}
     v = time_verdict(base, head, th)
-    assert v[0] == "ambiguous" and "placements overlap (base 446.0-464.0 us, head 460.0-481.0 us)" in v[1]
+    assert v[0] == "ambiguous" and "placements overlap (base 446.0-464.0 µs, head 460.0-481.0 µs)" in v[1]
     # every head placement beyond every base placement, but by less than half the base's 18 us spread: ambiguous
     head["extra"] = {"placement_medians_ms": [0.470, 0.471, 0.473, 0.475, 0.476]}
     v = time_verdict(base, head, th)
-    assert v[0] == "ambiguous" and "only 6.0 us apart where one side's spread 18.0 us" in v[1]
+    assert v[0] == "ambiguous" and "only 6.0 µs apart where one side's spread 18.0 µs" in v[1]
     # beyond it by more: decided as before
     head["extra"] = {"placement_medians_ms": [0.4741, 0.475, 0.476, 0.477, 0.478]}
     assert time_verdict(base, head, th)[0] == "regression"
@@ -102,7 +102,7 @@ def test_time_verdict_absolute_floor_and_untrusted_samples():
     # absolute floor keeps a 5 us call that moved by 0.8 us (16 %) the same
     assert time_verdict(*_pair(noisy(0.005, rel=0.001, seed=1), noisy(0.0058, rel=0.001, seed=2)), th) is None
     v = time_verdict(*_pair(noisy(0.005, rel=0.001, seed=1), noisy(0.0075, rel=0.001, seed=2)), th)
-    assert v[0] == "regression" and "+2.5 us" in v[1] and v[2]["delta_us"] == pytest.approx(2.5, 0.01)
+    assert v[0] == "regression" and "+2.5 µs" in v[1] and v[2]["delta_us"] == pytest.approx(2.5, 0.01)
     # issue 13's host-bound record: within each batch of 8, samples 4-8 were ~3.7x the first three; its median
     # flips between modes from run to run. A change on it is ambiguous, with the evidence, never slower.
     base = [0.0773 * (1.01 if i % 8 < 3 else 3.7) for i in range(32)]
@@ -323,3 +323,16 @@ def test_the_bootstraps_row_medians_are_numpys_medians():
     for n in (1, 2, 3, 8, 63, 64):
         x = rng.standard_normal((500, n)) * 3 + 10
         assert np.array_equal(_row_medians(x), np.median(x, axis=1)), n
+
+
+def test_a_speed_up_quotes_its_interval_the_way_it_is_headlined():
+    """'14.15x faster' quotes 14.0-14.3x, not head/base's 0.07-0.07; times read in µs in the CLI as on the pages."""
+    from harness.analysis.compare import fmt_time
+    from harness.analysis.timechange import ci_words
+
+    fast = time_verdict(*_pair(noisy(1.0, seed=1), noisy(1.0 / 14.15, seed=2)), Thresholds())
+    assert fast[0] == "improvement" and "x faster" in fast[1]
+    lo, hi = fast[2]["ci"]
+    assert f"95% CI {1 / hi:.1f}-{1 / lo:.1f}x" in fast[1] and "0.07" not in fast[1]
+    assert ci_words(1.08, 1.12, True) == "1.08-1.12x" and ci_words(1 / 1.12, 1 / 1.08, False) == "1.08-1.12x"
+    assert fmt_time(0.0094) == "9.4 µs" and fmt_time(2.5) == "2.5 ms" and fmt_time(float("nan")) == "-"

@@ -248,7 +248,7 @@ def test_aa_pairs_timed_in_two_processes_fail_on_at_most_one_kernel():
              and f.case == "resnet50.layer4.0.downsample.n32" and f.dtype == "fp32" and f.layout == "NHWC"}
     assert sorted(alike) == ["DEFAULT", "TENSOR_OP", "TENSOR_OP_ALLOW_CONVERSION"]
     assert all(f.verdict == "ambiguous" for f in alike.values())
-    assert "placements are only 0.1 us apart where one side's spread 2.1 us" in alike["TENSOR_OP"].evidence
+    assert "placements are only 0.1 µs apart where one side's spread 2.1 µs" in alike["TENSOR_OP"].evidence
     assert "placements overlap" in alike["DEFAULT"].evidence
     for name, j in judged.items():
         assert "bits:change" not in j["counts"] and all(f.kind == "time" for f in _failing(j)), name
@@ -268,7 +268,7 @@ def test_a_call_whose_processes_disagree_is_ambiguous_with_their_levels():
     judged = paired.judge(*_study("h200-aa2-fwd-1").values())
     (f,) = [f for f in judged["findings"] if f.case == "resnet50.layer4.1.conv1.n32" and f.algo == "GEMM"
             and f.math == "TENSOR_OP" and f.dtype == "fp32"]
-    assert f.verdict == "ambiguous" and "between two processes of one run (351.5 and 333.2 us)" in f.evidence
+    assert f.verdict == "ambiguous" and "between two processes of one run (351.5 and 333.2 µs)" in f.evidence
 
 
 def test_aa_pairs_after_the_capped_batch_discard_fail_on_nothing():
@@ -298,7 +298,7 @@ def test_two_gpu_aa_studies_in_two_processes_on_one_host():
     # the multi-level GEMM failed as 1.06x faster until placements apart by less than half their spread were vetoed
     (gemm,) = [f for f in fwd_j["1"]["findings"] if f.kind == "time" and f.case == "resnet50.layer3.0.conv2.n32"
                and f.algo == "GEMM" and f.math == "TENSOR_OP" and f.dtype == "fp16" and f.layout == "NCHW"]
-    assert gemm.verdict == "ambiguous" and "only 4.0 us apart where one side's spread 21.1 us" in gemm.evidence
+    assert gemm.verdict == "ambiguous" and "only 4.0 µs apart where one side's spread 21.1 µs" in gemm.evidence
     assert [len(_failing(bwd_j[g])) for g in ("0", "1")] == [2, 0]
     assert {(f.backend, f.direction, f.algo, f.math) for f in _failing(bwd_j["0"])} == {
         ("torch", "bwd_data", "auto", "TF32")}
@@ -402,7 +402,7 @@ def test_two_process_aa_pairs_of_the_evening_fail_on_nothing():
         ("resnet50.layer4.0.downsample.n32", "ALGO_1", "DEFAULT"), ("resnet50.layer4.0.downsample.n32", "ALGO_1", "TENSOR_OP")}
     (seed,) = [f for f in close["h200-aa8-bwd"] if f.case == "seed.c4"]
     assert (seed.algo, seed.math, seed.dtype) == ("FFT_TILING", "TENSOR_OP", "fp16")
-    assert "18.6 us apart where one side's spread 110.9 us" in seed.evidence
+    assert "18.6 µs apart where one side's spread 110.9 µs" in seed.evidence
     for name in ("h200-aa7-bwd", "h200-aa8-bwd"):
         timed = [r for r in _study(name)["A"] if r["status"] == "ok" and r["median_ms"]]
         assert {r["backend"] for r in timed} == {"cudnn", "torch"}

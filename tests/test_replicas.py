@@ -95,7 +95,7 @@ def test_a_change_within_the_levels_of_one_runs_processes_is_ambiguous_not_a_reg
     th = Thresholds()
     # base: one process at each level (GEMM bf16 on the H200: 0.415 and 0.445 ms); head: both at the upper one
     v = time_verdict(_stored([0.400, 0.440], rng), _stored([0.440, 0.445], rng), th)
-    assert v[0] == "ambiguous" and "between two processes of one run (400.0 and 440.0 us)" in v[1]
+    assert v[0] == "ambiguous" and "between two processes of one run (400.0 and 440.0 µs)" in v[1]
     # the same ratio with both runs' processes agreeing is a regression
     assert time_verdict(_stored([0.420, 0.421], rng), _stored([0.442, 0.443], rng), th)[0] == "regression"
     # a level two processes of an earlier run showed counts too (compare's history)
@@ -185,6 +185,6 @@ def test_a_change_must_clear_half_the_spread_of_either_sides_placements():
     base, head = _stored([0.051456, 0.05088], rng), _stored([0.053648, 0.053984], rng)
     base["extra"]["placement_medians_ms"], head["extra"]["placement_medians_ms"] = a_places, b_places
     v = time_verdict(base, head, th)
-    assert v[0] == "ambiguous" and "only 0.8 us apart where one side's spread 2.8 us" in v[1]
+    assert v[0] == "ambiguous" and "only 0.8 µs apart where one side's spread 2.8 µs" in v[1]
     head["extra"]["placement_medians_ms"] = [x + 0.0006 for x in b_places]  # 1.4 us apart, over 2.8 / 2
     assert time_verdict(base, head, th)[0] == "regression"

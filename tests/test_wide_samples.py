@@ -118,4 +118,4 @@ def test_no_wide_pair_of_eight_nights_has_its_placements_apart():
     (f,) = [f for f in compare_records(store.records(sorted(store.runs(), key=lambda r: r["started"])[0]["id"]),
                                        store.records(sorted(store.runs(), key=lambda r: r["started"])[3]["id"]))
             if f.key == seed and f.kind == "time"]
-    assert f.verdict == "ambiguous" and "placements are only 62.1 us apart where one side's spread 230.6 us" in f.evidence
+    assert f.verdict == "ambiguous" and "placements are only 62.1 µs apart where one side's spread 230.6 µs" in f.evidence

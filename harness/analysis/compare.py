@@ -7,6 +7,7 @@ this module matches records on their key, applies the rules of the other kinds, 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from types import SimpleNamespace
@@ -85,10 +86,11 @@ def _clock_note(rb: dict[str, Any], rh: dict[str, Any]) -> str:
 
 
 def fmt_time(ms: float | None) -> str:
-    """A time as a person reads it: 3 significant figures in us below 1 ms, else in ms."""
-    if ms is None:
+    """A time as a person reads it, the one format of the CLI and every page: 3 significant figures in µs below
+    1 ms, else in ms (the µ sign: a terminal that prints these tables prints UTF-8)."""
+    if ms is None or not math.isfinite(ms):
         return "-"
-    return f"{ms * 1e3:.3g} us" if ms < 1.0 else f"{ms:.3g} ms"
+    return f"{ms * 1e3:.3g} µs" if ms < 1.0 else f"{ms:.3g} ms"
 
 
 def _fmt_err(v: float | None) -> str:

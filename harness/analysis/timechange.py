@@ -282,6 +282,14 @@ def past_level(head_ms: float, past: list[dict[str, Any]]) -> float | None:
     return None
 
 
+def ci_words(lo: float, hi: float, slower: bool) -> str:
+    """The bootstrap interval of head/base in the headline's direction: '1.08-1.12x' for a slowdown, the inverted
+    '14.0-14.3x' for a speed-up quoted as '14.15x faster' (never its head/base '0.07-0.07')."""
+    a, b = (lo, hi) if slower else (1 / hi, 1 / lo)
+    digits = 2 if b < 10 else 1
+    return f"{a:.{digits}f}-{b:.{digits}f}x"
+
+
 def time_verdict(base: dict[str, Any], head: dict[str, Any], th: Thresholds, noise: float = 0.0,
                  past: list[dict[str, Any]] = ()) -> tuple[str, str, dict[str, Any]] | None:
     """(verdict, evidence, numbers) for the timing of one combination, or None when it is the same.
@@ -300,28 +308,28 @@ def time_verdict(base: dict[str, Any], head: dict[str, Any], th: Thresholds, noi
     if not (slower or faster):
         return None
     nums: dict[str, Any] = {"ratio": ratio, "delta_us": delta_us}
-    size = (f"{ratio:.2f}x slower" if slower else f"{1 / ratio:.2f}x faster") + f" ({delta_us:+.1f} us)"
+    size = (f"{ratio:.2f}x slower" if slower else f"{1 / ratio:.2f}x faster") + f" ({delta_us:+.1f} µs)"
     spread, levels = process_spread([base, head, *past])
     if max(ratio, 1 / ratio) <= 1 + spread:
         return "ambiguous", (f"{size}, within the {spread:.1%} between two processes of one run "
-                             f"({' and '.join(f'{x * 1e3:.1f}' for x in levels)} us): which level a fresh "
+                             f"({' and '.join(f'{x * 1e3:.1f}' for x in levels)} µs): which level a fresh "
                              "process lands on, not a change"), nums
     overlap = draws_overlap(base, head, slower)
     if overlap is not None:
         b, h = overlap
         return "ambiguous", (f"{size}, but the two runs' placements overlap (base {min(b) * 1e3:.1f}-"
-                             f"{max(b) * 1e3:.1f} us, head {min(h) * 1e3:.1f}-{max(h) * 1e3:.1f} us): where the "
+                             f"{max(b) * 1e3:.1f} µs, head {min(h) * 1e3:.1f}-{max(h) * 1e3:.1f} µs): where the "
                              "operands sit moves this call as much"), nums
     close = placements_close(base, head, slower)
     if close is not None:
         gap, spread = close
-        return "ambiguous", (f"{size}, but the two runs' placements are only {gap * 1e3:.1f} us apart where one "
-                             f"side's spread {spread * 1e3:.1f} us: where the operands sit moves this call almost "
+        return "ambiguous", (f"{size}, but the two runs' placements are only {gap * 1e3:.1f} µs apart where one "
+                             f"side's spread {spread * 1e3:.1f} µs: where the operands sit moves this call almost "
                              "as much"), nums
     seen = past_level(hm, past)
     if seen is not None:
-        return "ambiguous", (f"{size}, but {hm * 1e3:.1f} us is a level this machine and stack already ran it at "
-                             f"({seen * 1e3:.1f} us in an earlier run): the base is the excursion, not the head"), nums
+        return "ambiguous", (f"{size}, but {hm * 1e3:.1f} µs is a level this machine and stack already ran it at "
+                             f"({seen * 1e3:.1f} µs in an earlier run): the base is the excursion, not the head"), nums
     flags = {"base": untrusted(base), "head": untrusted(head)}
     doubts = [f"{side} {'+'.join(fl)}" for side, fl in flags.items() if fl]
     apart = placements_apart(base, head, slower, th.alpha) if {f for fl in flags.values() for f in fl} == {"wide"} else None
@@ -330,18 +338,18 @@ def time_verdict(base: dict[str, Any], head: dict[str, Any], th: Thresholds, noi
         nums.update(p=p)
         return ("regression" if slower else "improvement"), (
             f"{size}; samples are {', '.join(doubts)}, decided on the placements: every head placement is "
-            f"{gap * 1e3:.1f} us or more {'above' if slower else 'below'} every base placement, beyond the "
-            f"{spread * 1e3:.1f} us either side's placements spread ({len(placement_levels(base))}/"
+            f"{gap * 1e3:.1f} µs or more {'above' if slower else 'below'} every base placement, beyond the "
+            f"{spread * 1e3:.1f} µs either side's placements spread ({len(placement_levels(base))}/"
             f"{len(placement_levels(head))} placements, rank p={p:.3f})"), nums
     if doubts:
         return "ambiguous", (f"{size}, but not decided: samples are {', '.join(doubts)} "
-                             f"(thresholds {rel:.0%} and {floor:g} us)"), nums
+                             f"(thresholds {rel:.0%} and {floor:g} µs)"), nums
     sa, sb = base.get("samples"), head.get("samples")
     if sa is not None and sb is not None and len(sa) >= 3 and len(sb) >= 3:
         p = mann_whitney_greater(sa, sb)[1] if slower else mann_whitney_greater(sb, sa)[1]
         r, lo, hi = bootstrap_median_ratio(sa, sb)
         nums.update(ci=(lo, hi), p=p)
-        evidence = f"{size}, 95% CI {lo:.2f}-{hi:.2f}, Mann-Whitney p={p:.1e}, n={len(sa)}/{len(sb)}"
+        evidence = f"{size}, 95% CI {ci_words(lo, hi, slower)}, Mann-Whitney p={p:.1e}, n={len(sa)}/{len(sb)}"
         if p < th.alpha and (lo > 1.0 if slower else hi < 1.0):
             return ("regression" if slower else "improvement"), evidence, nums
         return "ambiguous", f"{evidence}: beyond the thresholds but not significant", nums

@@ -17,11 +17,7 @@ def slug(name: str) -> str:
     return f"{base}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
 
 
-def fmt_time(ms: float | None) -> str:
-    """A time as a person reads it (compare's rule: 3 significant figures, us below 1 ms), with the micro sign."""
-    if ms is None or (isinstance(ms, float) and not math.isfinite(ms)):
-        return "-"
-    return compare.fmt_time(ms).replace(" us", " µs")
+fmt_time = compare.fmt_time  # one format for the CLI and the pages
 
 
 def minute(stamp: str | None) -> str:
