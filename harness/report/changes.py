@@ -9,13 +9,14 @@ from typing import Any
 
 import numpy as np
 
+from ..analysis import rollup
 from ..analysis.compare import fingerprint_diff, gate
 from ..analysis.timechange import Thresholds
 from .charts import strip_plot
-from .fmt import flatten, fmt_err, fmt_time, minute, settings_str
+from .fmt import flatten, fmt_err, fmt_time, minute
 from .judging import NightlyComparison
 from .model import MAX_EVIDENCE_PLOTS
-from .morning import TOP, anchor, label, rank
+from .morning import TOP, anchor, label, rank, variants_str
 
 MAX_ROWS = 500  # findings listed per comparison
 MAX_DETAILED = 100  # of which the first carry their two record tables and samples (the rest: one line each)
@@ -58,14 +59,15 @@ def comparison(c: NightlyComparison, index: int, th: Thresholds) -> dict[str, An
     # combinations only one side measured are counted by backend and direction, not listed one by one
     one_side = Counter((f.head == "not measured", f.backend, f.direction) for f in c.findings
                        if f.kind == "availability" and f.verdict == "change")
-    shown = sorted((f for f in c.findings if not (f.kind == "availability" and f.verdict == "change")),
-                   key=lambda f: rank(f, failing))
+    shown = rollup.collapse(sorted((f for f in c.findings if not (f.kind == "availability" and f.verdict == "change")),
+                                   key=lambda f: rank(f, failing)), c.base_records, c.head_records)
     rows, plots, opened = [], 0, 0
-    for k, f in enumerate(shown[:MAX_ROWS]):
+    for k, (f, vs) in enumerate(shown[:MAX_ROWS]):
         b, h = c.base_records.get(f.key), c.head_records.get(f.key)
+        also = [anchor(v) for v in vs if v is not f]  # a permalink to a collapsed variant lands on its row
         if k >= MAX_DETAILED:
-            rows.append({"f": f, "label": label(f), "gated": id(f) in failing, "anchor": anchor(f),
-                         "settings": settings_str(f.settings), "detailed": False})
+            rows.append({"f": f, "label": label(f), "gated": id(f) in failing, "anchor": anchor(f), "also": also,
+                         "settings": variants_str(vs), "detailed": False})
             continue
         plot = None
         if f.kind == "time" and plots < MAX_EVIDENCE_PLOTS:
@@ -75,7 +77,7 @@ def comparison(c: NightlyComparison, index: int, th: Thresholds) -> dict[str, An
         is_open = gated and f.kind != "availability" and opened < OPEN
         opened += is_open
         rows.append({"f": f, "label": label(f), "gated": gated, "open": is_open, "anchor": anchor(f), "detailed": True,
-                     "settings": settings_str(f.settings), "base_rec": record_rows(b), "head_rec": record_rows(h),
+                     "settings": variants_str(vs), "also": also, "base_rec": record_rows(b), "head_rec": record_rows(h),
                      "base_run": (b or {}).get("run"), "head_run": (h or {}).get("run"), "plot": plot})
     return {"index": index, "what": c.comparison.what, "base": c.comparison.base, "head": c.comparison.head,
             "base_started": minute(c.comparison.base.runs[-1]["started"]),
@@ -84,6 +86,8 @@ def comparison(c: NightlyComparison, index: int, th: Thresholds) -> dict[str, An
                      for k, a, b in fingerprint_diff(c.base_fp, c.head_fp)],
             "base_fp": flatten(c.base_fp), "head_fp": flatten(c.head_fp), "rows": rows,
             "left_out": max(0, len(shown) - MAX_ROWS), "n_failing": len(failing),
+            "n_findings": sum(len(vs) for _, vs in shown), "groups": rollup.groups(c.findings),
+            "net_line": rollup.net_line(rollup.net(c.findings, c.base_records, c.head_records, len(failing))),
             "one_side": [{"n": n, "side": "base only" if gone else "head only", "where": f"{backend} {direction}"}
                          for (gone, backend, direction), n in sorted(one_side.items())]}
 

@@ -13,7 +13,7 @@ import math
 from collections import Counter
 from typing import Any
 
-from ..analysis import pairing
+from ..analysis import pairing, rollup
 from ..analysis.compare import gate
 from ..analysis.timechange import Thresholds
 from ..core.records import OK, SKIPPED
@@ -22,6 +22,7 @@ from .judging import NightlyComparison
 from .model import Model
 
 TOP = 5  # findings per comparison on the index; the machine's changes page has them all
+TOP_GROUPS = 5  # roll-up groups per comparison on the index; the changes page has them all
 # more machines with findings than this: the index opens with one line per machine (the answer on the first
 # screen), shows the first OPEN_BLOCKS machines' findings and folds the others' (a 50-machine fleet's index was
 # 35 000 px tall); a permalink to a machine opens its fold
@@ -68,20 +69,31 @@ def lost(c: NightlyComparison) -> list[dict[str, Any]]:
     return [{"n": n, "what": what, "why": reason} for (what, reason), n in why.most_common()]
 
 
+def variants_str(variants: list[Any]) -> str:
+    """The settings of a finding, or of each settings variant collapsed into it (rollup.collapse)."""
+    if len(variants) == 1:
+        return settings_str(variants[0].settings)
+    return f"{len(variants)} settings, same bits and times: " + "; ".join(settings_str(v.settings) for v in variants)
+
+
 def comparison(c: NightlyComparison, th: Thresholds) -> dict[str, Any]:
     failing = {id(f) for f in gate(c.findings, th)}
     counts = Counter(label(f) for f in c.findings)
     order = {label(f): rank(f, failing)[:2] for f in c.findings}
     # what stopped running is summed up by why (lost), not listed combination by combination
-    top = sorted((f for f in c.findings if f.kind != "availability"), key=lambda f: rank(f, failing))[:TOP]
+    # settings variants of one call with the same bits and times are one row (rollup.collapse)
+    top = rollup.collapse(sorted((f for f in c.findings if f.kind != "availability"), key=lambda f: rank(f, failing)),
+                          c.base_records, c.head_records)[:TOP]
     shared = len(c.base_records.keys() & c.head_records.keys())
+    n = rollup.net(c.findings, c.base_records, c.head_records, len(failing))
     return {"what": c.comparison.what, "base": c.comparison.base, "head": c.comparison.head, "shared": shared,
             "n_base": len(c.base_records), "n_head": len(c.head_records),
             "n_failing": len(failing), "n": len(c.findings),
             "counts": [(lab, n, order[lab][1] == 0) for lab, n in
                        sorted(counts.items(), key=lambda kv: (order[kv[0]], -kv[1]))],
-            "top": [{"f": f, "label": label(f), "gated": id(f) in failing, "settings": settings_str(f.settings), "anchor": anchor(f)}
-                    for f in top],
+            "top": [{"f": f, "label": label(f), "gated": id(f) in failing, "settings": variants_str(vs),
+                     "anchor": anchor(f)} for f, vs in top],
+            "groups": rollup.groups(c.findings)[:TOP_GROUPS], "net": n, "net_line": rollup.net_line(n),
             "lost": lost(c), "stack_change": pairing.stack_change(c.comparison.base, c.comparison.head)}
 
 
