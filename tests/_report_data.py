@@ -33,10 +33,10 @@ def slowest_first(recs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def next_night(run: Path, dest: Path, *, days: int = 1, slower: float | None = None, skip_backend: str | None = None,
                reason: str = "", fingerprint: dict[str, Any] | None = None,
-               machine: str | None = None) -> tuple[Path, dict[str, Any] | None]:
+               machine: str | None = None, pick: Any = None) -> tuple[Path, dict[str, Any] | None]:
     """A copy of ``run`` started ``days`` later: optionally one combination ``slower`` times slower (every sample),
     every record of ``skip_backend`` skipped with ``reason``, fingerprint fields replaced (dotted keys), another
-    ``machine`` name. Returns
+    ``machine`` name; ``pick``: the record made slower is the first one it accepts (default: slowest_first). Returns
     the run directory and the record made slower."""
     meta = json.loads((run / "run.json").read_text())
     started = dt.datetime.fromisoformat(meta["started"]) + dt.timedelta(days=days)
@@ -52,7 +52,7 @@ def next_night(run: Path, dest: Path, *, days: int = 1, slower: float | None = N
     recs = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines() if line.strip()]
     changed = None
     if slower:
-        changed = slowest_first(recs)
+        changed = slowest_first(recs) if pick is None else next(r for r in recs if pick(r))
         t = changed["time"]
         t["samples_ms"] = [v * slower for v in t["samples_ms"]]
         for k in ("median_ms", "min_ms", "iqr_ms"):

@@ -26,6 +26,9 @@ VERDICT_WORDS = {"time": {"regression": "slower", "improvement": "faster"}}
 # The kinds whose finding may quote the record's own explanation (core/explain.py: its status and accuracy); a
 # time finding's cause is why.time_cause's, a determinism finding's the documented cause in its evidence.
 EXPLAINED_BY_RECORD = ("accuracy", "availability")
+# The words of a determinism-kind finding whose output differs from the other side's (two stacks, two nights):
+# "determinism" is kept for reproducibility within one run, this for output bits across runs.
+BITS_CHANGED = "output bits changed vs base"
 
 
 @dataclass
@@ -53,6 +56,11 @@ class Finding:
     explanation: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     delta_us: float | None = None  # head - base median, for time findings: the absolute size beside the ratio
+
+    @property
+    def bits(self) -> bool:
+        """Whether this is the output-bits finding (BITS_CHANGED), not one of reproducibility within a run."""
+        return self.kind == "determinism" and self.evidence.startswith(BITS_CHANGED)
 
     @property
     def words(self) -> str:
@@ -202,7 +210,7 @@ def _determinism(rb: dict[str, Any], rh: dict[str, Any], th: Thresholds) -> list
         # also under --bitwise, and say so, so that "changed bits" counts what a stack changed.
         verdict = "regression" if th.bitwise and not cause else "change"
         out.append(_finding("determinism", verdict, rh, hb[:12], hh[:12],
-                            "output no longer bitwise equal to the base" + (f", as expected{why}" if cause else "")))
+                            BITS_CHANGED + (f", as expected{why}" if cause else "")))
     return out
 
 

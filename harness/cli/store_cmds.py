@@ -152,6 +152,7 @@ def _describe(run: dict[str, Any]) -> str:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ..analysis.compare import compare_records, fingerprint_diff, gate, machine_identity
+    from ..analysis.impact import impact
     from ..analysis.timechange import ABS_FLOOR_US, Thresholds
 
     th = Thresholds(time_ratio=args.time_threshold, alpha=args.alpha, error_growth=args.error_growth,
@@ -170,6 +171,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     sh, head_runs = resolve(args.head, args.store)
     findings = []
     notes = []
+    impacts: list[dict[str, Any]] = []
     in_common = 0
     for rb, rh in pairs(base_runs, head_runs):
         fb, fh = sb.run_json(rb["id"])["fingerprint"], sh.run_json(rh["id"])["fingerprint"]
@@ -184,6 +186,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
                                                   if diff else "nothing but clocks, power and temperature"))
         base_recs, head_recs = sb.records(rb["id"]), sh.records(rh["id"])
         in_common += len({r["key"] for r in base_recs} & {r["key"] for r in head_recs})
+        impacts += [{**row, "machine": rh["machine"]} for row in
+                    impact(base_recs, head_recs, str((fh.get("gpu") or {}).get("name") or rh["machine"]))]
         for f in compare_records(base_recs, head_recs, th, history(sb, rb, fb)):
             f.machine, f.base_run, f.head_run = rh["machine"], rb["run_id"], rh["run_id"]
             f.extra["across_hardware"] = across
@@ -194,10 +198,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     failing = gate(findings, th)
     if args.json:
         print(json.dumps({"pairs": notes, "thresholds": th.__dict__, "regressions": len(failing),
-                          "findings": [f.to_dict() for f in findings]}, indent=1, default=str))
+                          "impact": impacts, "findings": [f.to_dict() for f in findings]}, indent=1, default=str))
     else:
         shown = findings if args.all else [f for f in findings if f.verdict in ("regression", "ambiguous")]
-        print(printable_lines(render_table(shown, notes, len(failing))))
+        print(printable_lines(render_table(shown, notes + [f"impact: {row['line']}" for row in impacts],
+                                           len(failing))))
     return EXIT_REGRESSION if failing else 0
 
 

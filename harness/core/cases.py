@@ -125,6 +125,17 @@ def _resnet50_layers() -> list[tuple[str, int, int, int, int, int]]:
     return layers
 
 
+def resnet50_calls(batch: int = 32) -> dict[str, int]:
+    """How many times one ResNet-50 pass calls each layer shape, by the case id that measures it (the first layer
+    with that shape): e.g. layer1.0.conv2's 3x3 shape three times, layer3.1.conv1's 1x1 five times."""
+    out: dict[str, int] = {}
+    first: dict[tuple, str] = {}
+    for name, c, hw, k, ks, stride in _resnet50_layers():
+        case = first.setdefault((c, hw, k, ks, stride), f"resnet50.{name}.n{batch}")
+        out[case] = out.get(case, 0) + 1
+    return out
+
+
 def _build() -> dict[str, Case]:
     cases: list[Case] = []
     # The seed report: 1x64x512x512 input, 64x64x3x3 filter, no padding; and its narrow variants.

@@ -27,7 +27,7 @@ from ..collect.store import Store, StoreError
 from ..collect.store_schema import error_line
 from . import output
 from .architecture import architecture
-from .changes import changes_page
+from .changes import changes_pages
 from .determinism import determinism
 from .fingerprints import fingerprints
 from .fleet import fleet
@@ -208,8 +208,8 @@ def _build(store: Store, out: Path, title: str, workers: int | None = None) -> l
     for i, (m, comps) in enumerate(g.nightly):
         if comps:
             block = blocks[m.key + "|" + m.source]
-            page((1, i), "changes.html", out / "changes" / f"{block['slug']}.html", "../", page_id="changes",
-                 ch=changes_page(block, comps))
+            for k, ch in enumerate(changes_pages(block, comps)):
+                page((1, i, k), "changes.html", out / "changes" / ch["file"], "../", page_id="changes", ch=ch)
     return [path for _, path in sorted(written, key=lambda x: x[0])]
 
 

@@ -18,7 +18,7 @@ from .judging import NightlyComparison
 from .model import MAX_EVIDENCE_PLOTS
 from .morning import TOP, anchor, label, rank, variants_str
 
-MAX_ROWS = 500  # findings listed per comparison
+PAGE_ROWS = 200  # rows per comparison on one page; more go to the pages after it (changes/<slug>-2.html ...)
 MAX_DETAILED = 100  # of which the first carry their two record tables and samples (the rest: one line each)
 # of those, the first gate failures are shown open, as many as the index names (TOP): a page of a hundred open
 # findings took 0.32-0.44 s to load in Chromium, 0.15-0.18 s of it layout, against 0.12-0.17 s folded (a fleet's
@@ -62,7 +62,7 @@ def comparison(c: NightlyComparison, index: int, th: Thresholds) -> dict[str, An
     shown = rollup.collapse(sorted((f for f in c.findings if not (f.kind == "availability" and f.verdict == "change")),
                                    key=lambda f: rank(f, failing)), c.base_records, c.head_records)
     rows, plots, opened = [], 0, 0
-    for k, (f, vs) in enumerate(shown[:MAX_ROWS]):
+    for k, (f, vs) in enumerate(shown):
         b, h = c.base_records.get(f.key), c.head_records.get(f.key)
         also = [anchor(v) for v in vs if v is not f]  # a permalink to a collapsed variant lands on its row
         if k >= MAX_DETAILED:
@@ -85,13 +85,28 @@ def comparison(c: NightlyComparison, index: int, th: Thresholds) -> dict[str, An
             "diff": [(k, "-" if a is None else str(a), "-" if b is None else str(b))
                      for k, a, b in fingerprint_diff(c.base_fp, c.head_fp)],
             "base_fp": flatten(c.base_fp), "head_fp": flatten(c.head_fp), "rows": rows,
-            "left_out": max(0, len(shown) - MAX_ROWS), "n_failing": len(failing),
+            "n_failing": len(failing),
             "n_findings": sum(len(vs) for _, vs in shown), "groups": rollup.groups(c.findings),
             "net_line": rollup.net_line(rollup.net(c.findings, c.base_records, c.head_records, len(failing))),
             "one_side": [{"n": n, "side": "base only" if gone else "head only", "where": f"{backend} {direction}"}
                          for (gone, backend, direction), n in sorted(one_side.items())]}
 
 
-def changes_page(block: dict[str, Any], comps: list[NightlyComparison]) -> dict[str, Any]:
+def page_file(slug: str, number: int) -> str:
+    """The file of a machine's changes page ``number`` (1: the page the index links to)."""
+    return f"{slug}.html" if number == 1 else f"{slug}-{number}.html"
+
+
+def changes_pages(block: dict[str, Any], comps: list[NightlyComparison]) -> list[dict[str, Any]]:
+    """A machine's changes pages: every finding listed, PAGE_ROWS rows of each comparison a page (the first page
+    with the fingerprints and the roll-up), so that a count the index links to is what the pages list."""
     th = Thresholds()
-    return {"block": block, "comparisons": [comparison(c, i, th) for i, c in enumerate(comps)]}
+    full = [{**comparison(c, i, th), "impact": block["comparisons"][i]["impact"]} for i, c in enumerate(comps)]
+    n = max(1, *(-(-len(c["rows"]) // PAGE_ROWS) for c in full))
+    files = [page_file(block["slug"], k) for k in range(1, n + 1)]
+    out = []
+    for k in range(n):
+        cs = [{**c, "rows": c["rows"][k * PAGE_ROWS:(k + 1) * PAGE_ROWS], "first_row": k * PAGE_ROWS + 1,
+               "n_rows": len(c["rows"])} for c in full]
+        out.append({"block": block, "comparisons": cs, "page": k + 1, "files": files, "file": files[k]})
+    return out

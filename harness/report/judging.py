@@ -55,10 +55,18 @@ def finish(g: Model) -> None:
 
     # image transitions on each machine: latest run of an image vs latest run of the image that followed it
     transitions = []
-    for m, a, b in pairs:
+    known: dict[int, str] = {}
+
+    def keys() -> dict[int, str]:  # read once, when a judgement is made here (not in the pool)
+        if not known:
+            known.update(combo_keys(store))
+        return known
+
+    for m, a, b, earlier in pairs:
         rb, rh = latest[(m.name, a)], latest[(m.name, b)]
         findings = judged(current[(m.name, a)], current[(m.name, b)], th, verdicts,
-                          key=_key(runs_of[(m.name, a)], runs_of[(m.name, b)], (), all_vectors))
+                          lambda earlier=earlier, v=all_vectors: history_records(store, earlier, v, keys()),
+                          key=_key(runs_of[(m.name, a)], runs_of[(m.name, b)], earlier, all_vectors))
         for f in findings:
             f.machine, f.base_run, f.head_run = m.name, rb["run_id"], rh["run_id"]
         transitions.append({"machine": m.name, "slug": m.slug, "label": m.label, "base": rb, "head": rh,
@@ -85,15 +93,22 @@ class NightlyComparison:
     head_fp: dict[str, Any]
 
 
-def transition_pairs(machines: list[MachineInfo], latest: dict[tuple[str, str], dict[str, Any]]) -> list[tuple]:
-    """(machine, image, next image) of every image transition: the latest run of an image against the latest run
-    of the image that followed it on the same machine."""
+def transition_pairs(machines: list[MachineInfo], latest: dict[tuple[str, str], dict[str, Any]],
+                     info: dict[int, dict[str, Any]] | None = None) -> list[tuple]:
+    """(machine, image, next image, history runs) of every image transition: the latest run of an image against
+    the latest run of the image that followed it on the same machine, with the base's history as the nightly
+    comparisons and ``convbench compare`` read it (pairing.history_runs: its known levels), so that the pages
+    count one judgement (``info``: every run's run_json; without it no history)."""
     pairs = []
     for m in machines:
         # asv results and the suite's own journals are two views, not two images: each is compared with its kind
         for source in ("journal", "asv"):
             imgs = [i for i in m.images if latest[(m.name, i)]["source"] == source]
-            pairs.extend((m, a, b) for a, b in zip(imgs[:-1], imgs[1:], strict=True))
+            for a, b in zip(imgs[:-1], imgs[1:], strict=True):
+                base = latest[(m.name, a)]
+                earlier = [] if info is None else pairing.history_runs(
+                    base, info[base["id"]]["fingerprint"] or {}, m.runs, lambda r: info[r["id"]]["fingerprint"] or {})
+                pairs.append((m, a, b, earlier))
     return pairs
 
 
@@ -145,9 +160,9 @@ def judgements(plan: list[tuple[Any, list[tuple]]], pairs: list[tuple], runs_of:
         for c, earlier in comps:
             key = _key(c.base.runs, c.head.runs, earlier, vectors)
             groups[m.name].setdefault(key, (key, c.base.runs, c.head.runs, earlier))
-    for m, a, b in pairs:
-        key = _key(runs_of[(m.name, a)], runs_of[(m.name, b)], (), vectors)
-        groups[m.name].setdefault(key, (key, runs_of[(m.name, a)], runs_of[(m.name, b)], []))
+    for m, a, b, earlier in pairs:
+        key = _key(runs_of[(m.name, a)], runs_of[(m.name, b)], earlier, vectors)
+        groups[m.name].setdefault(key, (key, runs_of[(m.name, a)], runs_of[(m.name, b)], earlier))
     return [list(g.values()) for g in groups.values()]
 
 

@@ -171,7 +171,7 @@ def gather(store: Store, title: str, pool: Any = None, complete: bool = True) ->
     for r in runs:
         runs_of[(r["machine"], r["image"])].append(r)
     plan = nightly_plan(runs, info)
-    pairs = transition_pairs(machines, latest)
+    pairs = transition_pairs(machines, latest, info)
     # the judgements (60% of a fleet report's CPU) run in the pool's processes while this one reads and draws
     pending = judge_in(pool, store, judgements(plan, pairs, runs_of, all_vectors)) if pool is not None else None
     memo: dict[int, list[dict[str, Any]]] = {}

@@ -14,7 +14,8 @@ from collections import Counter
 from typing import Any
 
 from ..analysis import pairing, rollup
-from ..analysis.compare import gate
+from ..analysis.compare import BITS_CHANGED, gate
+from ..analysis.impact import impact
 from ..analysis.timechange import Thresholds
 from ..core.records import OK, SKIPPED
 from .fmt import minute, settings_str, slug
@@ -39,6 +40,8 @@ def neutral(status: str) -> bool:
 
 def label(f: Any) -> str:
     """The finding's verdict as ``convbench compare`` words it, with its kind where the words alone are vague."""
+    if f.bits:
+        return BITS_CHANGED + ("" if f.verdict == "change" else f" ({f.words})")
     return f.words if f.kind == "time" else f"{f.kind} {f.words}"
 
 
@@ -86,14 +89,18 @@ def comparison(c: NightlyComparison, th: Thresholds) -> dict[str, Any]:
                           c.base_records, c.head_records)[:TOP]
     shared = len(c.base_records.keys() & c.head_records.keys())
     n = rollup.net(c.findings, c.base_records, c.head_records, len(failing))
+    gpu = str((c.head_fp.get("gpu") or {}).get("name") or c.machine.name) if c.head_fp else c.machine.name
     return {"what": c.comparison.what, "base": c.comparison.base, "head": c.comparison.head, "shared": shared,
             "n_base": len(c.base_records), "n_head": len(c.head_records),
             "n_failing": len(failing), "n": len(c.findings),
+            # what the changes pages list: every finding but the combinations measured on one side only (counted)
+            "n_listed": sum(1 for f in c.findings if not (f.kind == "availability" and f.verdict == "change")),
             "counts": [(lab, n, order[lab][1] == 0) for lab, n in
                        sorted(counts.items(), key=lambda kv: (order[kv[0]], -kv[1]))],
             "top": [{"f": f, "label": label(f), "gated": id(f) in failing, "settings": variants_str(vs),
                      "anchor": anchor(f)} for f, vs in top],
             "groups": rollup.groups(c.findings)[:TOP_GROUPS], "net": n, "net_line": rollup.net_line(n),
+            "impact": impact(c.base_records, c.head_records, gpu),
             "lost": lost(c), "stack_change": pairing.stack_change(c.comparison.base, c.comparison.head)}
 
 

@@ -184,7 +184,7 @@ def judge(a_records: list[dict[str, Any]], b_records: list[dict[str, Any]],
 def _kind(f: Finding) -> str:
     """The judgement's kind: output bits apart from determinism flags; bits that a documented non-deterministic
     algorithm changed by chance apart from bits a stack changed ("expected bits")."""
-    if f.kind == "determinism" and "bitwise equal to the base" in f.evidence:
+    if f.bits:
         return "expected bits" if "as expected" in f.evidence else "bits"
     return f.kind
 
@@ -221,8 +221,9 @@ def studies(store: Any, th: Thresholds | None = None,
         for gpu, sides in sorted(legs.items()):
             if set(sides) != set(ROLES):
                 continue  # half a study (one side not collected): nothing to judge
-            j = judge(store.records(sides["A"]["run"]["id"]), store.records(sides["B"]["run"]["id"]), th)
-            judged[gpu] = {**j, "A": sides["A"], "B": sides["B"]}
+            recs = {r: store.records(sides[r]["run"]["id"]) for r in ROLES}
+            j = judge(recs["A"], recs["B"], th)
+            judged[gpu] = {**j, "A": sides["A"], "B": sides["B"], "records": recs}  # the workload impact reads them
         if judged:
             first = next(iter(judged.values()))
             out.append({"study": study, "stacks": {r: first[r]["stack"] for r in ROLES}, "legs": judged,

@@ -1,0 +1,55 @@
+"""One judge, one count: the index's link names what the changes pages list (paginated, never 'query the
+store'), and the between-images judgement reads the base's history as the nightly one and the gate do."""
+
+import datetime as dt
+import re
+
+from _fleet_data import noisy, record, write_run
+
+from harness.collect.ingest import collect
+from harness.collect.store import Store
+from harness.report import build, changes, gather
+
+T0 = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
+
+
+def test_every_finding_the_index_counts_is_listed_on_the_changes_pages(tmp_path, monkeypatch):
+    monkeypatch.setattr(changes, "PAGE_ROWS", 5)
+    r = tmp_path / "r"
+    cases = [f"c{i:02d}" for i in range(12)]
+    for night in range(3):
+        slow = 3.0 if night == 2 else 1.0
+        write_run(r, "h200", "cu13", T0 + dt.timedelta(days=night),
+                  [record(c, median=(1.0 + i / 10) * slow, samples=noisy((1.0 + i / 10) * slow, seed=night * 50 + i))
+                   for i, c in enumerate(cases)])
+    db = tmp_path / "s.sqlite"
+    assert not collect(db, [r]).refused
+    with Store(db) as s:
+        build(s, tmp_path / "site")
+    index = (tmp_path / "site" / "index.html").read_text()
+    [(slug, n)] = set(re.findall(r'href="changes/([^"#]+)\.html#c0">all (\d+) findings', index))
+    pages = sorted((tmp_path / "site" / "changes").glob("*.html"))
+    assert [p.name for p in pages] == [f"{slug}-2.html", f"{slug}-3.html", f"{slug}.html"]
+    listed = [a for p in pages for a in re.findall(r'class="finding" id="(f-time-[0-9a-f]+)"', p.read_text())]
+    assert len(listed) == len(set(listed)) == int(n) == 12
+    first = pages[-1].read_text()
+    assert f'<a href="{slug}-2.html">2</a>' in first and "query the store" not in first
+    assert "rows 1-5 of 12 on this page" in first and "rows 11-12 of 12" in pages[1].read_text()
+
+
+def test_between_images_the_base_back_at_a_known_level_is_judged_as_every_night(tmp_path):
+    """Image A ran at 1.0 ms twice, then at 1.3 ms (an excursion), then image B at 1.0 ms: the nightly judge (its
+    previous stack, with history) and the between-images judge both call it ambiguous, not faster."""
+    r = tmp_path / "r"
+    for night, (image, ms) in enumerate((("A", 1.0), ("A", 1.0), ("A", 1.3), ("B", 1.0))):
+        write_run(r, "h200", image, T0 + dt.timedelta(days=night),
+                  [record("c", median=ms, samples=noisy(ms, seed=night))])
+    db = tmp_path / "s.sqlite"
+    assert not collect(db, [r]).refused
+    with Store(db) as s:
+        g = gather(s, "t")
+        [t] = g.transitions
+        [(_, comps)] = g.nightly
+        nightly = {f.key: f.verdict for c in comps if c.comparison.what == "previous stack" for f in c.findings}
+        between = {f.key: f.verdict for f in t["findings"]}
+    assert between == nightly == {next(iter(between)): "ambiguous"}
