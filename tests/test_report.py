@@ -362,7 +362,7 @@ def test_the_upgrade_page_answers_what_cudnn_927_changed(tmp_path):
         build(s, tmp_path / "site")
     page = html.unescape(_text((tmp_path / "site" / "upgrade.html").read_text()))
     assert "cuDNN 9.19.0 -> 9.27.0" in page
-    assert "changed bits: 121" in page and "slower: " in page and "faster: " in page
+    assert "output bits changed vs base: 121" in page and "slower: " in page and "faster: " in page
     assert page.index("Largest slowdowns") < page.index("Largest speed-ups")
     assert "Measured on one GPU" in page
 

@@ -1,22 +1,31 @@
-"""The upgrade page: what stack B changed against stack A, per paired study (`convbench upgrade`).
+"""The upgrade page: whether to take stack B over stack A, from the paired studies (`convbench upgrade`).
 
-First screen: the counts (faster, slower, changed bits, accuracy, status, determinism) and whether another GPU
-confirmed them; then the largest changes with their explanations. The judgement is paired.judge, which is the
-gate's compare: the page, `convbench upgrade` and `convbench compare` say the same words.
+First screen: one verdict per stack pair over all its studies and GPUs (the workload impact on ResNet-50, the
+slower / faster / unchanged counts, output bits changed, less accurate, status changes, how many findings a second
+GPU confirmed, the worst changes grouped); then each study. A/A studies (one stack on both sides) prove the judge
+quiet and are folded under "calibration". The judgement is paired.judge, which is the gate's compare: the page,
+`convbench upgrade` and `convbench compare` say the same words.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
+from collections import Counter
 from typing import Any
 
+from ..analysis import rollup
+from ..analysis.compare import PRECISION_RANK
+from ..analysis.impact import impact
 from ..analysis.pairing import fields_change, stack_fields, stack_line
 from ..run import paired
 from .model import Model
 
 TOP = 25
+TOP_GROUPS = 10  # grouped worst changes in a stack pair's verdict
 # paired.judge's counts in the order and words a reader wants them; bad ones are marked
-LABELS = (("time:slower", "slower", True), ("time:faster", "faster", False), ("bits:change", "changed bits", False),
+LABELS = (("time:slower", "slower", True), ("time:faster", "faster", False),
+          ("bits:change", "output bits changed vs base", False),
           ("expected bits:change", "bits of documented non-deterministic algorithms", False),
           ("accuracy:regression", "less accurate", True), ("accuracy:improvement", "more accurate", False),
           ("accuracy:change", "accuracy changed", False), ("availability:regression", "stopped running", True),
@@ -25,14 +34,79 @@ LABELS = (("time:slower", "slower", True), ("time:faster", "faster", False), ("b
           ("determinism:improvement", "now deterministic", False),
           ("determinism:change", "flips of documented non-determinism", False),
           ("time:ambiguous", "timing ambiguous", False))
+# the verdict's counts: (label, keys of paired.judge's counts summed, bad)
+VERDICT = (("slower", ("time:slower",), True), ("faster", ("time:faster",), False),
+           ("unchanged", ("time:same",), False), ("output bits changed vs base", ("bits:change",), False),
+           ("less accurate", ("accuracy:regression",), True),
+           ("status changes", ("availability:regression", "availability:improvement"), True))
 
 
 def _row(f) -> dict[str, Any]:
     return {"f": f, "size": abs(math.log(f.ratio)) if f.ratio and f.ratio > 0 else 0.0}
 
 
+def accuracy_order(f) -> tuple:
+    """Class changes first (the largest step of PRECISION_RANK first), then regressions by their error growth."""
+    step = 0
+    if f.evidence.startswith("precision class"):
+        step = abs(PRECISION_RANK.get(f.head, 3) - PRECISION_RANK.get(f.base, 3)) or 1
+    return (-step, {"regression": 0, "change": 1}.get(f.verdict, 2), -(f.ratio or 0.0), f.key)
+
+
+def _gpu_name(leg: dict[str, Any]) -> str:
+    return str((leg["B"]["fingerprint"].get("gpu") or {}).get("name") or "")
+
+
+def verdict(pair: tuple[str, str], studies: list[dict[str, Any]]) -> dict[str, Any]:
+    """One stack pair over its studies and GPUs: counts summed, findings confirmed, the workload impact per GPU,
+    the worst changes grouped."""
+    counts: Counter = Counter()
+    findings, impacts = [], []
+    confirmed = checked = 0
+    gpus = set()
+    for s in studies:
+        for gpu, leg in s["legs"].items():
+            counts.update(leg["counts"])
+            findings += leg["findings"]
+            gpus.add(leg["A"]["fingerprint"].get("gpu", {}).get("uuid") or f"{s['study']}/{gpu}")
+            recs = leg.get("records") or {}
+            if recs:
+                impacts += [{**row, "study": s["study"], "leg": gpu}
+                            for row in impact(recs["A"], recs["B"], f"{_gpu_name(leg)} GPU {gpu}")]
+        if s["agreement"]["confirmed"] is not None:
+            confirmed += s["agreement"]["confirmed"]
+            checked += s["agreement"]["findings"]
+    return {"A": pair[0], "B": pair[1], "n_studies": len(studies), "n_gpus": len(gpus),
+            "counts": [(label, sum(counts.get(k, 0) for k in keys), bad) for label, keys, bad in VERDICT],
+            "confirmed": confirmed, "checked": checked, "impact": impact_over_gpus(impacts),
+            "groups": rollup.groups(findings)[:TOP_GROUPS]}
+
+
+def impact_over_gpus(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """impact's rows of every GPU of a stack pair, one per pass, dtype and layout: the median change over the GPUs,
+    their range, and on how many the 95 % interval excludes no change in the median's direction."""
+    by: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        by.setdefault((r["pass"], r["dtype"], r["layout"]), []).append(r)
+    out = []
+    for (name, dtype, layout), rs in by.items():
+        ch = sorted(r["change"] for r in rs)
+        mid = statistics.median(ch)
+        sure = sum(1 for r in rs if (r["low"] > 0 if mid > 0 else r["high"] < 0))
+        gpu = rs[0]["gpu"].split(" GPU ")[0]
+        partial = "" if all(r["calls"] == r["all_calls"] for r in rs) else "; partial: not every layer timed on both stacks"
+        line = (f"ResNet-50 convolutions (batch 32, PyTorch defaults), {name} {dtype} {layout}, {gpu}: "
+                f"{mid * 100:+.1f} % (median of {len(rs)} GPU{'s' if len(rs) != 1 else ''}, "
+                f"{ch[0] * 100:+.1f} to {ch[-1] * 100:+.1f} %); the 95 % interval excludes no change on {sure} of "
+                f"{len(rs)}{partial}")
+        out.append({"pass": name, "dtype": dtype, "layout": layout, "change": mid, "low": ch[0], "high": ch[-1],
+                    "confirmed": sure, "n": len(rs), "line": line})
+    out.sort(key=lambda r: -abs(r["change"]))
+    return out
+
+
 def upgrade(g: Model) -> dict[str, Any]:
-    studies = []
+    studies, calibration = [], []
     for s in paired.studies(g.store, info=g.info):
         legs = []
         for gpu, leg in s["legs"].items():
@@ -42,16 +116,22 @@ def upgrade(g: Model) -> dict[str, Any]:
             legs.append({
                 "gpu": gpu, "counts": [(label, leg["counts"][k], bad) for k, label, bad in LABELS
                                        if leg["counts"].get(k)],
-                "change": fields_change(stack_fields(leg["A"]["fingerprint"]), stack_fields(leg["B"]["fingerprint"]))
-                or "the same stack on both sides (an A/A study)",
+                "change": fields_change(stack_fields(leg["A"]["fingerprint"]), stack_fields(leg["B"]["fingerprint"])),
                 "same": leg["counts"].get("time:same", 0), "combinations": leg["combinations"],
                 "both_ok": leg["both_ok"], "runs": {r: leg[r]["run"] for r in paired.ROLES},
                 "stacks": {r: stack_line(leg[r]["fingerprint"]) for r in paired.ROLES},
                 "slower": [r for r in time if r["f"].verdict == "regression"][:TOP],
                 "faster": [r for r in time if r["f"].verdict == "improvement"][:TOP],
-                "accuracy": [f for f in fs if f.kind == "accuracy"][:TOP],
+                "accuracy": sorted((f for f in fs if f.kind == "accuracy"), key=accuracy_order)[:TOP],
                 "availability": [f for f in fs if f.kind == "availability"][:TOP],
                 "determinism": [f for f in fs if f.kind == "determinism" and f.verdict != "change"][:TOP],
             })
-        studies.append({"study": s["study"], "stacks": s["stacks"], "legs": legs, "agreement": s["agreement"]})
-    return {"studies": studies}
+        entry = {"study": s["study"], "stacks": s["stacks"], "legs": legs, "agreement": s["agreement"], "raw": s}
+        # one stack on both sides (no stack field differs on any GPU): a calibration of the judge, not an upgrade
+        (calibration if not any(leg["change"] for leg in legs) else studies).append(entry)
+    pairs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for e in studies:
+        pairs.setdefault((str(e["stacks"]["A"]), str(e["stacks"]["B"])), []).append(e["raw"])
+    for e in studies + calibration:
+        del e["raw"]
+    return {"verdicts": [verdict(p, ss) for p, ss in pairs.items()], "studies": studies, "calibration": calibration}
