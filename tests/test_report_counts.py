@@ -53,3 +53,30 @@ def test_between_images_the_base_back_at_a_known_level_is_judged_as_every_night(
         nightly = {f.key: f.verdict for c in comps if c.comparison.what == "previous stack" for f in c.findings}
         between = {f.key: f.verdict for f in t["findings"]}
     assert between == nightly == {next(iter(between)): "ambiguous"}
+
+
+def test_the_regressions_page_links_its_caps_to_pages_that_list_every_regression(tmp_path, monkeypatch):
+    import importlib
+
+    regressions = importlib.import_module("harness.report.regressions")  # the package names its function so
+
+    monkeypatch.setattr(regressions, "MAX_PER_PAIR", 3)
+    monkeypatch.setattr(regressions, "PAGE_ROWS", 5)
+    r = tmp_path / "r"
+    cases = [f"c{i:02d}" for i in range(12)]
+    for night, (image, slow) in enumerate((("A", 1.0), ("B", 3.0))):
+        write_run(r, "h200", image, T0 + dt.timedelta(days=night),
+                  [record(c, median=(1.0 + i / 10) * slow, samples=noisy((1.0 + i / 10) * slow, seed=night * 50 + i))
+                   for i, c in enumerate(cases)])
+    db = tmp_path / "s.sqlite"
+    assert not collect(db, [r]).refused
+    with Store(db) as s:
+        build(s, tmp_path / "site")
+    reg = (tmp_path / "site" / "regressions.html").read_text()
+    assert "query the store" not in reg
+    [(first, n)] = set(re.findall(r'<a href="regressions/([^"]+\.html)">(\d+) regressions</a>', reg))
+    assert n == "12" and "9 more regressions of this transition are listed on" in reg
+    pages = sorted((tmp_path / "site" / "regressions").glob("*.html"))
+    assert len(pages) == 3 and pages[-1].name == first
+    rows = [x for p in pages for x in re.findall(r'<tr class="bad" id="([^"]+)">', p.read_text())]
+    assert len(rows) == len(set(rows)) == 12

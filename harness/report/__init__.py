@@ -37,7 +37,7 @@ from .judging import finish
 from .machine import machine_page
 from .model import MAX_ROWS, MachineInfo, Model, gather
 from .morning import morning, overview
-from .regressions import regressions
+from .regressions import machine_pages, regressions
 from .upgrade import upgrade
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -201,9 +201,19 @@ def _build(store: Store, out: Path, title: str, workers: int | None = None) -> l
         if pool is not None:
             pool.terminate()
             pool.join()
+    _last: dict[str, Any] = {}  # the regressions page's context: its machines' own pages list what it caps
     for i, (page_id, file, _, template, context) in enumerate(PAGES):
         if page_id not in NEEDS_NO_JUDGEMENT:
-            page((0, i), template, out / file, "", page_id=page_id, **context(g))
+            ctx = context(g)
+            if page_id == "regressions":
+                _last[page_id] = ctx["reg"]
+            page((0, i), template, out / file, "", page_id=page_id, **ctx)
+    for i, gm in enumerate(reg["groups"] if (reg := _last.get("regressions")) else ()):
+        if gm["n_regs"]:
+            (out / "regressions").mkdir(exist_ok=True)
+            for k, rm in enumerate(machine_pages(gm)):
+                page((4, i, k), "regressions_machine.html", out / "regressions" / rm["file"], "../",
+                     page_id="regressions", rm=rm)
     blocks = {b["key"] + "|" + b["source"]: b for b in morning(g)["blocks"]}
     for i, (m, comps) in enumerate(g.nightly):
         if comps:

@@ -22,6 +22,22 @@ MAX_RECORD_PAIRS = 200  # rows of the page that carry both records (the page sta
 
 
 TOP_PER_MACHINE = 5  # regressions of a machine's newest image transition shown open; the rest are folded
+PAGE_ROWS = 200  # rows a page of a machine's own regression pages (regressions/<slug>.html, -2.html ...)
+
+
+def page_file(slug: str, number: int) -> str:
+    """A machine's regressions page ``number`` (1 first), under regressions/."""
+    return f"{slug}.html" if number == 1 else f"{slug}-{number}.html"
+
+
+def machine_pages(group: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every regression of one machine's image transitions (newest first), PAGE_ROWS a page, one line each: where
+    the regressions page stops listing (its caps), these pages go on, so each count links to what lists it all."""
+    rows = [{"it": it, "f": f, "settings": settings_str(f.settings), "anchor": anchor(f)}
+            for it in (group["newest"], *group["older"]) for f in it["all"]]
+    files = group["pages"]
+    return [{"group": group, "rows": rows[k * PAGE_ROWS:(k + 1) * PAGE_ROWS], "first_row": k * PAGE_ROWS + 1,
+             "n_rows": len(rows), "page": k + 1, "files": files, "file": files[k]} for k in range(len(files))]
 
 
 def _worst_first(f: Any) -> tuple:
@@ -52,6 +68,8 @@ def regressions(g: Model) -> dict[str, Any]:
     groups.sort(key=lambda x: -x["n_newest"])
     groups.sort(key=lambda x: x["night"], reverse=True)
     groups.sort(key=lambda x: x["n_newest"] == 0)
+    for gm in groups:
+        gm["pages"] = [page_file(gm["slug"], k) for k in range(1, max(1, -(-gm["n_regs"] // PAGE_ROWS)) + 1)]
     plots = recorded = 0
     for gm in groups:  # in the order of the page: the open rows get the samples and both records first
         for it in (gm["newest"], *gm["older"]):
@@ -79,7 +97,7 @@ def regressions(g: Model) -> dict[str, Any]:
             it["diff"] = [(k, "-" if a is None else str(a), "-" if b is None else str(b)) for k, a, b in
                           fingerprint_diff(g.info[t["base"]["id"]]["fingerprint"] or {},
                                            g.info[t["head"]["id"]]["fingerprint"] or {})]
-            del it["regs"]
+            it["all"] = it.pop("regs")  # every regression, for the machine's own pages (machine_pages)
     steps = []
     for s in g.series:
         nights = [r["night"] for r in s.runs]
