@@ -188,9 +188,6 @@ def _build(store: Store, out: Path, title: str, workers: int | None = None) -> l
         for i, (page_id, file, _, template, context) in enumerate(PAGES):
             if page_id in NEEDS_NO_JUDGEMENT:
                 page((0, i), template, out / file, "", page_id=page_id, **context(g))
-        for i, m in enumerate(g.machines):
-            page((2, i), "machine.html", out / "machines" / f"{m.slug}.html", "../", page_id="machine",
-                 mp=machine_page(g, m))
         if len(g.runs) > RUNS_ON_ONE_PAGE:  # runs.html then lists the machines: a page of runs for each
             (out / "runs").mkdir()
             for i, m in enumerate(g.machines):
@@ -201,6 +198,9 @@ def _build(store: Store, out: Path, title: str, workers: int | None = None) -> l
         if pool is not None:
             pool.terminate()
             pool.join()
+    for i, m in enumerate(g.machines):  # after the judgements: the history picker offers what they found first
+        page((2, i), "machine.html", out / "machines" / f"{m.slug}.html", "../", page_id="machine",
+             mp=machine_page(g, m))
     _last: dict[str, Any] = {}  # the regressions page's context: its machines' own pages list what it caps
     for i, (page_id, file, _, template, context) in enumerate(PAGES):
         if page_id not in NEEDS_NO_JUDGEMENT:
@@ -211,7 +211,7 @@ def _build(store: Store, out: Path, title: str, workers: int | None = None) -> l
     for i, gm in enumerate(reg["groups"] if (reg := _last.get("regressions")) else ()):
         if gm["n_regs"]:
             (out / "regressions").mkdir(exist_ok=True)
-            for k, rm in enumerate(machine_pages(gm)):
+            for k, rm in enumerate(machine_pages(g, gm)):
                 page((4, i, k), "regressions_machine.html", out / "regressions" / rm["file"], "../",
                      page_id="regressions", rm=rm)
     blocks = {b["key"] + "|" + b["source"]: b for b in morning(g)["blocks"]}

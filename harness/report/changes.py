@@ -12,8 +12,8 @@ import numpy as np
 from ..analysis import rollup
 from ..analysis.compare import fingerprint_diff, gate
 from ..analysis.timechange import Thresholds
-from .charts import strip_plot
-from .fmt import flatten, fmt_err, fmt_time, minute
+from .charts import ratio_scatter, strip_plot
+from .fmt import flatten, fmt_err, fmt_time, history_key, minute
 from .judging import NightlyComparison
 from .model import MAX_EVIDENCE_PLOTS
 from .morning import TOP, anchor, label, rank, variants_str
@@ -67,6 +67,7 @@ def comparison(c: NightlyComparison, index: int, th: Thresholds) -> dict[str, An
         also = [anchor(v) for v in vs if v is not f]  # a permalink to a collapsed variant lands on its row
         if k >= MAX_DETAILED:
             rows.append({"f": f, "label": label(f), "gated": id(f) in failing, "anchor": anchor(f), "also": also,
+                         "hist": history_key(f),
                          "settings": variants_str(vs), "detailed": False})
             continue
         plot = None
@@ -77,7 +78,7 @@ def comparison(c: NightlyComparison, index: int, th: Thresholds) -> dict[str, An
         is_open = gated and f.kind != "availability" and opened < OPEN
         opened += is_open
         rows.append({"f": f, "label": label(f), "gated": gated, "open": is_open, "anchor": anchor(f), "detailed": True,
-                     "settings": variants_str(vs), "also": also, "base_rec": record_rows(b), "head_rec": record_rows(h),
+                     "settings": variants_str(vs), "also": also, "hist": history_key(f), "base_rec": record_rows(b), "head_rec": record_rows(h),
                      "base_run": (b or {}).get("run"), "head_run": (h or {}).get("run"), "plot": plot})
     return {"index": index, "what": c.comparison.what, "base": c.comparison.base, "head": c.comparison.head,
             "base_started": minute(c.comparison.base.runs[-1]["started"]),
@@ -87,6 +88,7 @@ def comparison(c: NightlyComparison, index: int, th: Thresholds) -> dict[str, An
             "base_fp": flatten(c.base_fp), "head_fp": flatten(c.head_fp), "rows": rows,
             "n_failing": len(failing),
             "n_findings": sum(len(vs) for _, vs in shown), "groups": rollup.groups(c.findings),
+            "scatter": ratio_scatter(c.base_records, c.head_records, c.findings),
             "net_line": rollup.net_line(rollup.net(c.findings, c.base_records, c.head_records, len(failing))),
             "one_side": [{"n": n, "side": "base only" if gone else "head only", "where": f"{backend} {direction}"}
                          for (gone, backend, direction), n in sorted(one_side.items())]}

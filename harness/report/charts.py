@@ -188,3 +188,44 @@ def time_heatmaps(recs: list[dict[str, Any]], max_rows: int = 60) -> list[dict[s
                     "width": left + cell_w * len(algos) + 10, "height": top + cell_h * len(cases) + 10,
                     "left": left, "top": top, "cell_w": cell_w, "cell_h": cell_h})
     return out
+
+
+VERDICT_COLOURS = {"slower": "#c53030", "faster": "#2f855a", "ambiguous": "#d69e2e"}
+
+
+def ratio_scatter(base: dict[str, dict[str, Any]], head: dict[str, dict[str, Any]], findings: list[Any], *,
+                  width: int = 620, height: int = 200) -> dict[str, Any] | None:
+    """One comparison at a glance: every combination timed on both sides at (base time, head/base), log axes,
+    coloured by its time verdict. The unchanged ones are one grey path (a dot a move: 2,000 of them in ~25 KB);
+    ratios beyond 4x either way sit on the edge."""
+    verdict = {f.key: f.words for f in findings if f.kind == "time"}
+    pts = [(head[k]["median_ms"] / base[k]["median_ms"], base[k]["median_ms"], verdict.get(k, "unchanged"))
+           for k in base.keys() & head.keys() if base[k].get("status") == OK and head[k].get("status") == OK
+           and base[k].get("median_ms") and head[k].get("median_ms")]
+    if not pts:
+        return None
+    pad_l, pad_r, pad_t, pad_b = 46, 10, 8, 30
+    xs = [math.log10(b) for _, b, _ in pts]
+    x_lo, x_hi = math.floor(min(xs)), math.ceil(max(xs))
+    x_hi += x_hi == x_lo
+    y_lim = 2.0  # log2 ratio: 0.25x .. 4x
+
+    def at(ratio: float, ms: float) -> tuple[float, float]:
+        y = max(-y_lim, min(y_lim, math.log2(ratio)))
+        return (round(pad_l + (math.log10(ms) - x_lo) / (x_hi - x_lo) * (width - pad_l - pad_r), 1),
+                round(pad_t + (y_lim - y) / (2 * y_lim) * (height - pad_t - pad_b), 1))
+
+    grey, dots = [], []
+    for ratio, ms, words in sorted(pts, key=lambda p: p[2] != "unchanged"):
+        x, y = at(ratio, ms)
+        if words == "unchanged":
+            grey.append(f"M{x} {y}h0")
+        else:
+            dots.append({"x": x, "y": y, "fill": VERDICT_COLOURS.get(words, "#555")})
+    counts = Counter(p[2] for p in pts)
+    return {"width": width, "height": height, "grey": "".join(grey), "dots": dots, "x0": pad_l,
+            "x1": width - pad_r, "y0": pad_t, "y1": height - pad_b,
+            "xticks": [{"x": at(1.0, 10.0 ** e)[0], "text": fmt_time(10.0 ** e)} for e in range(x_lo, x_hi + 1)],
+            "yticks": [{"y": at(r, 10.0 ** x_lo)[1], "text": f"{r:g}x"} for r in (0.25, 0.5, 1.0, 2.0, 4.0)],
+            "legend": [(w, VERDICT_COLOURS.get(w, "#999"), counts.get(w, 0))
+                       for w in ("slower", "faster", "ambiguous", "unchanged")]}

@@ -66,3 +66,9 @@ def hardware_label(run: dict[str, Any], fingerprint: dict[str, Any]) -> str:
         cpu = fingerprint.get("cpu") or "?"
         return f"CPU only ({cpu}, {fingerprint.get('cpu_count') or '?'} cores)"
     return "hardware not recorded (asv results)"
+
+
+def history_key(f: Any) -> str:
+    """A finding's combination as the machine page's history picker names it (machine.picker_data), so that a
+    link can open its history: ``machines/<slug>.html?c=<key>#pick``."""
+    return "|".join((f.case, f.backend, f.direction, f.algo, f.math, f.dtype, f.layout, settings_str(f.settings) or "-"))

@@ -13,7 +13,7 @@ from ..analysis.compare import fingerprint_diff
 from ..analysis.pairing import stack_line
 from .charts import heatmaps, line_chart, time_heatmaps
 from .fingerprints import link as fingerprint_link
-from .fmt import flatten
+from .fmt import flatten, history_key
 from .model import MAX_CHARTS, MAX_ROWS, MachineInfo, Model, Series, _combo_label
 
 MAX_FINGERPRINTS = 20  # newest runs shown with their whole fingerprint; every run keeps its stack and its diff
@@ -67,7 +67,15 @@ MAX_PICK_RUNS = 120  # the newest runs of a machine in the combination picker's 
 MAX_PICK_COMBOS = 600  # combinations offered by the picker
 
 
-def picker_data(g: Model, h: dict[str, Any]) -> dict[str, Any] | None:
+def flagged(g: Model, m: MachineInfo) -> set[str]:
+    """The history keys (morning.history_key) of the combinations with a finding in the machine's latest night or
+    its newest image transition: the picker offers them first, and a finding's link opens its history there."""
+    out = {history_key(f) for mn, comps in g.nightly if mn.name == m.name for c in comps for f in c.findings}
+    out |= {history_key(f) for t in g.transitions if t["machine"] == m.name for f in t["findings"]}
+    return out
+
+
+def picker_data(g: Model, h: dict[str, Any], found: set[str] = frozenset()) -> dict[str, Any] | None:
     """Any combination's history across nights and stacks on one axis (asv's graph page, offline): the page's
     script draws the combination the reader picks parameter by parameter from these values. Values are medians
     in ms to 4 significant figures; an empty value is a night that did not measure it."""
@@ -90,7 +98,7 @@ def picker_data(g: Model, h: dict[str, Any]) -> dict[str, Any] | None:
         if not finite[:, j].all():  # a night that did not measure it: empty ("%.4g" writes nan, inf, -inf)
             text = ",".join("" if v in ("nan", "inf", "-inf") else v for v in text.split(","))
         labels.append((key, text))
-    labels.sort()
+    labels.sort(key=lambda kv: ("|".join(kv[0]) not in found, kv[0]))  # combinations with findings first
     if not labels:
         return None
     return {"params": ["case", "backend", "direction", "algo", "math", "dtype", "layout", "settings"],
@@ -116,7 +124,7 @@ def machine_page(g: Model, m: MachineInfo) -> dict[str, Any]:
             continue
         h = history(series, g.info)
         if source == "journal" or pick is None:
-            pick = picker_data(g, h)
+            pick = picker_data(g, h, flagged(g, m))
         stamps = [r["started"] for r in h["runs"]]
         if len(h["runs"]) >= 2:
             idx = chained_index(h["median"])

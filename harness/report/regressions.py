@@ -9,16 +9,19 @@ from typing import Any
 from ..analysis.compare import fingerprint_diff
 from ..analysis.timechange import Thresholds
 from .changes import record_rows
-from .charts import strip_plot
+from .charts import ratio_scatter, strip_plot
 from .fingerprints import link as fingerprint_link
 from .fmt import settings_str
-from .model import MAX_EVIDENCE_PLOTS, Model, _combo_label
+from .model import Model, _combo_label
 from .morning import anchor
 
 MAX_STEPS = 500  # nightly change points listed, the largest first
-MAX_PER_PAIR = 100  # regressions listed of a machine's newest image transition; the rest are counted
-MAX_PER_OLDER = 25  # of each earlier one (folded history: a fleet's page had 9,911 rows and took 0.52 s to load)
-MAX_RECORD_PAIRS = 200  # rows of the page that carry both records (the page stays small on a fleet)
+# regressions listed of a machine's newest image transition, and of each earlier one (folded history: a fleet's page
+# had 9,911 rows and took 0.52 s to load); every one of them is on the machine's own pages (machine_pages)
+MAX_PER_PAIR = 25
+MAX_PLOTS = 15  # sample strips on the page (MAX_EVIDENCE_PLOTS' 40 were 190 KB of the sample's page)
+MAX_PER_OLDER = 10
+MAX_RECORD_PAIRS = 30  # rows of the page that carry both records: 200 made the sample's page 0.83 MB (300 KB is the budget)
 
 
 TOP_PER_MACHINE = 5  # regressions of a machine's newest image transition shown open; the rest are folded
@@ -30,14 +33,20 @@ def page_file(slug: str, number: int) -> str:
     return f"{slug}.html" if number == 1 else f"{slug}-{number}.html"
 
 
-def machine_pages(group: dict[str, Any]) -> list[dict[str, Any]]:
+def machine_pages(g: Model, group: dict[str, Any]) -> list[dict[str, Any]]:
     """Every regression of one machine's image transitions (newest first), PAGE_ROWS a page, one line each: where
-    the regressions page stops listing (its caps), these pages go on, so each count links to what lists it all."""
-    rows = [{"it": it, "f": f, "settings": settings_str(f.settings), "anchor": anchor(f)}
-            for it in (group["newest"], *group["older"]) for f in it["all"]]
+    the regressions page stops listing (its caps), these pages go on, so each count links to what lists it all.
+    The first page draws each transition at a glance (charts.ratio_scatter: ~30 KB each, kept off the
+    regressions page itself)."""
+    its = (group["newest"], *group["older"])
+    rows = [{"it": it, "f": f, "settings": settings_str(f.settings), "anchor": anchor(f)} for it in its for f in it["all"]]
+    glance = [{"it": it, "scatter": ratio_scatter({x["key"]: x for x in g.current[(it["t"]["machine"], it["t"]["base"]["image"])]},
+                                                  {x["key"]: x for x in g.current[(it["t"]["machine"], it["t"]["head"]["image"])]},
+                                                  it["t"]["findings"])} for it in its]
     files = group["pages"]
     return [{"group": group, "rows": rows[k * PAGE_ROWS:(k + 1) * PAGE_ROWS], "first_row": k * PAGE_ROWS + 1,
-             "n_rows": len(rows), "page": k + 1, "files": files, "file": files[k]} for k in range(len(files))]
+             "n_rows": len(rows), "page": k + 1, "files": files, "file": files[k], "glance": glance if k == 0 else []}
+            for k in range(len(files))]
 
 
 def _worst_first(f: Any) -> tuple:
@@ -84,7 +93,7 @@ def regressions(g: Model) -> dict[str, Any]:
                     head_recs = {x["key"]: x for x in g.current[(t["machine"], t["head"]["image"])]}
                 b, h = base_recs.get(f.key), head_recs.get(f.key)
                 plot = None
-                if f.kind == "time" and plots < MAX_EVIDENCE_PLOTS and b is not None and h is not None:
+                if f.kind == "time" and plots < MAX_PLOTS and b is not None and h is not None:
                     plot = strip_plot(b["samples"], h["samples"])
                     plots += 1
                 detailed = recorded < MAX_RECORD_PAIRS
