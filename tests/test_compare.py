@@ -333,6 +333,8 @@ def test_a_speed_up_quotes_its_interval_the_way_it_is_headlined():
     fast = time_verdict(*_pair(noisy(1.0, seed=1), noisy(1.0 / 14.15, seed=2)), Thresholds())
     assert fast[0] == "improvement" and "x faster" in fast[1]
     lo, hi = fast[2]["ci"]
-    assert f"95% CI {1 / hi:.1f}-{1 / lo:.1f}x" in fast[1] and "0.07" not in fast[1]
+    assert f"95% CI {ci_words(lo, hi, False)}" in fast[1] and "0.07" not in fast[1]
+    assert ci_words(lo, hi, False).startswith(f"{1 / hi:.1f}")
     assert ci_words(1.08, 1.12, True) == "1.08-1.12x" and ci_words(1 / 1.12, 1 / 1.08, False) == "1.08-1.12x"
+    assert ci_words(1.0362, 1.0441, True) == "1.036-1.044x"  # narrow: as many digits as tell its ends apart
     assert fmt_time(0.0094) == "9.4 µs" and fmt_time(2.5) == "2.5 ms" and fmt_time(float("nan")) == "-"

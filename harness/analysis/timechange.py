@@ -287,6 +287,8 @@ def ci_words(lo: float, hi: float, slower: bool) -> str:
     '14.0-14.3x' for a speed-up quoted as '14.15x faster' (never its head/base '0.07-0.07')."""
     a, b = (lo, hi) if slower else (1 / hi, 1 / lo)
     digits = 2 if b < 10 else 1
+    while digits < 4 and f"{a:.{digits}f}" == f"{b:.{digits}f}":  # a narrow interval keeps its width visible
+        digits += 1
     return f"{a:.{digits}f}-{b:.{digits}f}x"
 
 
