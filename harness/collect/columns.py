@@ -44,6 +44,12 @@ _HINTS: dict[type, dict[str, Any]] = {}
 _PRINTABLE_ASCII = bytes(range(0x20, 0x7F))
 
 
+def settings_signature(settings: dict[str, Any]) -> tuple:
+    """Settings as a memo key: each value with its type, since 1, 1.0 and True are equal in Python but spelled
+    apart in a record's key (a memo keyed by equality alone gave a second combination the first one's key)."""
+    return tuple(sorted((k, v, v.__class__) for k, v in settings.items())) if settings else ()
+
+
 def identity_signature(d: dict[str, Any]) -> tuple | None:
     """The key collect's fast path looks a record's identity up by (None where the record has no such key)."""
     try:
@@ -51,7 +57,7 @@ def identity_signature(d: dict[str, Any]) -> tuple | None:
         if type(settings) is not dict:
             return None
         return (d["case"], d["backend"], d["direction"], d["algo"], d["math"], d["dtype"], d["layout"],
-                tuple(sorted(settings.items())) if settings else (), d["kind"])
+                settings_signature(settings), d["kind"])
     except (KeyError, TypeError):
         return None
 

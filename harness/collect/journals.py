@@ -50,7 +50,7 @@ def _combo(d: dict[str, Any]) -> tuple:
     kind = d["kind"]
     try:
         sig = (d["case"], d["backend"], d["direction"], d["algo"], d["math"], d["dtype"], d["layout"],
-               tuple(sorted(settings.items())), kind)
+               column_checks.settings_signature(settings), kind)
         hit = _COMBO_MEMO.get(sig)
     except TypeError:  # a setting with an unhashable value (list, dict)
         sig, hit = None, None
@@ -189,7 +189,7 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
                 fast = schema == SCHEMA_VERSION and schema is not True and kind != "ranking"
                 if fast:
                     sig = (case, backend, direction, algo, math_, dtype, layout,
-                           tuple(sorted(settings.items())) if settings else (), kind)
+                           column_checks.settings_signature(settings), kind)
                     c = memo.get(sig)
                     if c is None:
                         c = combo(d)

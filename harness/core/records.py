@@ -36,6 +36,13 @@ def wholly_failed(pairs) -> list[str]:
     return sorted(g for g, all_failed in seen.items() if all_failed)
 
 
+# What a key is made of: the seven identity fields joined by KEY_SEPARATOR, then the settings as ``k=v`` joined
+# by SETTING_SEPARATOR. The record schema refuses a KEY_SEPARATOR in every field, and in a setting's name any of
+# the three, so a key splits back into exactly one identity: keys are injective (tests/test_records.py proves it).
+KEY_SEPARATOR, SETTING_SEPARATOR, SETTING_EQUALS = "|", ",", "="
+IDENTITY_FIELDS = ("case", "backend", "direction", "algo", "math", "dtype", "layout")
+
+
 def record_key(case: str, backend: str, direction: str, algo: str, math: str, dtype: str, layout: str,
                settings: dict[str, Any]) -> str:
     """The key of one combination: its seven identity fields and its settings (sorted ``k=v``), joined by ``|``.
@@ -49,8 +56,17 @@ def record_key(case: str, backend: str, direction: str, algo: str, math: str, dt
 
 def settings_key(settings: dict[str, Any], omit: tuple[str, ...] = ()) -> str:
     """A record's settings as they appear in its key: ``k=v`` sorted by name, joined by commas; ``omit`` leaves
-    out settings that only name where it ran (``device``) when lining up the same combination across hosts."""
-    return ",".join(f"{k}={v}" for k, v in sorted(settings.items()) if k not in omit)
+    out settings that only name where it ran (``device``) when lining up the same combination across hosts.
+
+    A value is spelled as its text (1 and "1" are one setting). Journals refuse a comma in a value; asv results
+    may hold one (convbench's own suite names a setting ``heuristic,tf32=0,ws=0``), so a value holding a comma or
+    starting with a double quote is written as a JSON string: self-delimiting, and no other value is spelled so."""
+    return ",".join(f"{k}={_setting_text(v)}" for k, v in sorted(settings.items()) if k not in omit)
+
+
+def _setting_text(value: Any) -> str:
+    text = str(value)
+    return json.dumps(text) if "," in text or text.startswith('"') else text
 
 
 @dataclass

@@ -23,7 +23,15 @@ from collections.abc import Callable
 from typing import Any
 
 from .cases import DIRECTIONS, DTYPES, LAYOUTS
-from .records import SCHEMA_VERSION, Ranking, Record
+from .records import (
+    IDENTITY_FIELDS,
+    KEY_SEPARATOR,
+    SCHEMA_VERSION,
+    SETTING_EQUALS,
+    SETTING_SEPARATOR,
+    Ranking,
+    Record,
+)
 
 MAX_TEXT = 1024  # an identity field, a status, a hash, a setting's value
 MAX_LONG_TEXT = 64 << 10  # a reason or an explanation (an exception's message)
@@ -50,6 +58,8 @@ CLOCK_TYPES: dict[str, Any] = {"sm_mhz_min": float | None, "sm_mhz_max": float |
                                "throttled_batches": int}
 _ENUMS = {"direction": DIRECTIONS, "dtype": DTYPES, "layout": LAYOUTS}
 _NUMBER_TYPES = {int, float}
+_IDENTITY = frozenset(IDENTITY_FIELDS)
+_NAME_SEPARATORS = (KEY_SEPARATOR, SETTING_SEPARATOR, SETTING_EQUALS)
 
 
 class SchemaError(ValueError):
@@ -139,6 +149,7 @@ def _checker(tp: Any, name: str, nonneg: bool) -> Check:
     if tp is str:
         limit = MAX_LONG_TEXT if name in _LONG_TEXTS else MAX_TEXT
         allowed = _ENUMS.get(name)
+        identity = name in _IDENTITY
 
         seen: set[str] = set()  # a fleet repeats the same few thousand names: each is checked once
 
@@ -150,6 +161,8 @@ def _checker(tp: Any, name: str, nonneg: bool) -> Check:
                 raise SchemaError(p, "is empty")
             if allowed and v not in allowed:
                 raise SchemaError(p, f"is {v[:40]!r}, not one of {', '.join(allowed)}")
+            if identity and KEY_SEPARATOR in v:
+                raise SchemaError(p, f"is {v[:40]!r}: {KEY_SEPARATOR!r} separates a record's key fields")
             if len(seen) < 100_000:
                 seen.add(v)
         return check_str
@@ -187,14 +200,33 @@ def _checker(tp: Any, name: str, nonneg: bool) -> Check:
                 _text(k, f"{p} key", MAX_TEXT)
                 if known and k in known:
                     _checker(known[k], k, False)(x, f"{p}.{k}")
-                elif scalar and type(x) in (list, dict):
-                    raise SchemaError(f"{p}.{k}", f"is {_type_name(x)}; a setting is text, a number or a boolean")
+                elif scalar:
+                    check_setting(k, x, f"{p}.{k}")
                 else:
                     value(x, f"{p}.{k}")
         return check_dict
     if dataclasses.is_dataclass(tp):
         return _object_checker(tp, nonneg)
     raise TypeError(f"schema has no check for {tp!r}")  # a new annotation in records.py: add it above
+
+
+def check_setting(name: str, value: Any, path: str, value_commas: bool = False) -> None:
+    """One setting, which is part of its record's key (records.settings_key): a name without ``|``, ``,`` or ``=``
+    and a scalar value without ``|`` or control characters, and without ``,`` unless ``value_commas`` (asv
+    results, whose commas settings_key quotes), so that no two settings are spelled alike in a key."""
+    _text(name, f"{path} (its name)", MAX_TEXT)
+    if any(sep in name for sep in _NAME_SEPARATORS):
+        raise SchemaError(path, f"has a name {name[:40]!r} holding one of {' '.join(_NAME_SEPARATORS)}, which "
+                                "separate a record's key")
+    if type(value) in (list, dict):
+        raise SchemaError(path, f"is {_type_name(value)}; a setting is text, a number or a boolean")
+    if type(value) is str:
+        _text(value, path, MAX_TEXT)
+        bad = (KEY_SEPARATOR,) if value_commas else (KEY_SEPARATOR, SETTING_SEPARATOR)
+        if any(sep in value for sep in bad):
+            raise SchemaError(path, f"is {value[:40]!r}: {' and '.join(map(repr, bad))} separate a record's key")
+    else:
+        _json_value(value, path)
 
 
 def _nullable(tp: Any) -> bool:
