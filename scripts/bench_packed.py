@@ -58,7 +58,7 @@ def same(a, b) -> bool:
 def measure(name: str, runs: list[RawRun], repeats: int) -> float:
     metas = [journal_identity(r)[0] for r in runs]
     parsed = [parse_journal(r, m) for r, m in zip(runs, metas, strict=True)]  # also warms the identity memo
-    copies = [RawRun(r.origin, r.run_json, r.records, r.end_json, packed.encode(p, len(r.records)))
+    copies = [RawRun(r.origin, r.run_json, r.records, r.end_json, packed.encode(p, r.records))
               for r, p in zip(runs, parsed, strict=True)]
     decoded = [packed.decode(c, m) for c, m in zip(copies, metas, strict=True)]
     if not all(same(a, b) for a, b in zip(decoded, parsed, strict=True)):

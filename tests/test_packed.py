@@ -15,6 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 from _fleet_data import fixture_tarballs, record, sweep_cpu_runs, tar_runs, write_run
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from harness.collect import ingest
 from harness.collect import packed as pk
@@ -74,7 +77,7 @@ def test_every_fixture_run_packs_to_what_its_journal_stores():
                 meta = journal_identity(raw)[0]
                 parsed = parse_journal(raw, meta)
                 copy = RawRun(raw.origin, raw.run_json, raw.records, raw.end_json,
-                              pk.encode(parsed, len(raw.records)))
+                              pk.encode(parsed, raw.records))
                 _same(pk.decode(copy, meta), parsed)
                 runs += 1
     assert runs >= 10
@@ -122,15 +125,21 @@ def _run(tmp_path: Path, n: int = 3, machine: str = "m1") -> Path:
     return d
 
 
-def test_a_journal_that_grew_or_is_newer_than_its_copy_is_read(tmp_path, monkeypatch):
+def test_a_journal_that_grew_or_changed_since_its_copy_is_read(tmp_path):
     d = _run(tmp_path)
     with (d / JOURNAL_FILE).open("a") as f:  # a resumed run appended after the copy was made
         f.write(dumps(record("late")) + "\n")
-    assert collect(tmp_path / "a.sqlite", [d]).records == 4
+    s = collect(tmp_path / "a.sqlite", [d])
+    assert s.records == 4 and s.packed == 0 and "its journal changed since it was packed" in s.passed_over[0]
     d2 = _run(tmp_path / "two")
-    packed_at = os.stat(d2 / PACKED_FILE).st_mtime_ns
-    os.utime(d2 / JOURNAL_FILE, ns=(packed_at + 10**9, packed_at + 10**9))  # same size, written after the copy
-    assert pk.dir_raw(d2).packed is None
+    journal = bytearray((d2 / JOURNAL_FILE).read_bytes())
+    at = journal.index(b'"c1"') + 2
+    journal[at] = ord("7")  # c1 -> c7: the same size, the same lines, another record
+    (d2 / JOURNAL_FILE).write_bytes(bytes(journal))
+    s = collect(tmp_path / "b.sqlite", [d2])
+    assert s.packed == 0 and "sha256 is not the one it was packed from" in s.passed_over[0]
+    with Store(tmp_path / "b.sqlite") as st:
+        assert {r[0] for r in st.db.execute("SELECT case_id FROM combos")} == {"c0", "c7", "c2"}
 
 
 def _sections(data: bytes) -> tuple[dict, dict]:
@@ -143,8 +152,10 @@ def _sections(data: bytes) -> tuple[dict, dict]:
 
 
 def _assemble(head: dict, parts: dict) -> bytes:
+    """A copy of ``parts``, its sizes and crc32 made to fit them (a copy damaged with its sums recomputed: what only
+    the checks of its contents can refuse)."""
     sections = [parts[name] for name in pk._SECTIONS]
-    head = dict(head, sizes=[len(s) for s in sections])
+    head = dict(head, sizes=[len(s) for s in sections], crc32=zlib.crc32(b"".join(sections)))
     return b"".join((pk.MAGIC, json.dumps(head).encode(), b"\n", *sections))
 
 
@@ -416,67 +427,17 @@ def test_a_hostile_copy_is_passed_over_for_the_journal(tmp_path, what):
     assert _dump(tmp_path / "h.sqlite") == _dump(tmp_path / "c.sqlite")
 
 
-@pytest.mark.parametrize("version", [b"CBPACK1\n", b"CBPACK2\n"])
+@pytest.mark.parametrize("version", [b"CBPACK1\n", b"CBPACK2\n", b"CBPACK3\n", b"CBPACK4\n", b"CBPACK5\n"])
 def test_a_copy_of_an_older_version_is_passed_over_and_named(tmp_path, version):
-    """Version 1 (before 2026-12-02) held each extra as its JSON text, version 2 (2026-12-02) the texts as a row
-    per record: their copies are read from their journals."""
+    """Versions before 6 named their journal by its size alone (a flipped bit or another journal of that size was
+    trusted): their copies are read from their journals, with a note."""
     d = _run(tmp_path / "old")
     data = (d / PACKED_FILE).read_bytes()
     (d / PACKED_FILE).write_bytes(version + data[len(pk.MAGIC):])
     s = collect(tmp_path / "s.sqlite", [d])
-    assert s.added == 1 and s.packed == 0 and not s.refused
-    assert s.passed_over == [f"{d}: packed copy passed over, its journal read (packed by another convbench version)"]
-
-
-def _as_lists(obj: dict) -> None:
-    """Every key's values as a list, as version 3 wrote them."""
-    for sid, (_, values) in enumerate(obj["extras"]):
-        values[:] = [decode_values(v, obj["shape"].count(sid)) for v in values]
-
-
-def _older_copy_beside_its_journal(tmp_path: Path, monkeypatch, d: Path, version: bytes, head: dict,
-                                   parts: dict) -> tuple[list, list]:
-    """The store of run ``d`` collected from its copy rewritten as ``version`` with ``parts`` (read from the copy:
-    its journal is never parsed), and the store of the same run collected from its journal alone."""
-    (d / PACKED_FILE).write_bytes(version + _assemble(head, parts)[len(pk.MAGIC):])
-    clean = _run(tmp_path / "clean")
-    (clean / PACKED_FILE).unlink()
-    with monkeypatch.context() as m:
-        _no_journal_parse(m)
-        s = collect(tmp_path / "older.sqlite", [d])
-    assert s.added == 1 and s.packed == 1 and not s.passed_over
-    collect(tmp_path / "c.sqlite", [clean])
-    return _dump(tmp_path / "older.sqlite"), _dump(tmp_path / "c.sqlite")
-
-
-def test_a_version_3_copy_is_read_as_it_was_written(tmp_path, monkeypatch):
-    """Version 3 (2026-12-02) kept every key's values as a list and the numbers as they are: a version-4 copy with
-    nothing encoded or compressed, read as one."""
-    d = _run(tmp_path / "v3")
-    head, parts = _sections((d / PACKED_FILE).read_bytes())
-    _layout(parts, _as_lists)
-    assert b'"flat"' not in zlib.decompress(parts["texts"]) and not zlib.decompress(parts["texts"]).startswith(b"\0")
-    parts["numbers"] = numbers_array(parts["numbers"], _n(parts)).tobytes()  # and its numbers as they are
-    v3, now = _older_copy_beside_its_journal(tmp_path, monkeypatch, d, b"CBPACK3\n", head, parts)
-    assert v3[2] != now[2]  # the store keeps numbers and texts as the copy wrote them, and reads the same values
-    for dump in (v3, now):
-        dump[2] = [(*r[:3], numbers_array(r[3], r[1]).tobytes(), text_columns(r[4], r[1]), *r[5:]) for r in dump[2]]
-    assert v3 == now
-
-
-def test_a_version_4_copy_is_read_as_it_was_written(tmp_path, monkeypatch):
-    """Version 4 (2026-12-02) kept the extras' numbers as JSON: a version-5 copy with no binary part, read as one;
-    the store keeps its texts as written and reads the same values as from the journal."""
-    d = _run(tmp_path / "v4")
-    head, parts = _sections((d / PACKED_FILE).read_bytes())
-    assert zlib.decompress(parts["texts"]).startswith(b"\0BIN")
-    _layout(parts, lambda obj: None)  # every reference replaced by its numbers as JSON
-    assert not zlib.decompress(parts["texts"]).startswith(b"\0BIN")
-    v4, now = _older_copy_beside_its_journal(tmp_path, monkeypatch, d, b"CBPACK4\n", head, parts)
-    assert v4[2] != now[2]
-    for dump in (v4, now):
-        dump[2] = [(*r[:4], text_columns(r[4], r[1]), *r[5:]) for r in dump[2]]
-    assert v4 == now
+    assert s.added == 1 and s.packed == 0 and not s.refused and s.records == 3
+    assert s.passed_over == [f"{d}: packed copy passed over, its journal read (packed by another convbench version "
+                             "(without its journal's sha256))"]
 
 
 def test_a_journal_collect_refuses_is_not_packed_and_its_refusal_stays_the_journals(tmp_path):
@@ -586,3 +547,93 @@ def test_any_error_reading_a_copy_falls_back_to_the_journal(tmp_path, monkeypatc
     s = collect(tmp_path / "s.sqlite", [d])
     assert s.added == 1 and s.packed == 0 and not s.refused
     assert "cannot be read (OverflowError: int too large to convert to float)" in s.passed_over[0]
+
+
+# --- the journal is the record: a copy is used only where it provably is its journal's ---
+
+def _journal_and_copy(tmp: Path, n: int = 6) -> tuple[Path, bytes]:
+    d = _run(tmp, n=n)
+    return d, (d / PACKED_FILE).read_bytes()
+
+
+_FLIP_RUN: dict = {}
+
+
+def _flip_fixture(tmp_path_factory) -> tuple[RawRun, dict, Any]:
+    if not _FLIP_RUN:
+        d, _ = _journal_and_copy(tmp_path_factory.mktemp("flip"))
+        raw = pk.dir_raw(d)
+        meta = journal_identity(raw)[0]
+        _FLIP_RUN.update(raw=raw, meta=meta, parsed=parse_journal(raw, meta))
+    return _FLIP_RUN["raw"], _FLIP_RUN["meta"], _FLIP_RUN["parsed"]
+
+
+@hsettings(max_examples=300, deadline=None, database=None)
+@given(bit=st.integers(min_value=0))
+def test_no_flipped_bit_in_a_copy_changes_what_is_stored(tmp_path_factory, bit):
+    """Any one bit of the copy flipped (the header, a case id, a median, a sample...): the copy is passed over, or
+    (a bit no reader looks at) gives exactly the journal's rows."""
+    raw, meta, parsed = _flip_fixture(tmp_path_factory)
+    data = bytearray(raw.packed)
+    bit %= 8 * len(data)
+    data[bit // 8] ^= 1 << (bit % 8)
+    try:
+        decoded = pk.decode(RawRun(raw.origin, raw.run_json, raw.records, raw.end_json, bytes(data)), meta)
+    except pk.Unusable:
+        return
+    _same(decoded, parsed)
+
+
+@hsettings(max_examples=8, deadline=None, database=None)
+@given(kept=st.integers(min_value=1, max_value=5), forged=st.booleans())
+def test_a_copy_of_part_of_its_journal_is_passed_over_and_nothing_is_lost(tmp_path_factory, kept, forged):
+    """A copy made when the journal held ``kept`` of its 6 records, its header left as written or forged to name
+    the whole journal's length and lines: the journal's 6 are stored."""
+    tmp = tmp_path_factory.mktemp("part")
+    d, _ = _journal_and_copy(tmp)
+    full = (d / JOURNAL_FILE).read_bytes()
+    (d / JOURNAL_FILE).write_bytes(b"".join(full.splitlines(keepends=True)[:kept]))
+    assert pk.write_packed(d)
+    (d / JOURNAL_FILE).write_bytes(full)
+    if forged:
+        head, parts = _sections((d / PACKED_FILE).read_bytes())
+        head.update(journal_bytes=len(full), journal_lines=full.count(b"\n"))
+        (d / PACKED_FILE).write_bytes(_assemble(head, parts))
+    s = collect(tmp / "s.sqlite", [d])
+    assert s.records == 6 and s.packed == 0 and len(s.passed_over) == 1 and not s.refused
+    assert ("sha256" if forged else "journal changed") in s.passed_over[0]
+
+
+@pytest.mark.parametrize("factor", [3.0, 1 / 2])
+def test_a_copy_that_says_slower_or_unchanged_does_not_reach_the_store(tmp_path, factor):
+    """A copy edited to say 3x slower (the gate would fail identical journals) or half the time (a real 2x
+    regression hidden): its crc32 no longer fits, so the journal's numbers are stored."""
+    d, data = _journal_and_copy(tmp_path / "edited")
+    clean, _ = _journal_and_copy(tmp_path / "clean")
+    (clean / PACKED_FILE).unlink()
+    head, parts = _sections(data)
+    n = _n(parts)
+    a = numbers_array(parts["numbers"], n).copy()
+    a[NUMBER_COLUMNS.index("median_ms")] *= factor
+    parts["numbers"] = pack_numbers(a)
+    sections = [parts[name] for name in pk._SECTIONS]
+    head["sizes"] = [len(x) for x in sections]  # sizes made to fit, the crc32 left as the writer made it
+    (d / PACKED_FILE).write_bytes(b"".join((pk.MAGIC, json.dumps(head).encode(), b"\n", *sections)))
+    s = collect(tmp_path / "e.sqlite", [d])
+    assert s.packed == 0 and "crc32" in s.passed_over[0]
+    collect(tmp_path / "c.sqlite", [clean])
+    assert _dump(tmp_path / "e.sqlite") == _dump(tmp_path / "c.sqlite")
+
+
+def test_a_tarball_holding_a_copy_twice_is_read_from_its_journal(tmp_path):
+    import tarfile
+
+    d, _ = _journal_and_copy(tmp_path / "r")
+    tarball = tmp_path / "runs.tar"
+    with tarfile.open(tarball, "w") as tar:
+        tar.add(d, arcname=f"{d.parent.name}/{d.name}")
+    with tarfile.open(tarball, "a") as tar:  # the copy appended again (a shipping script run twice)
+        tar.add(d / PACKED_FILE, arcname=f"{d.parent.name}/{d.name}/{PACKED_FILE}")
+    s = collect(tmp_path / "s.sqlite", [tarball])
+    assert s.added == 1 and s.records == 6 and s.packed == 0 and not s.refused
+    assert "packed copy passed over, its journal read (the tarball holds it twice)" in s.passed_over[0]

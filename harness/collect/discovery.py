@@ -30,8 +30,8 @@ class Refused(Exception):
 @dataclass
 class RawRun:
     """One journal run as bytes (from a directory or a tarball), with its packed copy where there is one
-    (packed.py). A directory's journal is not read when its copy is: ``records`` is then empty and
-    ``journal_size`` is the journal's size on disk."""
+    (packed.py) and why a copy found was not kept (``packed_note``). ``journal_size``: the journal's size on disk
+    where its bytes are not read (``records`` empty: collect's check for a run it holds unchanged)."""
 
     origin: str
     run_json: bytes
@@ -39,6 +39,7 @@ class RawRun:
     end_json: bytes | None
     packed: bytes | None = None
     journal_size: int | None = None
+    packed_note: str | None = None
 
 
 @dataclass
@@ -119,6 +120,7 @@ def _walk_tar(path: Path) -> Iterator[Any]:
         raise Refused(f"{path}: not a regular file (a symlink, FIFO or device is not read)")
     kept = 0  # decompressed bytes held in memory: the members' limits alone let 200 of them exhaust it
     copies: set[str] = set()  # packed copies seen (kept or not)
+    doubled: set[str] = set()  # runs whose copy the tarball holds twice: neither is used, the journal is read
     try:
         with tarfile.open(path, "r|*") as tar:
             for n, member in enumerate(tar):
@@ -130,8 +132,10 @@ def _walk_tar(path: Path) -> Iterator[Any]:
                 if not member.isfile() or not (base in _RUN_FILES or base.endswith(".json")):
                     continue
                 if base == PACKED_FILE:  # a cache (collect/packed.py): kept only within what the budget leaves
-                    if member.name in copies:
-                        raise intake.Hostile(f"{member.name[:120]!r} appears twice")
+                    if member.name in copies or parent in doubled:  # appended twice: a cache, not the record
+                        doubled.add(parent)
+                        kept -= len(groups.get(parent, {}).pop(PACKED_FILE, b""))
+                        continue
                     copies.add(member.name)
                     if kept + member.size > intake.MAX_ARCHIVE_BYTES:
                         continue
@@ -160,7 +164,8 @@ def _walk_tar(path: Path) -> Iterator[Any]:
                           "the tarball is refused as a whole")
         if RUN_FILE in g:
             items.append(RawRun(f"{path}:{parent}", g[RUN_FILE], g.get(JOURNAL_FILE, b""), g.get(END_FILE),
-                                g.get(PACKED_FILE)))
+                                g.get(PACKED_FILE), packed_note="the tarball holds it twice" if parent in doubled
+                                else None))
     for name, data in sorted(jsons.items()):
         parent, _, base = name.rpartition("/")
         machine = jsons.get(f"{parent}/machine.json")

@@ -24,7 +24,7 @@ from ..core import intake
 from ..run.journal import END_FILE, JOURNAL_FILE, RUN_FILE
 from . import fresh
 from .asv_results import parse_asv
-from .discovery import Archive, AsvFile, RawRun, Refused, dir_run, discover, read_optional
+from .discovery import Archive, AsvFile, RawRun, Refused, discover, read_optional
 from .journals import journal_digest, journal_identity, parse_journal
 from .packed import Unusable, decode, dir_raw
 from .store import DEFAULT_STORE, Checkpointer, ParsedRun, Store, StoreError, UnpackableRecord
@@ -100,17 +100,13 @@ def _parse(store: Store, item: Any) -> tuple[ParsedRun | None, str | None]:
         meta, run_id, machine = identity or journal_identity(item)
         if store.digest_of(run_id, machine) == journal_digest(item):
             return None, None
-        note = None
-        if item.packed is not None:  # the host's packed copy: used where it is the journal's and passes its checks
+        note = f"{item.origin}: packed copy passed over, its journal read ({item.packed_note})" \
+            if item.packed_note else None
+        if item.packed is not None:  # the host's packed copy: used where it provably is the journal's (packed.py)
             try:
                 return decode(item, meta), PACKED
             except Unusable as exc:
                 note = f"{item.origin}: packed copy passed over, its journal read ({exc})"
-                if item.journal_size is not None:  # a directory's journal, not read yet: the journal decides
-                    try:
-                        item = dir_run(Path(item.origin))
-                    except (OSError, intake.Hostile) as exc:
-                        raise Refused(f"{item.origin}: cannot read ({exc})") from None
         return parse_journal(item, meta), note
     if isinstance(item, AsvFile):
         parsed = parse_asv(item)

@@ -2,24 +2,27 @@
 the run so that a fleet's collect does not parse ten million journal lines again.
 
 The host packs what collect would store from its own journal (journals.parse_journal, then store_packing's
-column groups), so the copy is the journal's store rows, not a second format to keep in step. Collect reads the
-copy only where it is the journal's: the same size as records.jsonl when packed, not older than it; and only as
-untrusted input: every combination goes through check_record once, every column through the rule check_record
-applies to its values (columns.py), each extra's values are checked per key, and the store keeps what was
-checked. A copy that is missing, stale, damaged, hostile or unreadable in any way is passed over and the journal
-read instead: nothing is lost and the refusal words stay the journal's. The journal stays the record; the copy is
-a cache of it.
+column groups), so the copy is the journal's store rows, not a second format to keep in step. The journal is the
+record and the copy only a cache of it: collect uses a copy only where it provably is its journal's, that is
+where the sha256 of the journal's bytes, their line count and the crc32 of the copy's own sections all match
+what the copy's header says (one flipped bit, a copy of a shorter or longer journal, one made for another run:
+each is passed over), and only as untrusted input: every combination goes through check_record once, every
+column through the rule check_record applies to its values (columns.py), each extra's values are checked per
+key, and the store keeps what was checked. A copy that is missing, stale, damaged, hostile, of an older version
+(without these sums) or unreadable in any way is passed over with a note and the journal read instead: nothing
+is lost and the refusal words stay the journal's.
 
-Layout: ``CBPACK5``, a JSON header line {journal_bytes, n, sizes}, then six sections back to back: the records'
-combinations (a JSON array per line, in record order), NUMBER_COLUMNS as float64 (NaN for null; compressed:
-store_packing.pack_numbers), the texts of TEXT_COLUMNS (by column, the extras by key set, each key's values
-encoded, their numbers binary, compressed as the store keeps them: pack_texts), the samples' counts (int32), the
-samples (float64) and the rankings (JSON).
+Layout: ``CBPACK6``, a JSON header line {journal_bytes, journal_sha256, journal_lines, n, sizes, crc32}, then six
+sections back to back: the records' combinations (a JSON array per line, in record order), NUMBER_COLUMNS as
+float64 (NaN for null; compressed: store_packing.pack_numbers), the texts of TEXT_COLUMNS (by column, the extras
+by key set, each key's values encoded, their numbers binary, compressed as the store keeps them: pack_texts), the
+samples' counts (int32), the samples (float64) and the rankings (JSON).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import stat
@@ -47,12 +50,10 @@ from .store_packing import (
     split_texts,
 )
 
-# 3 (2026-12-02): texts by column, extras by key set; 4 (later that day): a key's values encoded (encode_values),
-# the numbers compressed; 5 (10:40 UTC): the extras' numbers binary (store_packing.Area). A version-3 or -4 copy
-# is a version-5 copy with less encoded (no binary part; nothing encoded or compressed) and is read as one; copies
-# of older versions are passed over
-MAGIC = b"CBPACK5\n"
-_READS = (MAGIC, b"CBPACK4\n", b"CBPACK3\n")
+# 6: the header names its journal by content (sha256, lines) and its sections by their crc32. Copies of versions
+# 3 to 5 named their journal by size alone, so a flipped bit or a copy of another journal of that size was
+# trusted: they are passed over for their journals, as every older version is
+MAGIC = b"CBPACK6\n"
 _SECTIONS = ("combos", "numbers", "texts", "sample_counts", "samples", "rankings")
 _OWNER = {**{n: Record for n in ("status", "reason", "device", "chosen_algo", "explanation", "workspace_bytes")},
           **{n: Timing for n in ("median_ms", "iqr_ms", "min_ms", "n", "timer", "mode")},
@@ -67,14 +68,19 @@ _MAX_SECTIONS = 256
 
 # --- writing (the host, at the end of a run) ---
 
-def encode(parsed: ParsedRun, journal_bytes: int) -> bytes:
-    """The packed copy of a parsed run whose journal is ``journal_bytes`` long."""
+def encode(parsed: ParsedRun, journal: bytes) -> bytes:
+    """The packed copy of a run parsed from ``journal`` (its records.jsonl bytes)."""
     n = len(parsed.combos)
     _, _, numbers, texts, counts, samples = pack_records(list(range(n)), parsed.records)
     combos = b"\n".join(dumps_texts(list(c[1:])) for c in parsed.combos)
     rankings = dumps_texts(parsed.rankings)
     sections = (combos, numbers, texts, counts, samples, rankings)
-    header = json.dumps({"journal_bytes": journal_bytes, "n": n, "sizes": [len(s) for s in sections]})
+    crc = 0
+    for section in sections:
+        crc = zlib.crc32(section, crc)
+    header = json.dumps({"journal_bytes": len(journal), "journal_sha256": hashlib.sha256(journal).hexdigest(),
+                         "journal_lines": journal.count(b"\n"), "n": n, "sizes": [len(s) for s in sections],
+                         "crc32": crc})
     return b"".join((MAGIC, header.encode(), b"\n", *sections))
 
 
@@ -87,7 +93,7 @@ def write_packed(run_dir: Path) -> bool:
     target, tmp = run_dir / PACKED_FILE, run_dir / f"{PACKED_FILE}.tmp"
     try:
         raw = dir_run(run_dir)
-        data = encode(parse_journal(raw), len(raw.records))
+        data = encode(parse_journal(raw), raw.records)
         if os.path.lexists(tmp) and not stat.S_ISREG(os.lstat(tmp).st_mode):
             return False
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -107,15 +113,14 @@ def write_packed(run_dir: Path) -> bool:
 # --- reading (collect) ---
 
 def dir_raw(path: Path, head: RawRun | None = None) -> RawRun:
-    """A run directory's RawRun: with its packed copy and the journal's size (and no journal bytes) where a copy
-    at least as new as the journal is there, else as discovery.dir_run reads it. ``head``: its run.json and
-    end.json, already read (collect's check for a run it holds unchanged)."""
+    """A run directory's RawRun (discovery.dir_run: run.json, the journal, end.json), with its packed copy where one
+    is there: whether the copy is the journal's is decode's to prove, against the journal's bytes. ``head``: its
+    run.json and end.json, already read (collect's check for a run it holds unchanged)."""
     try:
-        pst, jst = os.lstat(path / PACKED_FILE), os.lstat(path / JOURNAL_FILE)
+        pst = os.lstat(path / PACKED_FILE)
     except OSError:
         return dir_run(path)
-    if (not stat.S_ISREG(pst.st_mode) or not stat.S_ISREG(jst.st_mode) or pst.st_mtime_ns < jst.st_mtime_ns
-            or pst.st_size > intake.MAX_JOURNAL_BYTES):
+    if not stat.S_ISREG(pst.st_mode) or pst.st_size > intake.MAX_JOURNAL_BYTES:
         return dir_run(path)
     try:
         data = intake.read_file(path / PACKED_FILE, intake.MAX_JOURNAL_BYTES)
@@ -124,7 +129,8 @@ def dir_raw(path: Path, head: RawRun | None = None) -> RawRun:
     if head is None:
         head = RawRun(str(path), intake.read_file(path / RUN_FILE, intake.MAX_META_BYTES), b"",
                       intake.read_optional(path / END_FILE, intake.MAX_META_BYTES))
-    return RawRun(str(path), head.run_json, b"", head.end_json, data, jst.st_size)
+    records = intake.read_file(path / JOURNAL_FILE, intake.MAX_JOURNAL_BYTES)
+    return RawRun(str(path), head.run_json, records, head.end_json, data)
 
 
 def decode(raw: RawRun, meta: dict[str, Any]) -> ParsedRun:
@@ -143,29 +149,39 @@ def _decode(raw: RawRun, meta: dict[str, Any]) -> ParsedRun:
     from .journals import run_row
 
     data = raw.packed or b""
-    journal_bytes = len(raw.records) if raw.journal_size is None else raw.journal_size
-    if not data.startswith(_READS):
-        raise Unusable("packed by another convbench version" if data.startswith(b"CBPACK") else
-                       "no packed copy header")
+    journal = raw.records
+    if not data.startswith(MAGIC):
+        raise Unusable("packed by another convbench version (without its journal's sha256)"
+                       if data.startswith(b"CBPACK") else "no packed copy header")
     try:
-        end = data.index(b"\n", len(MAGIC), len(MAGIC) + 512)
+        end = data.index(b"\n", len(MAGIC), len(MAGIC) + 1024)
         head = json.loads(data[len(MAGIC):end])
-        n, sizes = head["n"], head["sizes"]
-        if head["journal_bytes"] != journal_bytes:
-            raise Unusable("the journal changed since it was packed")
+        n, sizes, crc = head["n"], head["sizes"], head["crc32"]
+        if head["journal_bytes"] != len(journal) or head["journal_lines"] != journal.count(b"\n"):
+            raise Unusable("its journal changed since it was packed (length or lines differ)")
         if (type(n) is not int or not 0 < n <= 1 << 26 or type(sizes) is not list or len(sizes) != len(_SECTIONS)
                 or not all(type(s) is int and s >= 0 for s in sizes) or end + 1 + sum(sizes) != len(data)):
             raise Unusable("section sizes do not add up")
+        if zlib.crc32(memoryview(data)[end + 1:]) != crc:
+            raise Unusable("its sections do not match their crc32 (damaged)")
+        if n > head["journal_lines"] + 1:
+            raise Unusable(f"{n} records from a journal of {head['journal_lines']} lines")
+        if hashlib.sha256(journal).hexdigest() != head["journal_sha256"]:
+            raise Unusable("its journal's sha256 is not the one it was packed from")
     except (ValueError, KeyError, TypeError) as exc:
-        raise Unusable(f"header: {exc}") from None
+        if isinstance(exc, Unusable):
+            raise
+        raise Unusable(f"header: {str(exc)[:120]}") from None
     parts, at = {}, end + 1
     for name, size in zip(_SECTIONS, sizes, strict=True):
         parts[name], at = data[at:at + size], at + size
     combos = _combos(parts["combos"], n)
-    texts, cols = _texts(parts["texts"], n, journal_bytes)
+    texts, cols = _texts(parts["texts"], n, len(journal))
     numbers = _numbers(parts["numbers"], n)
     counts, samples = _samples(parts["sample_counts"], parts["samples"], n)
     rankings = _rankings(parts["rankings"])
+    if n + len(rankings) > head["journal_lines"] + 1:
+        raise Unusable(f"{n} records and {len(rankings)} rankings from a journal of {head['journal_lines']} lines")
     status, hashes, chosen = cols[0], cols[TEXT_COLUMNS.index("hash")], cols[TEXT_COLUMNS.index("chosen_algo")]
     run, vectors = run_row(raw, meta, status, numbers[NUMBER_COLUMNS.index("median_ms")].copy(),
                            numbers[NUMBER_COLUMNS.index("max_norm_err")].copy(), hashes, chosen, len(rankings))
