@@ -17,6 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _fleet_data import record, tar_runs, write_run
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from harness import cli
 from harness.collect.ingest import collect
@@ -464,6 +467,62 @@ def test_thresholds_must_be_finite(tmp_path, flag, value):
     a = write_run(tmp_path / "a", "m1", "img", T0, [record("a")])
     res = _cli("compare", str(a), str(a), flag, value)
     assert res.returncode == EXIT_USAGE and flag in _one_line(res)
+
+
+_FLAGS = {"--time-threshold": "time_ratio", "--alpha": "alpha", "--error-growth": "error_growth", "--abs-us": "abs_us"}
+
+
+def _within(flag: str, v: float) -> bool:
+    """The documented bounds (timechange.ALPHA_BOUNDS ...), written out again as the user reads them."""
+    return {"--time-threshold": 1 < v <= 10, "--alpha": 1e-6 <= v <= 0.2, "--error-growth": 1 < v <= 1000,
+            "--abs-us": 0 <= v <= 10_000}[flag]
+
+
+@hsettings(max_examples=300, deadline=None, database=None)
+@given(flag=st.sampled_from(sorted(_FLAGS)), value=st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([1e-300, 1e300, 0.0, 1.0, 10.0, 0.2, 1e-6, 1000.0,
+                                                                       10_000.0, 10_000.5, 1.0000001, -0.0])))
+def test_no_threshold_outside_its_bounds_is_accepted(flag, value):
+    from harness.analysis.timechange import bounds_problem
+
+    th = {"time_ratio": None, "alpha": 0.01, "error_growth": 4.0, "abs_us": 1.0, _FLAGS[flag]: value}
+    problem = bounds_problem(**th)
+    assert (problem is None) == (value == value and _within(flag, value)), (flag, value, problem)
+    if problem:
+        assert flag in problem and "\n" not in problem
+
+
+@pytest.mark.parametrize("flag, value", [("--alpha", "1e-300"), ("--time-threshold", "1e300"),
+                                         ("--abs-us", "1e300"), ("--error-growth", "1e300")])
+def test_a_threshold_that_switches_the_gate_off_is_a_usage_error(tmp_path, capsys, flag, value):
+    a = write_run(tmp_path / "a", "m1", "img", T0, [record("a")])
+    assert cli.main(["compare", str(a), str(a), flag, value]) == EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and flag in err[0] and "Traceback" not in err[0]
+
+
+def test_coverage_lost_night_over_night_fails_the_gate_unless_allowed(tmp_path, capsys):
+    base = write_run(tmp_path / "r", "m1", "img", T0, [record(f"c{i}") for i in range(6)], run_id="base")
+    head = write_run(tmp_path / "r", "m1", "img", T0 + dt.timedelta(days=1), [record("c0")], run_id="head")
+    assert cli.main(["compare", str(base), str(head)]) == 1
+    assert "5 regression(s) fail the gate" in capsys.readouterr().out
+    assert cli.main(["compare", str(base), str(head), "--allow-lost-coverage"]) == 0
+    assert cli.main(["compare", str(base), str(base)]) == 0  # A/A: nothing lost
+
+
+def test_compare_json_is_strict_when_a_ratio_overflows(tmp_path, capsys):
+    tiny, huge = [1e-300] * 20, [1e300] * 20
+    base = write_run(tmp_path / "r", "m1", "img", T0, [record("a", median=1e-300, samples=tiny)], run_id="base")
+    head = write_run(tmp_path / "r", "m1", "img", T0 + dt.timedelta(days=1),
+                     [record("a", median=1e300, samples=huge)], run_id="head")
+    cli.main(["compare", str(base), str(head), "--json"])
+    out = capsys.readouterr().out
+
+    def refuse(token):
+        raise AssertionError(f"{token} in --json output")
+
+    doc = json.loads(out, parse_constant=refuse)
+    assert doc["findings"] and "written as null" in doc["notes"][0]
 
 
 def test_nothing_in_common_or_no_records_is_its_own_exit_code(tmp_path):

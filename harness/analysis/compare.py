@@ -122,7 +122,9 @@ def compare_records(base: Iterable[dict[str, Any]], head: Iterable[dict[str, Any
             out.append(_finding("availability", "change", rh, "not measured", rh["status"], "new combination"))
             continue
         if rh is None:
-            out.append(_finding("availability", "change", rb, rb["status"], "not measured",
+            lost = rb["status"] == OK and th.lost_coverage_fails
+            out.append(_finding("availability", "regression" if lost else "change", rb, rb["status"], "not measured",
+                                "coverage lost: ok in base, not measured in head" if lost else
                                 "combination not measured in head"))
             continue
         if rb["status"] == OK and rh["status"] != OK:

@@ -46,6 +46,25 @@ HOST_TIMER_REL, HOST_TIMER_ABS_US = 0.25, 20.0
 # Absolute floor in microseconds: a change smaller than this is noise whatever its ratio (a 5 us call moving
 # by 0.5 us is 10 %); measured between hosts the per-call offset was 1.4 us (issue 13), on one GPU far less.
 ABS_FLOOR_US = 1.0
+# What a user may set each threshold to: a number outside these switches the gate off in effect (an alpha of 1e-300
+# no test reaches, a ratio of 1e300 no slowdown reaches) or fails it on noise, so it is a usage error.
+ALPHA_BOUNDS = (1e-6, 0.2)  # closed
+TIME_RATIO_MAX = 10.0  # (1, 10]: a 10x slowdown is the largest worth waiting for
+ABS_US_MAX = 10_000.0  # [0, 10 ms]: a floor above the slowest conv call hides them all
+ERROR_GROWTH_MAX = 1000.0  # (1, 1000]: three decades of error growth is a broken result, not a tolerance
+
+
+def bounds_problem(time_ratio: float | None, alpha: float, error_growth: float, abs_us: float) -> str | None:
+    """Why these thresholds would make the gate meaningless (one line), or None where they are within bounds."""
+    lo, hi = ALPHA_BOUNDS
+    checks = (("--time-threshold", time_ratio, lambda v: 1.0 < v <= TIME_RATIO_MAX, f"in (1, {TIME_RATIO_MAX:g}]"),
+              ("--alpha", alpha, lambda v: lo <= v <= hi, f"in [{lo:g}, {hi:g}]"),
+              ("--error-growth", error_growth, lambda v: 1.0 < v <= ERROR_GROWTH_MAX, f"in (1, {ERROR_GROWTH_MAX:g}]"),
+              ("--abs-us", abs_us, lambda v: 0.0 <= v <= ABS_US_MAX, f"in [0, {ABS_US_MAX:g}]"))
+    for flag, value, ok, bound in checks:
+        if value is not None and not (math.isfinite(value) and ok(value)):
+            return f"{flag} {value:g} is outside {bound[3:]}: beyond it the gate would pass or fail on nothing"
+    return None
 
 
 @dataclass
@@ -60,6 +79,9 @@ class Thresholds:
     bitwise: bool = False  # count "outputs no longer bitwise equal" as a regression, not only a change
     ignore: tuple[str, ...] = ()  # kinds that never fail the gate
     across_hardware: bool = False  # gate a comparison of two different machines (default: report only)
+    # a combination ok in the base and not measured in the head is coverage lost: a regression where this is set
+    # (convbench compare sets it unless --allow-lost-coverage), a change otherwise (the report's pages)
+    lost_coverage_fails: bool = False
 
     def rel(self, base_ms: float, timer: str | None = None) -> float:
         """The relative threshold for a call of this median: the user's, or the calibrated band's."""

@@ -53,6 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ignore", action="append", default=[], choices=("time", "accuracy", "determinism",
                                                                      "availability", "search"),
                    help="a kind of finding that never fails the gate (repeatable)")
+    p.add_argument("--allow-lost-coverage", action="store_true",
+                   help="pass combinations ok in BASE and not measured in HEAD (default: each fails the gate)")
     p.add_argument("--all", action="store_true", help="also list improvements and changes")
     p.set_defaults(handler=cmd_compare)
 
@@ -153,20 +155,15 @@ def _describe(run: dict[str, Any]) -> str:
 def cmd_compare(args: argparse.Namespace) -> int:
     from ..analysis.compare import compare_records, fingerprint_diff, gate, machine_identity
     from ..analysis.impact import impact
-    from ..analysis.timechange import ABS_FLOOR_US, Thresholds
+    from ..analysis.timechange import ABS_FLOOR_US, Thresholds, bounds_problem
 
     th = Thresholds(time_ratio=args.time_threshold, alpha=args.alpha, error_growth=args.error_growth,
                     bitwise=args.bitwise, ignore=tuple(args.ignore), across_hardware=args.across_hardware,
-                    abs_us=ABS_FLOOR_US if args.abs_us is None else args.abs_us)
-    given = {"--time-threshold": args.time_threshold, "--abs-us": args.abs_us, "--alpha": args.alpha,
-             "--error-growth": args.error_growth}
-    for flag, value in given.items():
-        if value is not None and not math.isfinite(value):
-            raise UserError(f"{flag} {value} is not a finite number (it would hide every regression)")
-    if (th.time_ratio is not None and not th.time_ratio > 1.0) or not 0 < th.alpha < 1 \
-            or not th.error_growth > 1.0 or not th.abs_us >= 0:
-        raise UserError("thresholds: --time-threshold and --error-growth must be > 1, --alpha in (0, 1), "
-                        "--abs-us >= 0")
+                    abs_us=ABS_FLOOR_US if args.abs_us is None else args.abs_us,
+                    lost_coverage_fails=not args.allow_lost_coverage)
+    problem = bounds_problem(th.time_ratio, th.alpha, th.error_growth, th.abs_us)
+    if problem:  # checked before any store is read
+        raise UserError(problem)
     sb, base_runs = resolve(args.base, args.store)
     sh, head_runs = resolve(args.head, args.store)
     findings = []
@@ -197,13 +194,35 @@ def cmd_compare(args: argparse.Namespace) -> int:
                         "availability): nothing to compare", EXIT_NO_DATA)
     failing = gate(findings, th)
     if args.json:
-        print(json.dumps({"pairs": notes, "thresholds": th.__dict__, "regressions": len(failing),
-                          "impact": impacts, "findings": [f.to_dict() for f in findings]}, indent=1, default=str))
+        print(strict_json({"pairs": notes, "thresholds": th.__dict__, "regressions": len(failing),
+                           "impact": impacts, "findings": [f.to_dict() for f in findings]}))
     else:
         shown = findings if args.all else [f for f in findings if f.verdict in ("regression", "ambiguous")]
         print(printable_lines(render_table(shown, notes + [f"impact: {row['line']}" for row in impacts],
                                            len(failing))))
     return EXIT_REGRESSION if failing else 0
+
+
+def strict_json(doc: dict[str, Any]) -> str:
+    """``doc`` as strict JSON (no NaN or Infinity, which JSON readers refuse): a non-finite number (a ratio that
+    overflowed) is written as null, and a note in ``notes`` says how many were."""
+    count = 0
+
+    def finite(v: Any) -> Any:
+        nonlocal count
+        if isinstance(v, float) and not math.isfinite(v):
+            count += 1
+            return None
+        if isinstance(v, dict):
+            return {k: finite(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [finite(x) for x in v]
+        return v
+
+    clean = finite(doc)
+    if count:
+        clean["notes"] = [f"{count} number(s) not finite (a ratio that overflowed, say) are written as null"]
+    return json.dumps(clean, indent=1, default=str, allow_nan=False)
 
 
 def _short(value: Any, limit: int = 60) -> str:
