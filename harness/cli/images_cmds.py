@@ -6,7 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
-from ..core.intake import EXIT_ENVIRONMENT, UserError
+from ..core.intake import EXIT_ENVIRONMENT, UserError, printable
+from ..core.outputs import write_under
 
 
 def register(sub) -> None:
@@ -215,10 +216,8 @@ def images_render(args) -> int:
             files[f"{row.name}/Dockerfile"] = images.render(matrix, row, revision, sha)
     for name, text in files.items():
         if args.out:
-            path = args.out / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            print(f"wrote {path}")
+            path = write_under(args.out, name, text, "--out")
+            print(f"wrote {printable(str(path))}")
         else:
             print(f"# ---- {name}\n{text}")
     return 0

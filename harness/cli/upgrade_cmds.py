@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.intake import UserError
+from ..core.outputs import check_file, write_file
 from .measure_cmds import add_sweep_arguments, sweep_setup
 
 
@@ -34,6 +35,8 @@ def upgrade(args) -> int:
     from ..deploy.stacks import resolve_all
     from ..run import paired
 
+    if args.json:  # before the study: a path that cannot be written is found now, not after an hour
+        check_file(args.json, "--json")
     a, b = resolve_all([args.a, args.b])
     stacks = {"A": a, "B": b}
     gpus = [g.strip() for g in args.gpus.split(",") if g.strip()]
@@ -63,6 +66,6 @@ def upgrade(args) -> int:
         out = {"study": study["study"], "stacks": {r: s.name for r, s in stacks.items()}, "agreement": agreement,
                "legs": {g: {**{k: v for k, v in j.items() if k != "findings"},
                             "findings": [f.to_dict() for f in j["findings"]]} for g, j in legs.items()}}
-        args.json.write_text(json.dumps(out, indent=1, default=str))
+        write_file(args.json, json.dumps(out, indent=1, default=str), "--json")
     print(f"study {study['study']}: runs under {args.results}", file=sys.stderr)
     return 0
