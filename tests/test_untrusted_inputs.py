@@ -552,3 +552,58 @@ def test_refusal_lines_reach_the_terminal_escaped(tmp_path):
     assert res.returncode == 1
     assert "\x1b" not in res.stderr + res.stdout and "\r" not in res.stderr + res.stdout
     assert "\\x1b[2J" in res.stderr
+
+
+# ---- asv results meet the rules journal records meet ------------------------------------------------------------
+
+def _asv(name="bench_cudnn.Fwd.time_fwd", param_names=("case", "setting"), params=(["'c.a'"], ["'x'"]),
+         result=1e-3, q25=0.9e-3, q75=1.1e-3, samples=(1e-3, 1.1e-3)):
+    from harness.collect.discovery import AsvFile
+
+    results = {name: [[result], list(map(list, params)), [q25], [q75], [list(samples)]]}
+    data = {"version": 2, "commit_hash": "abc", "env_name": "env", "date": 1, "params": {"machine": "box"},
+            "result_columns": ["result", "params", "stats_q_25", "stats_q_75", "samples"], "results": results}
+    bench = {name: {"param_names": list(param_names), "unit": "seconds"}}
+    return AsvFile("asv:x", json.dumps(data).encode(), json.dumps({"machine": "box"}).encode(),
+                   json.dumps(bench).encode())
+
+
+def _asv_refusal(f) -> str | None:
+    from harness.collect.asv_results import parse_asv
+    from harness.collect.discovery import Refused
+
+    try:
+        parse_asv(f)
+    except Refused as exc:
+        assert "\n" not in str(exc)
+        return str(exc)
+    return None
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"result": -1e-3}, "negative"),
+    ({"q25": 2e-3, "q75": 1e-3}, "inverted"),
+    ({"samples": (1e-3, -1e-3)}, "negative"),
+    ({"params": (["'c.a'"], ["'x\x1b[2J'"])}, "control"),
+    ({"name": "bench_cudnn.Fwd.time_" + "x" * (2 << 20)}, "characters"),
+    ({"param_names": ("case", "a|b")}, "separate"),
+    ({"param_names": ("case", "a=b")}, "separate"),
+    ({"param_names": ("case", "a,b")}, "separate"),
+    ({"params": (["'c|a'"], ["'x'"])}, "'|'"),
+])
+def test_asv_results_are_refused_where_a_journal_record_would_be(change, words):
+    assert _asv_refusal(_asv()) is None
+    refusal = _asv_refusal(_asv(**change))
+    assert refusal is not None and words in refusal, refusal
+
+
+@hsettings(max_examples=150, deadline=None, database=None)
+@given(result=st.floats(-1, 1, allow_nan=False), q=st.tuples(st.floats(-1, 1), st.floats(-1, 1)),
+       pname=st.text("ab|,=\x01", min_size=1, max_size=3), value=st.text("ab|,=\x01", min_size=1, max_size=4))
+def test_asv_accepts_only_what_a_journal_accepts(result, q, pname, value):
+    """Accepted asv results hold no negative time, no inverted quartiles, no key separator in a name and no control
+    character anywhere: the rules core.schema applies to journal records."""
+    f = _asv(param_names=("case", pname), params=(["'c.a'"], [f"'{value}'"]), result=result, q25=q[0], q75=q[1])
+    if _asv_refusal(f) is None:
+        assert result >= 0 and 0 <= q[0] <= q[1]
+        assert not any(c in pname for c in "|,=\x01") and not any(c in value for c in "|\x01")

@@ -20,6 +20,7 @@ import numpy as np
 from ..core import intake
 from ..core.cases import DTYPES, LAYOUTS, MATHS
 from ..core.records import OK
+from ..core.schema import MAX_TEXT, SchemaError, check_setting
 from .discovery import AsvFile, Refused, sha1_16
 from .rows import combo_row, night
 from .store_packing import ParsedRun, samples_blob
@@ -126,6 +127,39 @@ def _check_asv_row(origin: str, name: str, row: dict[str, Any], bench: Any, tota
         numbers(row.get(key), key)
 
 
+def _check_identity(where: str, vals: tuple[str, ...], settings: dict[str, Any], seen: set) -> None:
+    """A combination's identity under the rules a journal record's meets (core.schema): fields without ``|`` or
+    control characters and at most MAX_TEXT long, settings named without ``|``, ``,`` or ``=`` (a value may hold a
+    comma: settings_key quotes it), so that two combinations never share a key."""
+    sig = (vals, tuple(sorted((k, v, v.__class__) for k, v in settings.items())))
+    if sig in seen:
+        return
+    for field, v in zip(_RECORD_FIELDS, vals, strict=True):
+        if not v or len(v) > MAX_TEXT or intake.has_control(v) or "|" in v:
+            raise Refused(f"{where}: {field} {v[:60]!r} is empty, longer than {MAX_TEXT} characters or holds '|' "
+                          "or control characters")
+    try:
+        for k, v in settings.items():
+            check_setting(k, v, f"parameter {k[:40]!r}", value_commas=True)
+    except SchemaError as exc:
+        raise Refused(f"{where}: {exc}") from None
+    if len(seen) < 200_000:
+        seen.add(sig)
+
+
+def _check_times(where: str, values: list[Any], q25: list[Any], q75: list[Any], samples: list[Any]) -> None:
+    """What a journal refuses in a time (core.schema): a negative median or sample, an inverted spread."""
+    for i, v in enumerate(values):
+        lo, hi = (q25[i] if i < len(q25) else None), (q75[i] if i < len(q75) else None)
+        if isinstance(v, (int, float)) and v < 0:
+            raise Refused(f"{where}: a time is negative ({v})")
+        if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and (lo < 0 or hi < lo):
+            raise Refused(f"{where}: a time's quartiles are negative or inverted ({lo}, {hi})")
+        sm = samples[i] if i < len(samples) else None
+        if isinstance(sm, list) and any(isinstance(x, (int, float)) and x < 0 for x in sm):
+            raise Refused(f"{where}: a sample time is negative")
+
+
 def parse_asv(f: AsvFile) -> ParsedRun:
     """An asv results file (api version 2) as a run: one record per benchmark x parameter combination (a time
     and the per-combination metrics of the same class and parameters in one record)."""
@@ -166,6 +200,7 @@ def parse_asv(f: AsvFile) -> ParsedRun:
     combos, rows, ok, med, counts = [], [], [], [], {}
     inferred_names = False
     n_rows = 0
+    seen: set = set()
     for cls, names in by_class.items():
         joined: dict[str, str] = {}  # metric benchmark -> the time benchmark whose record carries it
         times = [n for n in names if n.rsplit(".", 1)[-1] in _ASV_TIME_TRACKS]
@@ -193,6 +228,8 @@ def parse_asv(f: AsvFile) -> ParsedRun:
             samples = row.get("samples") or [None] * n_here
             q25, q75 = row.get("stats_q_25") or [None] * n_here, row.get("stats_q_75") or [None] * n_here
             metrics = {m.rsplit(".", 1)[-1]: rows_of[m].get("result") for m, t in joined.items() if t == name}
+            if is_time:
+                _check_times(f"{f.origin}: asv result {name[:80]!r}", results, q25, q75, samples)
             module = name.split(".")[0]
             for i, combo in enumerate(combos_here):
                 pdict = {k: (v.strip("'\"") if isinstance(v, str) else v)
@@ -205,6 +242,7 @@ def parse_asv(f: AsvFile) -> ParsedRun:
                 vals = (fields.get("case", name), backend, fields.get("direction", direction or "-"),
                         fields.get("algo", "-"), fields.get("math", "-"), fields.get("dtype", "-"),
                         fields.get("layout", "-"))
+                _check_identity(f"{f.origin}: asv result {name[:80]!r}", vals, settings, seen)
                 combos.append(combo_row(vals, settings, "measurement"))
                 value = results[i] if i < len(results) else None
                 status = _asv_status(value)
