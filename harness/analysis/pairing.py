@@ -11,6 +11,7 @@ second view of the same night and are paired only with asv results.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,19 +44,30 @@ def stack_fields(fp: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     return out
 
 
+def _scalar(value: Any) -> Any:
+    """A fingerprint value as a stack's part: text, a number or None. A fingerprint comes from another host's
+    run.json, so a field may hold an object or a list where a version belongs; it is shown as its JSON, and stays
+    hashable (stacks are compared and grouped)."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return json.dumps(value, sort_keys=True, default=str)[:200]
+
+
 def _stack_fields(fp: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     out = []
     for label, dotted in STACK_FIELDS:
-        v = _field(fp, dotted)
+        v = _scalar(_field(fp, dotted))
         if label == "cuDNN" and v is None and isinstance(_field(fp, "software.torch_cudnn"), int):
             n = _field(fp, "software.torch_cudnn")
             v = f"{n // 10000}.{n // 100 % 100}.{n % 100}" if n >= 10000 else str(n)
         out.append((label, v))
     providers = _field(fp, "software.onnxruntime_providers")
     if providers is not None:
-        out.append(("providers", "+".join(p.replace("ExecutionProvider", "") for p in providers) or "none"))
+        names = [str(p).replace("ExecutionProvider", "") for p in providers] if isinstance(providers, list) \
+            else [str(_scalar(providers))]
+        out.append(("providers", "+".join(names) or "none"))
     if fp.get("image") and fp["image"] != "native":  # a container image is a stack of its own
-        out.insert(0, ("image", fp["image"]))
+        out.insert(0, ("image", _scalar(fp["image"])))
     if fp.get("stack"):
         out.insert(0, ("stack", fp["stack"] if isinstance(fp["stack"], str) else _stack_name(fp["stack"])))
     return tuple(out)

@@ -66,10 +66,20 @@ def _combo(d: dict[str, Any]) -> tuple:
 
 
 def run_facts(meta: dict[str, Any]) -> dict[str, Any]:
+    """The run's columns taken from its fingerprint; a fingerprint is another host's JSON, so a field of another
+    type (an object where the GPU's name belongs) is stored as its JSON text, never refused for it."""
     fp = meta.get("fingerprint") or {}
     gpu = fp.get("gpu") or None
-    return {"hardware": "gpu" if gpu else "cpu", "gpu_model": (gpu or {}).get("name"), "sm": (gpu or {}).get("sm"),
-            "image_id": fp.get("image_id")}
+    gpu = gpu if isinstance(gpu, dict) else ({"name": gpu} if gpu else None)
+    return {"hardware": "gpu" if gpu else "cpu", "gpu_model": _text_or_none((gpu or {}).get("name")),
+            "sm": _text_or_none((gpu or {}).get("sm")), "image_id": _text_or_none(fp.get("image_id"))}
+
+
+def _text_or_none(value: Any) -> Any:
+    """A scalar as it is; an object or a list as its JSON text (what a store column can hold)."""
+    if value is None or isinstance(value, (str, int, float)):
+        return value
+    return json.dumps(value, sort_keys=True)[:256]
 
 
 def journal_digest(raw: RawRun) -> str:

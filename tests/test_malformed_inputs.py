@@ -1,0 +1,68 @@
+"""Malformed but parseable input never ends in a traceback: fingerprints whose fields hold the wrong JSON type
+(generated over every field convbench reads), and a whole report built from runs whose fingerprints are hostile."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+from _fleet_data import record, write_run
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from harness import cli
+from harness.analysis.compare import IDENTITY_FIELDS, fingerprint_diff, machine_identity
+from harness.analysis.pairing import STACK_FIELDS, stack_fields, stack_key, stack_line
+from harness.report.fmt import flatten
+
+T0 = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
+                                                                                 max_size=3), max_leaves=6)
+_PATHS = sorted({*IDENTITY_FIELDS, *(d for _, d in STACK_FIELDS), "software.onnxruntime_providers", "node",
+                 "hostname", "gpu", "software", "libraries", "mapped", "software.torch_cudnn"})
+
+
+def _put(fp: dict, dotted: str, value) -> None:
+    *parents, last = dotted.split(".")
+    here = fp
+    for p in parents:
+        if not isinstance(here.get(p), dict):
+            here[p] = {}
+        here = here[p]
+    here[last] = value
+
+
+@hsettings(max_examples=400, deadline=None, database=None)
+@given(st.lists(st.tuples(st.sampled_from(_PATHS), _json), min_size=1, max_size=6))
+def test_a_fingerprint_of_any_shape_is_read_without_an_error(changes):
+    base = {"hostname": "h", "gpu": {"name": "NVIDIA H200", "uuid": "GPU-1"}, "image": "img",
+            "software": {"torch": "2.1", "onnxruntime_providers": ["CUDAExecutionProvider"]}}
+    fp = json.loads(json.dumps(base))
+    for dotted, value in changes:
+        _put(fp, dotted, value)
+    fields = stack_fields(fp)
+    hash(fields)  # stacks are grouped and compared
+    hash(stack_key(fp))
+    assert isinstance(stack_line(fp), str) and isinstance(machine_identity(fp), str)
+    fingerprint_diff(base, fp)
+    flatten(fp)
+
+
+def test_a_report_of_runs_with_hostile_fingerprints_is_built(tmp_path, capsys):
+    changes = [{"image": {"a": 1}}, {"software": {"onnxruntime_providers": 5}}, {"software": {"torch": ["x"]}},
+               {"gpu": {"name": {"n": 1}, "driver": [1]}}]
+    for i, change in enumerate(changes):
+        d = write_run(tmp_path / "r", "m1", "img", T0 + dt.timedelta(days=i), [record("a"), record("b")],
+                      run_id=f"r{i}")
+        meta = json.loads((d / "run.json").read_text())
+        for k, v in change.items():
+            meta["fingerprint"][k] = {**meta["fingerprint"].get(k, {}), **v} if isinstance(v, dict) and k != "image" \
+                else v
+        (d / "run.json").write_text(json.dumps(meta))
+    db = str(tmp_path / "s.sqlite")
+    assert cli.main(["collect", str(tmp_path / "r"), "--store", db]) == 0  # a GPU named by an object: its JSON
+    assert "4 runs added" in capsys.readouterr().out
+    assert cli.main(["report", "--store", db, "--out", str(tmp_path / "site")]) == 0
+    assert cli.main(["compare", str(tmp_path / "r" / "m1" / "r0"), str(tmp_path / "r" / "m1" / "r3")]) in (0, 1)
