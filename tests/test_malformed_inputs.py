@@ -66,3 +66,34 @@ def test_a_report_of_runs_with_hostile_fingerprints_is_built(tmp_path, capsys):
     assert "4 runs added" in capsys.readouterr().out
     assert cli.main(["report", "--store", db, "--out", str(tmp_path / "site")]) == 0
     assert cli.main(["compare", str(tmp_path / "r" / "m1" / "r0"), str(tmp_path / "r" / "m1" / "r3")]) in (0, 1)
+
+
+_value = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.floats(-1, 1, allow_nan=False),
+                   st.text(max_size=4), st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=2),
+                                                                                        st.integers(), max_size=2))
+
+
+@hsettings(max_examples=300, deadline=None, database=None)
+@given(tie=st.dictionaries(st.sampled_from(["winner", "runner_up", "gap", "max_abs_delta"]), _value),
+       cross=st.dictionaries(st.sampled_from(["max_abs_delta", "torch_class", "cudnn_fma_class", "cudnn_fma_max_abs",
+                                              "sm"]), _value))
+def test_an_accepted_autotune_or_crosscheck_record_is_formatted_without_an_error(tie, cross):
+    """Numbers as text (a gap of "x", a delta of [1]) where the report formats numbers: refused at the record's
+    schema, or formatted."""
+    from harness.core.explain import explain_autotune, explain_crosscheck
+    from harness.core.records import Record
+    from harness.core.schema import SchemaError, check_record
+    from harness.report.investigations import _autotune_row
+
+    for kind, extra in (("autotune", {"near_ties": [tie], "winners": {"A": 1}}), ("crosscheck", cross)):
+        rec = record("a")
+        rec.kind, rec.extra = kind, extra
+        d = json.loads(json.dumps(rec.to_dict()))
+        try:
+            check_record(d)
+        except SchemaError:
+            continue
+        r = Record.from_dict(d)
+        (explain_autotune if kind == "autotune" else explain_crosscheck)(r)
+        if kind == "autotune":
+            _autotune_row("m", "m", "img", {**d, "run": 1, "distinct_outputs": 1, "repeats": 1})

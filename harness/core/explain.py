@@ -110,8 +110,8 @@ def explain_autotune(rec: Record) -> str | None:
     ties = rec.extra.get("near_ties") or []
     if ties:
         t = ties[0]
-        return (f"near tie: {t['winner']} leads {t['runner_up']} by {100 * t['gap']:.1f} % and they differ "
-                f"numerically (max |delta| {t['max_abs_delta'] or 0:.3g}): another session may pick either")
+        return (f"near tie: {t.get('winner')} leads {t.get('runner_up')} by {100 * (t.get('gap') or 0):.1f} % and they differ "
+                f"numerically (max |delta| {t.get('max_abs_delta') or 0:.3g}): another session may pick either")
     return None
 
 

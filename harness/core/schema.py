@@ -53,7 +53,11 @@ EXTRA_TYPES: dict[str, Any] = {
     "clock": dict[str, Any] | None, "flags": list[str], "host_ms": float | None,
     "session_create_ms_drift": list[float], "first_inference_ms_drift": list[float],
     "process_medians_ms": list[float], "placement_medians_ms": list[float], "replica": str | None,
+    # a crosscheck's (run/autotune.py): the report and core.explain format these as numbers and names
+    "torch_class": str | None, "cudnn_fma_class": str | None, "cudnn_fma_max_abs": float | None, "sm": str | None,
 }
+# one near tie of an autotune record (run/autotune.py), formatted by the report as a percentage and a delta
+NEAR_TIE_TYPES: dict[str, Any] = {"winner": str, "runner_up": str, "gap": float, "max_abs_delta": float | None}
 CLOCK_TYPES: dict[str, Any] = {"sm_mhz_min": float | None, "sm_mhz_max": float | None, "slowdowns": list[str],
                                "throttled_batches": int}
 _ENUMS = {"direction": DIRECTIONS, "dtype": DTYPES, "layout": LAYOUTS}
@@ -187,7 +191,7 @@ def _checker(tp: Any, name: str, nonneg: bool) -> Check:
                 item(x, f"{p}[{i}]")
         return check_list
     if origin is dict:
-        known = {"extra": EXTRA_TYPES, "clock": CLOCK_TYPES}.get(name)
+        known = {"extra": EXTRA_TYPES, "clock": CLOCK_TYPES, "near_ties": NEAR_TIE_TYPES}.get(name)
         value = _checker(args[1], name, nonneg)
         scalar = name == "settings"  # a setting is part of the record's key: a scalar, never an object
 

@@ -51,8 +51,8 @@ def _autotune_row(machine: str, label: str, image: str, x: dict[str, Any]) -> di
     return {"machine": machine, "label": label, "image": image, "rec": x, "run": x["run"], "verdict": verdict,
             "rank": rank, "winners": ", ".join(f"{k} x{n}" for k, n in sorted(winners.items(), key=lambda kv: -kv[1])),
             "trials": sum(winners.values()) if winners else (x["repeats"] or 0), "spread": spread,
-            "near": "; ".join(f"{t.get('winner')} leads {t.get('runner_up')} by {100 * t.get('gap', 0):.1f} %, "
-                              f"max |delta| {t.get('max_abs_delta', 0):.3g}" for t in near),
+            "near": "; ".join(f"{t.get('winner')} leads {t.get('runner_up')} by {100 * (t.get('gap') or 0):.1f} %, "
+                              f"max |delta| {t.get('max_abs_delta') or 0:.3g}" for t in near),
             "settings": settings_str({k: v for k, v in x["settings"].items() if k != "record"})}
 
 
