@@ -97,3 +97,90 @@ def test_an_accepted_autotune_or_crosscheck_record_is_formatted_without_an_error
         (explain_autotune if kind == "autotune" else explain_crosscheck)(r)
         if kind == "autotune":
             _autotune_row("m", "m", "img", {**d, "run": 1, "distinct_outputs": 1, "repeats": 1})
+
+
+_STORE: dict = {}
+
+
+def _small_store(tmp_path_factory) -> bytes:
+    """A collected store of two runs (records with samples, extras and a ranking-free journal), as bytes."""
+    if not _STORE:
+        from harness.collect.ingest import collect
+
+        tmp = tmp_path_factory.mktemp("store")
+        for i in range(2):
+            recs = [record(c, samples=[1.0 + i, 1.2, 1.1], clock={"sm_mhz_min": 1, "sm_mhz_max": 2,
+                                                                  "slowdowns": []}) for c in ("a", "b", "c")]
+            write_run(tmp / "r", "m1", "img", T0 + dt.timedelta(days=i), recs, run_id=f"r{i}")
+        collect(tmp / "s.sqlite", [tmp / "r"])
+        _STORE["bytes"] = (tmp / "s.sqlite").read_bytes()
+    return _STORE["bytes"]
+
+
+_BLOBS = [("run_records", c) for c in ("combo", "numbers", "texts", "sample_counts", "samples")] + \
+    [("run_vectors", c) for c in ("combo", "ok", "median", "norm_err", "hash", "chosen")] + \
+    [("runs", c) for c in ("fingerprint", "options", "end_info", "counts")] + [("combos", "settings")]
+
+
+@hsettings(max_examples=250, deadline=None, database=None)
+@given(where=st.sampled_from(_BLOBS), how=st.sampled_from(["flip", "cut", "grow", "empty", "garbage"]),
+       at=st.integers(0, 10_000), seed=st.binary(min_size=1, max_size=8))
+def test_a_store_damaged_by_a_few_bytes_is_one_store_error(tmp_path_factory, where, how, at, seed):
+    """A blob or JSON column of the store changed by a few bytes (zlib streams broken, blobs short or long): every
+    read a report or compare makes gives its values or a StoreError (one line), never another exception."""
+    import sqlite3
+
+    from harness.collect.store import Store, StoreError
+
+    path = tmp_path_factory.mktemp("damaged") / "s.sqlite"
+    path.write_bytes(_small_store(tmp_path_factory))
+    table, column = where
+    db = sqlite3.connect(path)
+    for rowid, value in db.execute(f"SELECT rowid, {column} FROM {table}").fetchall():
+        raw = bytearray(value.encode() if isinstance(value, str) else (value or b""))
+        i = at % max(1, len(raw))
+        if how == "flip" and raw:
+            raw[i] ^= seed[0] or 1
+        elif how == "cut":
+            del raw[i:]
+        elif how == "grow":
+            raw[i:i] = seed
+        elif how == "empty":
+            raw = bytearray()
+        else:
+            raw = bytearray(seed * 3)
+        new = bytes(raw).decode("utf-8", "replace") if isinstance(value, str) else bytes(raw)
+        db.execute(f"UPDATE {table} SET {column}=? WHERE rowid=?", (new, rowid))
+    db.commit()
+    db.close()
+    try:
+        with Store(path, create=False, verify=False) as s:
+            runs = s.runs()
+            s.run_jsons()
+            for r in runs:
+                s.run_json(r["id"])
+                s.records(r["id"])
+                s.medians(r["id"])
+                s.rankings(r["id"])
+            s.vectors([r["id"] for r in runs])
+            s.combos()
+    except StoreError as exc:
+        assert "\n" not in str(exc)
+
+
+def test_compare_and_report_on_a_damaged_store_end_in_one_line(tmp_path_factory, capsys):
+    import sqlite3
+
+    path = tmp_path_factory.mktemp("cli") / "s.sqlite"
+    path.write_bytes(_small_store(tmp_path_factory))
+    db = sqlite3.connect(path)
+    db.execute("UPDATE run_records SET texts = substr(texts, 1, 5), numbers = x'00'")
+    db.commit()
+    db.close()
+    for argv in (["compare", "r0", "r1", "--store", str(path)],
+                 ["report", "--store", str(path), "--out", str(path.parent / "site")]):
+        capsys.readouterr()
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "damaged" in err[0], err
+        assert not (path.parent / "site").exists()

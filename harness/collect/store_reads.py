@@ -4,10 +4,12 @@ combination, cuDNN's rankings, and the columnar vectors that nightly series read
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
-from collections.abc import Sequence
-from typing import Any
+import zlib
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -22,6 +24,29 @@ from .store_packing import (
     numbers_array,
     text_columns,
 )
+from .store_schema import REBUILD, StoreError, error_line
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _damage_is_a_store_error(read: _F) -> _F:
+    """A read whose stored bytes do not decode (a zlib stream broken, a blob short, JSON cut) ends in one
+    StoreError naming what was read, never in the decoder's own exception: a store is a file anyone can damage."""
+    @functools.wraps(read)
+    def checked(self, *args, **kwargs):
+        try:
+            return read(self, *args, **kwargs)
+        except StoreError:
+            raise
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(error_line(getattr(self, "path", "store"), exc)) from None
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, RecursionError,
+                zlib.error) as exc:
+            first = str(exc).splitlines()[0][:120] if str(exc) else ""
+            raise StoreError(f"the store is damaged ({read.__name__}: {type(exc).__name__} {first}); "
+                             f"{REBUILD}") from None
+    return checked  # type: ignore[return-value]
+
 
 # The SQL columns combos.case_id and rankings.case_id hold the record model's ``case`` (Record.case, Ranking.case):
 # the dicts read back use the model's name, the files keep theirs (a store written before reads the same).
@@ -58,6 +83,7 @@ class StoreReads:
     _combo_cache: dict[int, tuple[tuple, dict[str, Any]]]
     _combo_bases: dict[int, dict[str, Any]]
 
+    @_damage_is_a_store_error
     def runs(self, where: str = "", params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         """Run rows (without the bulky JSON columns) as dicts, oldest first."""
         cols = ("id", "run_id", "machine", "image", "image_id", "started", "night", "suite_revision", "hardware",
@@ -70,11 +96,13 @@ class StoreReads:
             out.append(d)
         return out
 
+    @_damage_is_a_store_error
     def run_json(self, run_pk: int) -> dict[str, Any]:
         fp, opts, end = self.db.execute("SELECT fingerprint, options, end_info FROM runs WHERE id=?",
                                         (run_pk,)).fetchone()
         return {"fingerprint": json.loads(fp), "options": json.loads(opts), "end": json.loads(end) if end else None}
 
+    @_damage_is_a_store_error
     def run_jsons(self) -> dict[int, dict[str, Any]]:
         """``run_json`` of every run, in one query (a fleet's report reads all 18 250 of them). Equal texts give
         one shared object (a machine's nights share their fingerprint): read-only, and what is derived from a
@@ -94,9 +122,11 @@ class StoreReads:
         return {pk: {"fingerprint": load(fp), "options": load(opts), "end": load(end) if end else None}
                 for pk, fp, opts, end in self.db.execute("SELECT id, fingerprint, options, end_info FROM runs")}
 
+    @_damage_is_a_store_error
     def record_count(self) -> int:
         return self.db.execute("SELECT coalesce(sum(n), 0) FROM run_records").fetchone()[0]
 
+    @_damage_is_a_store_error
     def records(self, run_pk: int, *, with_samples: bool = True) -> list[dict[str, Any]]:
         """Records of one run joined with their combination, as dicts (samples as float64 arrays)."""
         row = self.db.execute("SELECT n, combo, numbers, texts, sample_counts, samples FROM run_records WHERE run=?",
@@ -148,20 +178,24 @@ class StoreReads:
                 cache[r[0]] = (r[1:], settings)
         return cache
 
+    @_damage_is_a_store_error
     def rankings(self, run_pk: int) -> list[dict[str, Any]]:
         cols = RANKING_COLUMNS[1:]
         return [dict(zip(_model_names(cols), r, strict=True)) for r in
                 self.db.execute(f"SELECT {','.join(cols)} FROM rankings WHERE run=? ORDER BY case_id, direction,"
                                 " dtype, layout, math, source, rank", (run_pk,))]
 
+    @_damage_is_a_store_error
     def combos(self) -> dict[int, dict[str, Any]]:
         cols = ("id", *COMBO_COLUMNS)
         return {r[0]: dict(zip(_model_names(cols), r, strict=True))
                 for r in self.db.execute(f"SELECT {','.join(cols)} FROM combos")}
 
+    @_damage_is_a_store_error
     def names(self) -> dict[int, str]:
         return dict(self.db.execute("SELECT id, name FROM names"))
 
+    @_damage_is_a_store_error
     def medians(self, run_pk: int) -> tuple[list[int], list[float | None]]:
         """(combination ids, medians in ms as the records hold them, None where not timed) of one run's records:
         what a compare's history reads, without decoding a text or a sample."""
@@ -172,6 +206,7 @@ class StoreReads:
         med = numbers_array(numbers, n)[NUMBER_COLUMNS.index("median_ms")]
         return np.frombuffer(combo_blob, "<i4").tolist(), [None if m != m else m for m in med.tolist()]
 
+    @_damage_is_a_store_error
     def vectors(self, run_pks: Sequence[int]) -> dict[int, dict[str, np.ndarray]]:
         """Columnar per-run values (see ``run_vectors``) for the given runs."""
         out: dict[int, dict[str, np.ndarray]] = {}

@@ -25,6 +25,8 @@ import functools
 import sqlite3
 import time
 
+from ..core.intake import UserError
+
 STORE_SCHEMA = 2  # 2: records packed per run (run_records) instead of one SQLite row each
 DEFAULT_STORE = "convbench.sqlite"
 
@@ -99,8 +101,9 @@ CREATE TABLE IF NOT EXISTS run_vectors (
 """
 
 
-class StoreError(Exception):
-    """The store file cannot be used (not a convbench store, another schema, damaged, a full or read-only disk)."""
+class StoreError(UserError):
+    """The store file cannot be used (not a convbench store, another schema, damaged, a full or read-only disk): a
+    UserError, so that one escaping any command is its one line and exit code, never a traceback."""
 
 
 REBUILD = ("the run directories are the source of truth: move the store aside and `convbench collect` them "
