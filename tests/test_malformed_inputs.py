@@ -184,3 +184,31 @@ def test_compare_and_report_on_a_damaged_store_end_in_one_line(tmp_path_factory,
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "damaged" in err[0], err
         assert not (path.parent / "site").exists()
+
+
+_toml_value = st.recursive(st.none() | st.booleans() | st.integers(-2, 2) | st.text("ab9.=-", max_size=5),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                               st.sampled_from(["name", "base", "gpu", "sm", "tag", "requirements", "x"]), inner,
+                               max_size=4), max_leaves=8)
+
+
+@hsettings(max_examples=300, deadline=None, database=None)
+@given(doc=st.dictionaries(st.sampled_from(["bases", "row", "pool", "overlay", "other"]), _toml_value, max_size=4))
+def test_a_matrix_of_any_shape_is_one_matrix_error(tmp_path_factory, doc):
+    """Tables where arrays belong, scalars where tables belong, any field of any type: a MatrixError."""
+    from harness.deploy import imagematrix
+
+    with __import__("pytest").MonkeyPatch.context() as m:
+        m.setattr(imagematrix, "_load_toml", lambda path: json.loads(json.dumps(doc)))
+        try:
+            imagematrix.load_matrix(tmp_path_factory.mktemp("m") / "matrix.toml")
+        except imagematrix.MatrixError as exc:
+            assert "\n" not in str(exc)
+
+
+def test_a_matrix_nested_100000_deep_is_refused_in_one_line(tmp_path, capsys):
+    path = tmp_path / "deep.toml"
+    path.write_text("x = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    assert cli.main(["images", "--matrix", str(path), "list"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nested" in err[0], err

@@ -154,7 +154,17 @@ def _load_toml(path: Path) -> dict[str, Any]:
     try:
         return tomllib.loads(data.decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise MatrixError(f"{path}: not valid TOML: {exc}") from None
+        raise MatrixError(f"{path}: not valid TOML: {str(exc).splitlines()[0][:200]}") from None
+    except RecursionError:  # arrays or inline tables nested thousands deep: no matrix is
+        raise MatrixError(f"{path}: not a matrix: nested deeper than TOML's parser follows") from None
+
+
+def _array_of_tables(path: Path, data: dict[str, Any], key: str) -> list[Any]:
+    """``[[key]]``: a list (its entries are checked to be tables where each is read)."""
+    value = data.get(key) or []
+    if not isinstance(value, list):
+        raise MatrixError(f"{path}: {key!r} must be an array of tables ([[{key}]]), not {type(value).__name__}")
+    return value
 
 
 def _fields(where: str, table: dict[str, Any], spec: dict[str, tuple[type, bool]]) -> dict[str, Any]:
@@ -231,6 +241,8 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
         raise MatrixError(f"{path}: unknown table {', '.join(unknown)}; expected [bases.*], [[row]], [[pool]], "
                           "[[overlay]]")
     bases: dict[str, Base] = {}
+    if not isinstance(data.get("bases") or {}, dict):
+        raise MatrixError(f"{path}: 'bases' must be a table of tables ([bases.NAME])")
     for name, table in (data.get("bases") or {}).items():
         where = f"{path}: base {name!r}"
         if not isinstance(table, dict):
@@ -241,8 +253,8 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
             raise MatrixError(f"{where}: python must look like \"3.11\" and glibc like \"2.36\"")
         bases[name] = Base(name=name, include=f.get("include", []), **{k: v for k, v in f.items() if k != "include"})
     rows: dict[str, Row] = {}
-    raw_rows = data.get("row") or []
-    if not isinstance(raw_rows, list) or not raw_rows:
+    raw_rows = _array_of_tables(path, data, "row")
+    if not raw_rows:
         raise MatrixError(f"{path}: no [[row]] tables")
     spec = {"name": (str, True), "base": (str, True), "gpu": (bool, True), "cuda": (str, True),
             "cudnn": (str, True), "torch": (str, True), "onnxruntime": (str, True), "sm": (list, True),
@@ -258,8 +270,10 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
             raise MatrixError(f"{where}: duplicate row name {row.name!r}")
         rows[row.name] = row
     pools: dict[str, Pool] = {}
-    for i, table in enumerate(data.get("pool") or [], 1):
+    for i, table in enumerate(_array_of_tables(path, data, "pool"), 1):
         where = f"{path}: pool {i}"
+        if not isinstance(table, dict):
+            raise MatrixError(f"{where}: must be a table")
         f = _fields(where, table, {"name": (str, True), "sm": (str, True), "gpus_per_node": (int, True),
                                    "slurm_partition": (str, True), "k8s_node_selector": (dict, True),
                                    "nodes": (int, False)})
@@ -270,7 +284,7 @@ def load_matrix(path: Path = DEFAULT_MATRIX) -> Matrix:
     spec = {"name": (str, True), "python": (str, True), "glibc": (str, True), "host": (str, True),
             "requirements": (list, True), "libraries": (list, True), "stands_in_for": (list, True),
             "extra_index_urls": (list, False), "note": (str, False)}
-    for i, table in enumerate(data.get("overlay") or [], 1):
+    for i, table in enumerate(_array_of_tables(path, data, "overlay"), 1):
         label = table.get("name") if isinstance(table, dict) and isinstance(table.get("name"), str) else "?"
         where = f"{path}: overlay {i} ({label})"
         if not isinstance(table, dict):
