@@ -120,3 +120,66 @@ def test_run_no_docker_runs_each_stack_in_its_own_environment(fake_overlay, tmp_
 def test_stacks_need_no_docker(tmp_path, capsys):
     assert main(["run", "--stacks", "host", "--results", str(tmp_path)]) == 2
     assert "needs --no-docker" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["stacks folder is a file", "stacks folder is a link", "overlay folder is a link",
+                                   "overlay folder is a file"])
+def test_install_into_what_is_not_a_folder_of_its_own_is_one_line_and_leaves_nothing(fake_overlay, tmp_path, capsys,
+                                                                                       where):
+    matrix, house, _ = fake_overlay
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("mine")
+    into = tmp_path / "into"
+    if where == "stacks folder is a file":
+        into.write_text("x")
+    elif where == "stacks folder is a link":
+        into.symlink_to(outside)
+    else:
+        into.mkdir()
+        if where == "overlay folder is a link":
+            (into / "fake").symlink_to(outside)
+        else:
+            (into / "fake").write_text("x")
+    assert main(["stacks", "--matrix", str(matrix), "install", "fake", "--wheelhouse", str(house),
+                 "--into", str(into)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a folder" in err[0], err
+    assert sorted(p.name for p in outside.iterdir()) == ["keep"]
+    if into.is_dir() and not into.is_symlink():
+        assert not [p for p in into.iterdir() if p.name.startswith(".fake-")]  # no staging folder left
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero"])
+def test_a_wheel_that_is_a_fifo_or_dev_zero_is_refused_without_waiting(fake_overlay, tmp_path, capsys, kind):
+    import os
+    import time
+
+    matrix, house, wheel = fake_overlay
+    wheel.unlink()
+    if kind == "fifo":
+        os.mkfifo(wheel)
+    else:
+        wheel.symlink_to("/dev/zero")
+    t0 = time.monotonic()
+    assert main(["stacks", "--matrix", str(matrix), "install", "fake", "--wheelhouse", str(house)]) == 3
+    assert time.monotonic() - t0 < 20
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a regular file" in err[0], err
+
+
+def test_install_on_a_read_only_file_system_is_one_line_and_leaves_nothing(fake_overlay, tmp_path, capsys):
+    import subprocess
+
+    matrix, house, _ = fake_overlay
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a read-only tmpfs here")
+    try:
+        assert main(["stacks", "--matrix", str(matrix), "install", "fake", "--wheelhouse", str(house),
+                     "--into", str(mnt / "stacks")]) == 3
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "Read-only" in err[0], err
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)

@@ -182,9 +182,17 @@ def check_text(value: Any, what: str, depth: int = 0) -> None:
 
 def sha256_file(path: Path) -> str:
     """sha256 of a file (a wheel for an image's lock, a downloaded model), read in 1 MiB chunks so files of any
-    size hash in constant memory: such a file is trusted only once this matches its pinned digest."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
+    size hash in constant memory: such a file is trusted only once this matches its pinned digest. Only a regular
+    file is read (a link to one is followed): a FIFO would never end and /dev/zero never stop, so each is Hostile."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise Hostile(f"{Path(path).name}: cannot open ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(f.fileno()).st_mode
+        if not stat.S_ISREG(mode):
+            raise Hostile(f"{Path(path).name} is not a regular file ({_kind(mode)})")
+        h = hashlib.sha256()
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()

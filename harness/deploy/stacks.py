@@ -119,27 +119,39 @@ def install(overlay, wheelhouse: Path, into: Path | None = None, log=print) -> S
     except imagematrix.MatrixError as exc:
         raise UserError(str(exc), EXIT_ENVIRONMENT) from None
     root = Path(into) if into else stacks_dir()
-    root.mkdir(parents=True, exist_ok=True)
     target = root / overlay.name
-    staging = Path(tempfile.mkdtemp(prefix=f".{overlay.name}-", dir=root))
-    req = staging / "requirements.lock"
-    req.write_text(lock.text(overlay, "convbench stacks install"))
-    log(f"[{overlay.name}] installing {len(lock.pins)} locked wheels from {wheelhouse} into {target}")
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--find-links",
-                           str(wheelhouse), "--no-deps", "--require-hashes", "--no-compile", "--target",
-                           str(staging / "tree"), "-r", str(req)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        shutil.rmtree(staging, ignore_errors=True)
-        lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if "ERROR" in ln] or ["(no output)"]
-        raise UserError(f"installing overlay {overlay.name} failed: {lines[0].strip()}", EXIT_ENVIRONMENT)
-    (staging / "tree" / MANIFEST).write_text(json.dumps(
-        {"name": overlay.name, "lock_sha256": lock.sha256, "libraries": overlay.libraries, "host": overlay.host,
-         "stands_in_for": overlay.stands_in_for, "pins": {n: v for n, (v, _) in sorted(lock.pins.items())}},
-        indent=1) + "\n")
-    if target.exists():
-        shutil.rmtree(target)
-    (staging / "tree").rename(target)
-    shutil.rmtree(staging, ignore_errors=True)
+    for path, what in ((root, "the stacks folder"), (target, "the overlay's folder")):
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            raise UserError(f"{what} {path} is a symbolic link or not a folder; convbench installs only into a "
+                            "folder of its own")
+    staging = None
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{overlay.name}-", dir=root))
+        req = staging / "requirements.lock"
+        req.write_text(lock.text(overlay, "convbench stacks install"))
+        log(f"[{overlay.name}] installing {len(lock.pins)} locked wheels from {wheelhouse} into {target}")
+        proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--find-links",
+                               str(wheelhouse), "--no-deps", "--require-hashes", "--no-compile", "--target",
+                               str(staging / "tree"), "-r", str(req)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if "ERROR" in ln] or ["(no output)"]
+            raise UserError(f"installing overlay {overlay.name} failed: {lines[0].strip()}", EXIT_ENVIRONMENT)
+        (staging / "tree" / MANIFEST).write_text(json.dumps(
+            {"name": overlay.name, "lock_sha256": lock.sha256, "libraries": overlay.libraries, "host": overlay.host,
+             "stands_in_for": overlay.stands_in_for, "pins": {n: v for n, (v, _) in sorted(lock.pins.items())}},
+            indent=1) + "\n")
+        if target.is_symlink() or (target.exists() and not target.is_dir()):  # swapped in while pip ran
+            raise UserError(f"the overlay's folder {target} became a symbolic link or a file; nothing replaced")
+        if target.exists():
+            shutil.rmtree(target)
+        (staging / "tree").rename(target)
+    except OSError as exc:
+        raise UserError(f"installing overlay {overlay.name} into {root}: {exc.strerror or exc} "
+                        f"({exc.filename or root})", EXIT_ENVIRONMENT) from None
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
     return parse(f"{overlay.name}={target}")
 
 

@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.intake import sha256_file
+from ..core.intake import Hostile, sha256_file
 from . import resources
 from .imagematrix import Base, Matrix, MatrixError, Overlay, Row
 
@@ -239,7 +239,10 @@ def verify(dest: Path, lock: Lock, row: Row) -> None:
     for name, (version, sha) in sorted(lock.pins.items()):
         if name not in files:
             raise MatrixError(f"row {row.name}: wheel {name}=={version} is missing from {dest}")
-        got = sha256_file(files[name])
+        try:
+            got = sha256_file(files[name])
+        except Hostile as exc:
+            raise MatrixError(f"row {row.name}: wheel {name}=={version}: {exc}") from None
         if got != sha:
             raise MatrixError(f"row {row.name}: {files[name].name} has sha256 {got[:16]}…, the lock says "
                               f"{sha[:16]}…; refusing to build from it")
