@@ -212,3 +212,29 @@ def test_a_matrix_nested_100000_deep_is_refused_in_one_line(tmp_path, capsys):
     assert cli.main(["images", "--matrix", str(path), "list"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "nested" in err[0], err
+
+
+@hsettings(max_examples=8, deadline=None, database=None)
+@given(name=st.binary(min_size=1, max_size=6).filter(lambda b: b"/" not in b and b"\0" not in b
+                                                      and b not in (b".", b"..")))
+def test_paths_that_are_not_utf8_are_collected_compared_and_reported(tmp_path_factory, name):
+    """Results, store and report folders whose names are any bytes (argv hands Python lone surrogates): each
+    command ends with its exit code and prints their bytes escaped, never a UnicodeEncodeError."""
+    import io
+    import os
+    from contextlib import redirect_stderr, redirect_stdout
+
+    tmp = tmp_path_factory.mktemp("bytes")
+    odd = os.fsdecode(name)
+    results = tmp / f"r{odd}"
+    for i in range(2):
+        write_run(results, "m1", "img", T0 + dt.timedelta(days=i), [record("a")], run_id=f"r{i}")
+    store = str(tmp / f"s{odd}.sqlite")
+    out, err = io.TextIOWrapper(io.BytesIO(), "utf-8"), io.TextIOWrapper(io.BytesIO(), "utf-8")  # strict, as a pipe
+    with redirect_stdout(out), redirect_stderr(err):
+        assert cli.main(["collect", str(results), "--store", store]) == 0
+        assert cli.main(["compare", "r0", "r1", "--store", store]) == 0
+        assert cli.main(["compare", str(results / "m1" / "r0"), str(results / "m1" / "r1")]) == 0
+        assert cli.main(["report", "--store", store, "--out", str(tmp / f"site{odd}")]) == 0
+        out.flush()
+        err.flush()

@@ -261,5 +261,5 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     finally:
         store.close()
-    print(f"report written: {Path(args.out) / 'index.html'} ({len(pages)} pages)")
+    print(printable(f"report written: {Path(args.out) / 'index.html'} ({len(pages)} pages)"))
     return 0

@@ -128,7 +128,7 @@ def building_stop() -> _Stop | None:
 
 def _seal(hidden: str) -> None:
     """The built file in WAL mode (as Store opens every store), its pages on disk before it gets its name."""
-    db = sqlite3.connect(hidden, isolation_level=None)
+    db = sqlite3.connect(os.fsencode(hidden), isolation_level=None)
     try:
         db.execute("PRAGMA journal_mode = WAL")
     finally:

@@ -54,7 +54,7 @@ class Checkpointer:
 
     def _run(self) -> None:
         try:
-            db = sqlite3.connect(self.path, isolation_level=None, timeout=60)
+            db = sqlite3.connect(os.fsencode(self.path), isolation_level=None, timeout=60)
         except sqlite3.Error:  # the writers' own checks say what is wrong with the store
             return
         try:
@@ -92,7 +92,7 @@ class Store(StoreReads, StoreWrites):
             else:
                 # a store being built exists already (fresh.build made the file): opened, never made here, so a
                 # parser that starts after its collect was stopped cannot bring the removed file back
-                self.db = sqlite3.connect(self._uri("mode=rw") if building else self.path, uri=building,
+                self.db = sqlite3.connect(self._uri("mode=rw") if building else os.fsencode(self.path), uri=building,
                                           isolation_level=None, timeout=60)
                 self.db.execute("PRAGMA foreign_keys = ON")
                 if self.path != ":memory:":
@@ -119,7 +119,7 @@ class Store(StoreReads, StoreWrites):
 
     def _uri(self, query: str) -> str:
         """The store file as an SQLite URI with ``query`` (mode=ro, mode=rw, immutable=1)."""
-        return "file:" + quote(str(Path(self.path).resolve())) + "?" + query
+        return "file:" + quote(os.fsencode(Path(self.path).resolve())) + "?" + query  # bytes: any path
 
     def _connect_readonly(self) -> sqlite3.Connection:
         """A read-only connection; on a read-only mount (no -shm can be made) the file is read as immutable."""

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from ..core.intake import storable
 from .store_packing import RANKING_COLUMNS, RUN_COLUMNS, ParsedRun, UnpackableRecord, pack_records
 from .store_schema import StoreError, error_line, rollback, when_unlocked
 
@@ -83,7 +84,8 @@ class StoreWrites:
         if row:  # the journal grew (a resumed run): replace the run as a whole
             self.db.execute("DELETE FROM runs WHERE id=?", (row[0],))
         cur = self.db.execute(f"INSERT INTO runs ({','.join(RUN_COLUMNS)}) VALUES "
-                              f"({','.join('?' * len(RUN_COLUMNS))})", [run[c] for c in RUN_COLUMNS])
+                              f"({','.join('?' * len(RUN_COLUMNS))})",
+                              [storable(run[c]) if c == "origin" else run[c] for c in RUN_COLUMNS])
         run_pk = cur.lastrowid
         try:  # every combination already known (all but a fleet's first runs): one C loop
             combo_ids = list(map(self._combo_ids.__getitem__, map(_FIRST, parsed.combos)))

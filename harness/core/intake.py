@@ -28,12 +28,13 @@ EXIT_USAGE = 2
 EXIT_ENVIRONMENT = 3  # the host lacks what the command needs (GPU, library, engine)
 EXIT_NO_DATA = 4  # `compare` had nothing to decide on (no records, nothing in common): neither pass (0) nor fail (1)
 
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def printable(text: str) -> str:
     """``text`` safe for a terminal: control characters (escape sequences, CR, bidi overrides) shown escaped,
-    so a file, machine or case name cannot move the cursor, rewrite a line or recolour the screen."""
+    so a file, machine or case name cannot move the cursor, rewrite a line or recolour the screen; and a path's
+    bytes that are not UTF-8 (lone surrogates, which no UTF-8 stream can print) shown as their escapes."""
     return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
                             else f"\\u{ord(m.group()):04x}", str(text))
 
@@ -178,6 +179,16 @@ def check_text(value: Any, what: str, depth: int = 0) -> None:
     elif isinstance(value, list):
         for v in value:
             check_text(v, what, depth + 1)
+
+
+def storable(text: str) -> str:
+    """``text`` as UTF-8 can hold it: a path's bytes that are not UTF-8 (os.fsdecode's lone surrogates, which
+    SQLite and JSON refuse) written as their backslash escapes."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def sha256_file(path: Path) -> str:

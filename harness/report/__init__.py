@@ -25,6 +25,7 @@ import jinja2
 from ..analysis.compare import Finding
 from ..collect.store import Store, StoreError
 from ..collect.store_schema import error_line
+from ..core.intake import storable
 from . import output
 from .architecture import architecture
 from .changes import changes_pages
@@ -177,7 +178,7 @@ def _build(store: Store, out: Path, title: str, workers: int | None = None) -> l
         env = environment()
         generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         common = {"title": title, "generated": generated, "machines": g.machines, "images": g.images,
-                  "store_path": store.path, "nav": [(p[0], p[1], p[2]) for p in PAGES]}
+                  "store_path": storable(store.path), "nav": [(p[0], p[1], p[2]) for p in PAGES]}
         written: list[tuple[tuple, Path]] = []  # (place in the manifest, path): pages, changes, machines
 
         def page(rank: tuple, template: str, path: Path, root: str, **ctx: Any) -> None:
