@@ -10,6 +10,7 @@ import argparse
 import importlib
 import sys
 
+from harness.core import children
 from harness.core.intake import EXIT_ENVIRONMENT, EXIT_NO_DATA, EXIT_USAGE, UserError, printable  # noqa: F401
 
 # Each module exposes register(subparsers); a subcommand's handler returns the exit code.
@@ -63,6 +64,13 @@ def _install_run_hooks() -> None:
         journal.FINISHED_HOOKS.append(write_packed)
 
 
+# what a stopped command leaves, said after "interrupted" (the measuring commands journal as they go)
+_KEPT = {**dict.fromkeys(("run", "sweep", "autotune", "repro", "bench", "upgrade"),
+                         "; what was measured is in the journal"),
+         "collect": "; a store being built was removed, one collected into keeps the runs stored before",
+         "report": "; the last report, if any, is as it was"}
+
+
 def main(argv: list[str] | None = None) -> int:
     _install_run_hooks()
     parser = build_parser()
@@ -70,14 +78,22 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_USAGE
+    replaced = children.exit_on_signals()  # SIGTERM, SIGHUP: SystemExit, so every command's cleanup runs
     try:
         return int(args.handler(args) or 0)
     except UserError as exc:
         print(f"convbench {args.command}: error: {printable(exc)}", file=sys.stderr)
         return exc.code
     except KeyboardInterrupt:
-        print(f"convbench {args.command}: interrupted; what was measured is in the journal", file=sys.stderr)
+        print(f"convbench {args.command}: interrupted{_KEPT.get(args.command, '')}", file=sys.stderr)
         return 130
+    except SystemExit as exc:
+        if isinstance(exc.code, int) and exc.code > 128:  # a signal (children.raise_exit): said in one line
+            print(f"convbench {args.command}: stopped by signal {exc.code - 128}{_KEPT.get(args.command, '')}",
+                  file=sys.stderr)
+        raise
+    finally:
+        children.restore(replaced)
 
 
 if __name__ == "__main__":

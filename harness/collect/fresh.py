@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from ..core import children
 from .store_schema import StoreError, error_line
 
 
@@ -73,31 +74,36 @@ def _put_in_place(path: str, hidden: str, target: Path) -> bool:
 
 
 class _Stop:
-    """SIGTERM (``timeout``, a service stopped) while a store is built raises SystemExit, so the hidden file is
-    removed as on Ctrl-C instead of left behind (a fleet's is gigabytes). Until ``arm()`` (the file made, its name
-    known) a SIGTERM only waits: raised earlier, inside ``mkstemp``, it left the file behind (the signal reaches
-    another thread, numpy's, so masking it in this one did not hold it back). In a thread, or in a program that
-    handles SIGTERM itself, SIGTERM is left as it is."""
+    """SIGTERM (``timeout``, a service stopped) or SIGHUP (a terminal closed) while a store is built raises
+    SystemExit, and Ctrl-C KeyboardInterrupt, so the hidden file is removed instead of left behind (a fleet's is
+    gigabytes). Until
+    ``arm()`` (the file made, its name known) such a signal only waits: raised earlier, inside ``mkstemp``, it left
+    the file behind (the signal reaches another thread, numpy's, so masking it in this one did not hold it back).
+    In a thread, or in a program that handles these signals itself, they are left as they are (the CLI's own
+    handler, children.raise_exit, is taken over while a store is built)."""
 
     def __init__(self) -> None:
         self.armed, self.pending, self.pid = False, 0, os.getpid()
-        self.usable = threading.current_thread() is threading.main_thread() and \
-            signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+        self.usable = threading.current_thread() is threading.main_thread() and all(
+            signal.getsignal(sig) in (signal.SIG_DFL, children.raise_exit) for sig in children.EXIT_SIGNALS) \
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        self.before: dict[int, object] = {}
 
     def __enter__(self) -> _Stop:
         global _building
         if self.usable:
-            signal.signal(signal.SIGTERM, self._on_sigterm)
+            self.before = {sig: signal.signal(sig, self._on_signal) for sig in (*children.EXIT_SIGNALS, signal.SIGINT)}
             _building = self
         return self
 
     def __exit__(self, *exc) -> None:
         global _building
         if self.usable:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            for sig, handler in self.before.items():
+                signal.signal(sig, handler)
             _building = None
 
-    def _on_sigterm(self, signum: int, frame: object) -> None:
+    def _on_signal(self, signum: int, frame: object) -> None:
         if os.getpid() != self.pid:  # a parser forked with this handler, before its initializer set the default:
             signal.signal(signum, signal.SIG_DFL)  # it ends as by default (holding it there hung the pool's end)
             os.kill(os.getpid(), signum)
@@ -105,12 +111,19 @@ class _Stop:
         if not self.armed:
             self.pending = signum
             return
-        raise SystemExit(128 + signum)
+        self._raise(signum)
+
+    @staticmethod
+    def _raise(signum: int) -> None:
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        children.raise_exit(signum, None)
 
     def arm(self) -> None:
         self.armed = True
         if self.pending:
-            raise SystemExit(128 + self.pending)
+            signum, self.pending = self.pending, 0
+            self._raise(signum)
 
     def hold(self) -> None:
         """A SIGTERM waits for the next ``arm()`` (collect holds it while its pool starts: a pool cut short

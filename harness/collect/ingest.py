@@ -12,7 +12,6 @@ import contextlib
 import gc
 import multiprocessing as mp
 import os
-import signal
 import stat
 import threading
 from collections.abc import Callable, Iterator
@@ -20,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core import intake
+from ..core import children, intake
+from ..core.intake import EXIT_ENVIRONMENT, UserError
 from ..run.journal import END_FILE, JOURNAL_FILE, RUN_FILE
 from . import fresh
 from .asv_results import parse_asv
@@ -172,7 +172,7 @@ _worker_replace = False
 def _worker_init(path: str, lock, replace: bool, building: bool) -> None:
     global _worker_store, _worker_lock, _worker_replace
     gc.set_threshold(50_000, 20, 100)  # a parser allocates millions of short-lived tuples and no cycles
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the pool's terminate ends a parser at once (fresh.py's is the parent's)
+    children.quiet_worker()  # the pool's terminate ends a parser at once; Ctrl-C is the parent's (fresh.py's too)
     _worker_store = Store(path, verify=False, building=building)
     if not building:
         _worker_store.db.execute("PRAGMA wal_autocheckpoint = 0")  # collect's Checkpointer copies the log instead
@@ -305,9 +305,15 @@ def _collect_into(summary: Summary, store_path: str, paths: list[str | Path], jo
     stop = fresh.building_stop() if building else None
     if stop is not None:
         stop.hold()  # a SIGTERM while the pool starts is raised once the pool is in the with-block that ends it
-    pool = ctx.Pool(jobs, initializer=_worker_init, initargs=(store_path, lock, replace, building))
+    forking = children.held().__enter__()  # the CLI's SIGTERM or SIGHUP waits until the pool is in the with-block
+    try:
+        pool = children.start_pool(ctx, jobs, _worker_init, (store_path, lock, replace, building))
+    except BaseException:
+        forking.release()
+        raise
     # a store in place is written through its log, which the Checkpointer copies into it; a new one has none
-    with (contextlib.nullcontext() if building else Checkpointer(store_path), pool):
+    with (contextlib.nullcontext() if building else Checkpointer(store_path), children.ending(pool)):
+        forking.release()
         if stop is not None:
             stop.arm()
 
@@ -317,8 +323,12 @@ def _collect_into(summary: Summary, store_path: str, paths: list[str | Path], jo
                     account([("refused", str(item))])
                 else:
                     yield item
-        for results in pool.imap_unordered(_worker, _batches(feed())):
-            account(results)
+        try:
+            for results in children.results(pool, pool.imap_unordered(_worker, _batches(feed()))):
+                account(results)
+        except children.ChildDied as exc:  # the pool ends here; a store being built is removed (fresh.build)
+            raise UserError(f"{exc}; runs stored before it stay stored, run collect again for the rest"
+                            if not building else f"{exc}; nothing was stored", EXIT_ENVIRONMENT) from None
     if not building:
         Store(store_path, verify=False).close()  # checkpoint the write-ahead log into the store file
 

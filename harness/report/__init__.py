@@ -25,6 +25,7 @@ import jinja2
 from ..analysis.compare import Finding
 from ..collect.store import Store, StoreError
 from ..collect.store_schema import error_line
+from ..core import children
 from ..core.intake import storable
 from . import output
 from .architecture import architecture
@@ -141,13 +142,19 @@ def _verified(store: Store, check: Any) -> None:
         return
     if check is not None:
         try:
-            check.get()
+            children.wait(check)
             return
         except StoreError:
             raise
         except Exception:  # noqa: BLE001 - the pool failed (a process killed): checked here instead
             pass
     _verify(store.path)
+
+
+def _judge_start() -> None:
+    """A judge's first step: it yields the CPU to the drawing, and leaves Ctrl-C and SIGTERM to the parent."""
+    children.quiet_worker()
+    os.nice(NICE)
 
 
 def _pool(store: Store, workers: int | None) -> Any:
@@ -159,7 +166,7 @@ def _pool(store: Store, workers: int | None) -> Any:
     if workers < 1 or store.path == ":memory:":
         return None
     try:
-        return mp.get_context("fork").Pool(workers, initializer=os.nice, initargs=(NICE,))
+        return children.start_pool(mp.get_context("fork"), workers, _judge_start)
     except (OSError, ValueError):  # no fork here, or no room for a process: judged in this one
         return None
 
@@ -171,9 +178,11 @@ NEEDS_NO_JUDGEMENT = frozenset(("investigations", "ort", "upgrade", "determinism
 def _build(store: Store, out: Path, title: str, workers: int | None = None) -> list[Path]:
     (out / "machines").mkdir()
     (out / "changes").mkdir()
-    pool = _pool(store, workers)
-    check = None if pool is None or store.verify else pool.apply_async(_verify, (store.path,))
-    try:
+    pool, ended = None, False
+    try:  # the pool made inside: a signal right after the fork still ends it
+        with children.held():  # a signal while forking: raised once ``pool`` holds them all, so they are ended
+            pool = _pool(store, workers)
+        check = None if pool is None or store.verify else pool.apply_async(_verify, (store.path,))
         g = gather(store, title, pool, False)  # positional: tests stand in for gather with (*args)
         env = environment()
         generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -195,10 +204,10 @@ def _build(store: Store, out: Path, title: str, workers: int | None = None) -> l
                 page((3, i), "runs.html", out / "runs" / f"{m.slug}.html", "../", page_id="runs", **_runs(g, m))
         finish(g)  # waits for the judgements
         _verified(store, check)
+        ended = True
     finally:
-        if pool is not None:
-            pool.terminate()
-            pool.join()
+        if pool is not None:  # a judge killed holding a queue's lock, or a signal: its workers killed, not waited on
+            children.shut(pool, hard=not ended)
     for i, m in enumerate(g.machines):  # after the judgements: the history picker offers what they found first
         page((2, i), "machine.html", out / "machines" / f"{m.slug}.html", "../", page_id="machine",
              mp=machine_page(g, m))

@@ -16,6 +16,7 @@ from ..analysis import pairing
 from ..analysis.compare import compare_records
 from ..analysis.timechange import Thresholds
 from ..collect.store import Store
+from ..core import children
 from .reading import combo_keys, covering_runs, current_records, history_records
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ def finish(g: Model) -> None:
     verdicts: dict[tuple, list[Any]] = {}  # one compare_records per pair of record sets, shared by the pages
     if pending is not None:
         try:
-            parts = pending.get()
+            parts = children.wait(pending)  # a worker killed: ChildDied, not a wait without end
         except Exception:  # noqa: BLE001 - a pool that failed (a process killed, a store it could not open):
             parts = []  # this process judges instead, and an error of the judgement itself is raised here
         for part in parts:

@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from ..core import children
 from ..core.intake import EXIT_ENVIRONMENT, UserError
 
 MANIFEST = ".convbench-report"  # the files a build made, one relative path a line
@@ -75,15 +76,20 @@ def replace(out: str | Path, build: Callable[[Path], list[Path]]) -> list[Path]:
 
 
 def _swap(out: str | Path, target: Path, build: Callable[[Path], list[Path]]) -> list[Path]:
+    """The build and the swap; a signal (children.raise_exit) that comes while a folder is made or the two renames
+    run waits until they are done, so no folder is left unnamed and the old report is never left aside."""
     target.parent.mkdir(parents=True, exist_ok=True)
+    holding = children.held().__enter__()
     fresh = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-", dir=target.parent))
     old: Path | None = None
     umask = os.umask(0)
     os.umask(umask)
     try:
+        holding.release()  # a signal that came while the folder was made is raised here, where it is removed
         os.chmod(fresh, 0o777 & ~umask)  # mkdtemp makes it private; a report folder is read by others
         written = build(fresh)
         (fresh / MANIFEST).write_text("".join(f"{p.relative_to(fresh)}\n" for p in written), encoding="utf-8")
+        holding = children.held().__enter__()
         if target.exists():
             check(out)  # again: nothing was added to it while the report was built
             old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
@@ -98,7 +104,9 @@ def _swap(out: str | Path, target: Path, build: Callable[[Path], list[Path]]) ->
         shutil.rmtree(fresh, ignore_errors=True)
         if old is not None and not (old / "report").exists():
             shutil.rmtree(old, ignore_errors=True)
+        holding.release()
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+    holding.release()  # the new report is in place: a signal held until now ends the command here
     return [target / p.relative_to(fresh) for p in written]

@@ -1,0 +1,224 @@
+"""Signals and child processes: a long command ends within seconds of a signal or of a dead child, by its own
+cleanup (the ``finally`` blocks that remove a half-built store or report and reap a pool), never by a hang.
+
+multiprocessing.Pool replaces a worker that died (the OOM killer's SIGKILL) and loses the task it held: a
+caller waiting on the result waits forever. ``results`` and ``wait`` wait in short slices and look at the
+pool's workers between them; a worker gone is ChildDied. ``exit_on_signals`` turns SIGTERM and SIGHUP (a
+service stopped, a terminal closed) into SystemExit in the main process, as Ctrl-C is KeyboardInterrupt, so that
+cleanup runs; ``quiet_worker`` is a pool worker's start: the parent alone answers Ctrl-C (a worker would print
+its own traceback) and a terminate ends a worker at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import multiprocessing.pool as mp_pool
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+SLICE_S = 0.2  # how long a wait lasts before the workers are looked at again
+EXIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class ChildDied(RuntimeError):
+    """A worker of a pool ended while its pool was in use (killed by a signal, out of memory)."""
+
+
+FALLBACK_S = 10.0  # after a signal, the longest a command's cleanup and exit may take before the process just ends
+
+
+_held = 0  # > 0 while a step that must not be cut short runs (``held``); a signal then waits for its end
+_pending = 0
+
+
+class held:
+    """``with held():`` EXIT_SIGNALS wait until the block has ended, or until ``release()`` (a pool being forked:
+    cut short there, the workers forked so far belong to no one and outlive the command)."""
+
+    def __enter__(self) -> held:
+        global _held
+        _held += 1
+        self.on = True
+        return self
+
+    def release(self) -> None:
+        global _held, _pending
+        if not self.on:
+            return
+        self.on = False
+        _held -= 1
+        if not _held and _pending:
+            signum, _pending = _pending, 0
+            raise_exit(signum, None)
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def raise_exit(signum: int, frame: object) -> None:
+    """The handler of EXIT_SIGNALS in a command: SystemExit, so that the command's cleanup runs. Python drops an
+    exception raised where it cannot propagate (a weakref callback, a __del__: "Exception ignored in"), so the
+    process ends FALLBACK_S later if it still runs then (a cleanup that hangs, an exit that waits on a child)."""
+    global _pending
+    if _held:
+        _pending = signum
+        return
+    timer = threading.Timer(FALLBACK_S, os._exit, (128 + signum,))
+    timer.daemon = True
+    timer.start()
+    raise SystemExit(128 + signum)
+
+
+def exit_on_signals() -> dict[int, Any]:
+    """SIGTERM and SIGHUP raise SystemExit in this (main) thread where they would end the process unannounced;
+    returns the handlers replaced, for ``restore``."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    replaced = {}
+    for sig in EXIT_SIGNALS:
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            replaced[sig] = signal.signal(sig, raise_exit)
+    return replaced
+
+
+def restore(replaced: dict[int, Any]) -> None:
+    for sig, handler in replaced.items():
+        signal.signal(sig, handler)
+
+
+_BLOCKED = {signal.SIGINT, *EXIT_SIGNALS}
+
+
+def quiet_worker() -> None:
+    """A pool worker's first step: Ctrl-C is the parent's to answer, and SIGTERM or SIGHUP end the worker at once
+    (its parent's handlers, inherited through fork, would raise inside a task). start_pool forks with these
+    signals blocked, so none reaches a worker before this; they are unblocked here."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in EXIT_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _BLOCKED)
+
+
+def start_pool(ctx: Any, processes: int, initializer: Any = None, initargs: tuple = ()) -> Any:
+    """``ctx.Pool(processes, ...)`` whose workers count themselves as they start: a pool replaces a worker that
+    died, so more starts than ``processes`` means one died (even before anyone watched, with its task lost)."""
+    started = ctx.Value("i", 0)
+    # forked with Ctrl-C, SIGTERM and SIGHUP blocked: a worker meets them only once quiet_worker set them, and the
+    # pool's threads (which fork the replacements) keep them blocked, so they reach this process's main thread
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
+    try:
+        pool = ctx.Pool(processes, initializer=_counted, initargs=(started, initializer, initargs))
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        raise
+    pool.convbench_started, pool.convbench_size = started, processes
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)  # a Ctrl-C that came meanwhile is raised here
+    except BaseException:
+        shut(pool, hard=True)  # ended here: the caller never holds it
+        raise
+    return pool
+
+
+def _counted(started: Any, initializer: Any, initargs: tuple) -> None:
+    with started.get_lock():
+        started.value += 1
+    if initializer is not None:
+        initializer(*initargs)
+
+
+class _Workers:
+    """The processes of a pool when it was watched first; any of them gone or ended, or more started than the
+    pool holds (start_pool), means a task was lost."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self.seen = list(getattr(pool, "_pool", None) or [])  # kept: a dead one's exit code says how it ended
+        self.pids = {p.pid for p in self.seen}
+
+    def check(self) -> None:
+        procs = list(getattr(self.pool, "_pool", None) or [])
+        ended = [p for p in (*self.seen, *procs) if p.exitcode is not None]
+        started = getattr(self.pool, "convbench_started", None)
+        replaced = started is not None and started.value > self.pool.convbench_size
+        if ended or replaced or {p.pid for p in procs} != self.pids:
+            code = ended[0].exitcode if ended else None
+            how = f"killed by signal {-code}" if code is not None and code < 0 else \
+                f"exited with {code}" if code is not None else "ended"
+            raise ChildDied(f"a worker process {how} (out of memory?); its work is lost")
+
+
+def _lost(pool: Any) -> bool:
+    """Whether a worker of ``pool`` (start_pool's) died: ended now, or replaced after it died."""
+    started = getattr(pool, "convbench_started", None)
+    if started is not None and started.value > pool.convbench_size:
+        return True
+    return any(p.exitcode is not None for p in list(getattr(pool, "_pool", None) or []))
+
+
+def shut(pool: Any, hard: bool = False) -> None:
+    """End ``pool`` and reap its workers. Pool.terminate takes the pool's queue locks, and a worker killed while
+    it held one (sending a result) never releases it: terminate, and the exit-time finalizer after it, would wait
+    for ever. A pool that lost a worker, or is ended by an exception (``hard``: a signal, Ctrl-C), has its
+    workers stopped and reaped directly (SIGTERM, then SIGKILL after a second), its maintenance and finalizer
+    cancelled, and its blocked threads (daemons) left to end with the process."""
+    if not hard and not _lost(pool):
+        pool.terminate()
+        pool.join()
+        return
+    pool._state = mp_pool.TERMINATE
+    handler = getattr(pool, "_worker_handler", None)
+    if handler is not None:
+        handler._state = mp_pool.TERMINATE  # no worker is started in place of those stopped below
+    finalizer = getattr(pool, "_terminate", None)
+    if finalizer is not None:
+        finalizer.cancel()
+    if handler is not None and handler.is_alive() and handler is not threading.current_thread():
+        handler.join(1)  # it may be starting a worker this moment: that one is stopped below too
+    workers = list(getattr(pool, "_pool", None) or [])
+    for p in workers:
+        if p.exitcode is None:
+            p.terminate()
+    for p in workers:
+        p.join(1)
+        if p.exitcode is None:
+            p.kill()
+            p.join(5)
+
+
+@contextlib.contextmanager
+def ending(pool: Any) -> Iterator[Any]:
+    """``with ending(pool):`` the pool, shut (``shut``) however the block ends."""
+    try:
+        yield pool
+    except BaseException:
+        shut(pool, hard=True)
+        raise
+    shut(pool)
+
+
+def results(pool: Any, iterator: Any) -> Iterator[Any]:
+    """The items of ``pool.imap``/``imap_unordered``'s ``iterator``, or ChildDied once a worker is gone."""
+    watch = _Workers(pool)
+    while True:
+        try:
+            yield iterator.next(SLICE_S)
+        except StopIteration:
+            return
+        except mp.TimeoutError:
+            watch.check()
+
+
+def wait(pending: Any, pool: Any = None) -> Any:
+    """``pending.get()`` of an ``apply_async``/``map_async`` result (of ``pool``, else the pool it names), or
+    ChildDied once a worker is gone."""
+    watch = _Workers(pool if pool is not None else getattr(pending, "_pool", None))
+    while True:
+        try:
+            return pending.get(SLICE_S)
+        except mp.TimeoutError:
+            watch.check()

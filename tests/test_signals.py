@@ -1,0 +1,181 @@
+"""Long commands under real signals on real subprocesses: a collect whose parser is SIGKILLed (the OOM killer)
+ends within seconds; SIGHUP, SIGTERM and Ctrl-C (SIGINT to the whole process group, as a terminal sends it) end
+a collect building a new store with one line, no traceback and no hidden ``.NAME.new-*`` store; a report whose
+judge is killed still ends, and a report stopped by a signal leaves no build folder and no child behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from _fleet_data import record, write_run
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+
+
+# the CLI with every thread's stack dumped on SIGUSR1: a command that does not end says where it waits
+_CLI = ("import faulthandler, signal, sys; faulthandler.register(signal.SIGUSR1, all_threads=True); "
+        "from harness.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
+def _start(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", _CLI, *args], env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _ended(p: subprocess.Popen, timeout: float = 60) -> tuple[str, str]:
+    """(stdout, stderr) once ``p`` ended; a failure with its threads' stacks if it did not within ``timeout``."""
+    try:
+        return p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        pytest.fail(f"did not end within {timeout} s; its stacks:\n{err[-8000:]}")
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def _busy(pid: int, ticks: int = 5) -> bool:
+    """Whether ``pid`` has used ``ticks`` clock ticks of CPU (a parser at work, past its start)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(") ", 1)[1].split()
+        return int(fields[11]) + int(fields[12]) >= ticks
+    except (OSError, IndexError, ValueError):
+        return False
+
+
+def _state(pid: int) -> str | None:
+    """A process's state and parent (R, S, Z...), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(") ", 1)[1].split()
+        return f"{fields[0]} (parent {fields[1]})"
+    except OSError:
+        return None
+
+
+def _zombies_of(pid: int) -> list[int]:
+    out = []
+    for child in _children(pid):
+        try:
+            with open(f"/proc/{child}/stat") as f:
+                if f.read().split(") ", 1)[1].startswith("Z"):
+                    out.append(child)
+        except OSError:
+            pass
+    return out
+
+
+def _wait_for(what, deadline_s: float = 60) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not what():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.005)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory) -> Path:
+    """240 runs of 400 records (a second or two of parsing on two cores): one written, the rest its copies."""
+    import datetime as dt
+    import json
+    import shutil
+
+    root = tmp_path_factory.mktemp("fleet") / "r"
+    t0 = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
+    first = write_run(root, "m0", "img", t0, [record(f"case{i}", median=1.0 + i) for i in range(400)], run_id="n0")
+    for i in range(1, 240):
+        machine, night = f"m{i % 24}", i // 24
+        d = root / machine / f"n{night}"
+        shutil.copytree(first, d)
+        meta = json.loads((d / "run.json").read_text())
+        meta.update(machine=machine, run_id=f"n{night}", started=(t0 + dt.timedelta(days=night)).isoformat())
+        (d / "run.json").write_text(json.dumps(meta))
+    return root
+
+
+@pytest.mark.parametrize("jobs", [2])
+def test_a_collect_whose_parser_is_killed_ends_in_seconds(tmp_path, fleet, jobs):
+    db = tmp_path / "s.sqlite"
+    p = _start("collect", str(fleet), "--store", str(db), "--jobs", str(jobs), "-q")
+    _wait_for(lambda: any(map(_busy, _children(p.pid))) or p.poll() is not None)
+    assert p.poll() is None, "the collect ended before a parser could be killed: give it more runs"
+    os.kill(next(c for c in _children(p.pid) if _busy(c)), signal.SIGKILL)  # a parser at work, as the OOM killer
+    t0 = time.monotonic()
+    out, err = _ended(p)
+    assert time.monotonic() - t0 < 20
+    assert p.returncode == 3 and "Traceback" not in err, (p.returncode, err)
+    assert len(err.strip().splitlines()) == 1 and "a worker process" in err and "nothing was stored" in err
+    assert sorted(os.listdir(tmp_path)) == []  # the store being built is gone, nothing hidden left
+
+
+@pytest.mark.parametrize("how", ["SIGHUP", "SIGTERM", "SIGINT to the group"])
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_collect_stopped_by_a_signal_leaves_nothing(tmp_path, fleet, how, jobs):
+    db = tmp_path / "s.sqlite"
+    p = _start("collect", str(fleet), "--store", str(db), "--jobs", str(jobs), "-q")
+    _wait_for(lambda: any(n.startswith(".s.sqlite.new-") for n in os.listdir(tmp_path)) or p.poll() is not None)
+    assert p.poll() is None, "the collect ended before it could be stopped: give it more runs"
+    if how == "SIGINT to the group":
+        os.killpg(p.pid, signal.SIGINT)
+        code = 130
+    else:
+        sig = getattr(signal, how)
+        p.send_signal(sig)
+        code = 128 + sig
+    out, err = _ended(p)
+    assert p.returncode == code and "Traceback" not in err, (p.returncode, err)
+    assert len(err.strip().splitlines()) == 1, err
+    assert sorted(os.listdir(tmp_path)) == []
+
+
+@pytest.fixture(scope="module")
+def big_store(tmp_path_factory, fleet) -> Path:
+    """A store of 400 runs: a report of it judges in a pool of processes (POOL_FROM_RUNS)."""
+    from harness.collect.ingest import collect
+
+    db = tmp_path_factory.mktemp("store") / "s.sqlite"
+    collect(db, [fleet], jobs=2)
+    return db
+
+
+def test_a_report_whose_judge_is_killed_still_ends(tmp_path, big_store):
+    out = tmp_path / "site"
+    p = _start("report", "--store", str(big_store), "--out", str(out))
+    _wait_for(lambda: len(_children(p.pid)) >= 1 or p.poll() is not None)
+    if p.poll() is None:
+        os.kill(_children(p.pid)[0], signal.SIGKILL)
+    o, err = _ended(p, 120)
+    assert p.returncode == 0 and "Traceback" not in err, err
+    assert (out / "index.html").is_file()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_report_stopped_by_a_signal_leaves_no_folder_and_no_child(tmp_path, big_store, sig):
+    out = tmp_path / "site"
+    p = _start("report", "--store", str(big_store), "--out", str(out))
+    _wait_for(lambda: any(n.startswith(".site.new-") for n in os.listdir(tmp_path)) or p.poll() is not None)
+    kids = _children(p.pid)
+    assert p.poll() is None, "the report ended before it could be stopped"
+    p.send_signal(sig)
+    o, err = _ended(p)
+    # 128 + sig: its cleanup ran; -sig: the signal came again (children.FALLBACK_S) after Python dropped it
+    assert p.returncode in (128 + sig, -sig) and "Traceback (most recent" not in err, (p.returncode, err)
+    assert sorted(os.listdir(tmp_path)) == []  # no build folder, no report
+    time.sleep(0.5)
+    alive = {k: _state(k) for k in kids if _state(k)}
+    assert alive == {}, f"children left: {alive}"
