@@ -329,15 +329,19 @@ def test_dangerous_out_is_refused_in_one_line(tmp_path, monkeypatch, capsys, kin
     assert sorted(p.name for p in real.iterdir()) == ["keep.txt"]  # nothing written through the link
 
 
-def test_a_report_from_before_manifests_is_replaced(tmp_path):
+def test_a_folder_without_the_manifest_is_never_replaced_even_a_report_from_before_manifests(tmp_path):
+    """Pages at the top and in machines/ with an index.html may be a user's own site: without the report's manifest
+    a folder is refused, untouched (tests/test_report_out.py generates such folders)."""
+    from harness.core.intake import UserError
+
     db = _fleet(tmp_path)
     out = tmp_path / "old"
     (out / "machines").mkdir(parents=True)
     (out / "index.html").write_text("old")
     (out / "machines" / "x.html").write_text("old")
-    with Store(db) as s:
+    with Store(db) as s, pytest.raises(UserError, match="no .convbench-report manifest"):
         build(s, out)
-    assert (out / "index.html").read_text() != "old" and not (out / "machines" / "x.html").exists()
+    assert (out / "index.html").read_text() == "old" and (out / "machines" / "x.html").read_text() == "old"
 
 
 def test_a_report_with_an_empty_changes_folder_is_replaced_by_the_next(tmp_path):

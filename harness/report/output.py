@@ -59,7 +59,8 @@ def check(out: str | Path) -> Path:
     if p.is_dir() and os.path.ismount(p):
         raise UserError(f"--out {out} is a mount point, which the report cannot swap whole; name a folder in it")
     if p.is_dir() and any(p.iterdir()) and not _made_by_a_report(p):
-        raise UserError(f"--out {out} holds files the report did not make; choose a new or empty folder")
+        raise UserError(f"--out {out} holds files the report did not make (it has no {MANIFEST} manifest, as a "
+                        "report from before manifests has none); choose a new or empty folder")
     return target
 
 
