@@ -15,7 +15,7 @@ from collections import Counter
 from typing import Any
 
 from ..analysis import rollup
-from ..analysis.compare import PRECISION_RANK
+from ..analysis.compare import PRECISION_RANK, _field
 from ..analysis.impact import impact
 from ..analysis.pairing import fields_change, stack_fields, stack_line
 from ..run import paired
@@ -54,7 +54,7 @@ def accuracy_order(f) -> tuple:
 
 
 def _gpu_name(leg: dict[str, Any]) -> str:
-    return str((leg["B"]["fingerprint"].get("gpu") or {}).get("name") or "")
+    return str(_field(leg["B"]["fingerprint"], "gpu.name") or "")
 
 
 def verdict(pair: tuple[str, str], studies: list[dict[str, Any]]) -> dict[str, Any]:
