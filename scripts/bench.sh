@@ -11,7 +11,7 @@
 # --which: say which Python environment would be used, and stop.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python="" wheelhouse="" which_only=0 args=()
+python="" wheelhouse="" which_only=0 args=() cpu_cases=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --python) python="${2:?--python needs an interpreter}"; shift 2 ;;
@@ -57,12 +57,14 @@ else
   python3 -m venv .venv
   bin=.venv/bin
   quiet .venv/bin/python -m pip install -q "${pip_from[@]}" -e '.[cpu,harness]' 'torch==2.13.0'
+  # the default catalogue (ResNet-50 at batch 32) takes hours on a CPU: the quick one unless --cases was given
+  [[ " ${args[*]} " == *" --cases"* ]] || cpu_cases=(--cases quick)
 fi
 "$bin/convbench" --version
 "$bin/convbench" doctor || true
 status=0
-"$bin/convbench" bench "${args[@]}" || status=$?
-"$bin/convbench" collect results --store results/convbench.sqlite -q
-"$bin/convbench" report --store results/convbench.sqlite --out reports/site
+"$bin/convbench" bench "${cpu_cases[@]}" "${args[@]}" || status=$?
+"$bin/convbench" collect results -q  # into the default store, results/convbench.sqlite
+"$bin/convbench" report --out reports/site
 echo "report: $(pwd)/reports/site/index.html"
 exit $status

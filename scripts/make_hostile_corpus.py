@@ -860,6 +860,7 @@ def _judge(log: Path, state: str, code: int | None, rss_kib: int, expect: tuple[
 def tally(out: Path, collect_items: bool = True) -> dict:
     """Run every item and scenario under OUT; counts per outcome and per category, and the items that failed.
     ``collect_items=False`` runs the scenarios only (the collect items have their own test)."""
+    import harness.cli.bench_cmds  # noqa: F401
     import harness.cli.measure_cmds  # noqa: F401
     import harness.cli.store_cmds  # noqa: F401 - imported once here, so that each forked child starts at once
     import harness.collect.ingest  # noqa: F401

@@ -8,14 +8,33 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from harness.core import children
 from harness.core.intake import EXIT_ENVIRONMENT, EXIT_NO_DATA, EXIT_USAGE, UserError, printable  # noqa: F401
+from harness.core.paths import DEFAULT_STORE, RESULTS_DIR
 
 # Each module exposes register(subparsers); a subcommand's handler returns the exit code.
-COMMAND_MODULES = ("harness.cli.measure_cmds", "harness.cli.store_cmds", "harness.cli.images_cmds",
+COMMAND_MODULES = ("harness.cli.measure_cmds", "harness.cli.bench_cmds", "harness.cli.store_cmds", "harness.cli.images_cmds",
                    "harness.cli.upgrade_cmds")
+
+USAGE = """\
+Benchmark the convolutions of cuDNN, PyTorch and onnxruntime on this host (speed, accuracy against a
+float64 reference, determinism), gather runs from many hosts into one store, gate a night against the one
+before, and render a static report."""
+
+EPILOG = f"""\
+the usual night:
+  convbench doctor                      what this host can run
+  convbench bench                       measure (the asv suite; results under {RESULTS_DIR}/)
+  convbench collect {RESULTS_DIR}             gather the runs into {DEFAULT_STORE}
+  convbench compare BASE HEAD           exit 1 on a regression (the CI gate)
+  convbench report                      write reports/site/index.html
+
+`convbench COMMAND --help` has each command's options and examples.
+exit codes: 0 ok, 1 failure or regression, 2 usage, 3 the host lacks something, 4 nothing to decide on."""
+
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse, with its errors in one line (no usage block): `-inf` read as a flag, a missing value..."""
@@ -41,7 +60,8 @@ class _Version(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="convbench", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="convbench", description=USAGE, epilog=EPILOG,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action=_Version, nargs=0, help="show the version and suite revision, exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
@@ -84,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"convbench {args.command}: error: {printable(exc)}", file=sys.stderr)
         return exc.code
+    except BrokenPipeError:  # `convbench cases --json | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print(f"convbench {args.command}: interrupted{_KEPT.get(args.command, '')}", file=sys.stderr)
         return 130

@@ -6,24 +6,44 @@ import argparse
 import os
 from pathlib import Path
 
+from ..core.cases import DEFAULT_SET
 from ..core.intake import EXIT_ENVIRONMENT, UserError, printable
 from ..core.outputs import write_under
+from ..core.paths import RESULTS_DIR
+from .helptext import command
+from .jsonout import add_json, emit
 
 
 def register(sub) -> None:
-    p = sub.add_parser("images", help="the image matrix: list, lock, render and build images hermetically")
+    p = command(sub, "images", help="the image matrix: list, lock, render and build images hermetically",
+                description="Work with the image matrix (docker/matrix.toml): one image per stack (CUDA, cuDNN, "
+                            "torch, onnxruntime), each built offline from wheels pinned by sha256.",
+                examples=["convbench images list", "convbench images lock cu126-torch26",
+                          "convbench images render --slurm --out fleet/"])
     p.add_argument("--matrix", type=Path, default=None, help="matrix file (default: docker/matrix.toml)")
     isub = p.add_subparsers(dest="images_command", metavar="SUBCOMMAND")
     p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])
 
-    q = isub.add_parser("list", help="rows, their versions and architectures, lock and local image state")
+    q = command(isub, "list", help="rows, their versions and architectures, lock and local image state",
+                description="List the matrix's rows: versions, GPU architectures, whether each is locked and "
+                            "whether its image is built in the local Docker engine.",
+                examples=["convbench images list", "convbench images list --json"])
+    add_json(q)
     q.set_defaults(handler=images_list)
 
-    q = isub.add_parser("lock", help="resolve rows' wheel closures and pin every wheel by sha256 (no download)")
+    q = command(isub, "lock", help="resolve rows' wheel closures and pin every wheel by sha256 (no download)",
+                description="Resolve each row's (or overlay's) wheel closure from the package index and write its "
+                            "lock file: every wheel pinned by URL and sha256. Nothing is downloaded.",
+                examples=["convbench images lock", "convbench images lock cu126-torch26"])
     q.add_argument("rows", nargs="*", help="rows or overlays (default: all)")
     q.set_defaults(handler=images_lock)
 
-    q = isub.add_parser("render", help="print the Dockerfile of rows, or fleet manifests (--slurm, --k8s)")
+    q = command(isub, "render", help="print the Dockerfile of rows, or fleet manifests (--slurm, --k8s)",
+                description="Print (or write under --out) each row's Dockerfile, or the fleet's manifests: one "
+                            "sbatch per Slurm node pool with its scrontab (--slurm), or Kubernetes CronJobs (--k8s).",
+                examples=["convbench images render cu126-torch26",
+                          "convbench images render --slurm --out fleet/",
+                          "convbench images render --k8s --registry registry.example/convbench --out k8s/"])
     q.add_argument("rows", nargs="*", help="rows (default: all)")
     q.add_argument("--out", type=Path, help="write files under this folder instead of printing")
     kind = q.add_mutually_exclusive_group()
@@ -36,7 +56,7 @@ def register(sub) -> None:
     q.add_argument("--outbox", default="/shared/convbench/inbox",
                    help="where finished runs are sent as tarballs for the collecting host (default: %(default)s)")
     q.add_argument("--registry", default="", help="registry prefix the fleet pulls images from (Kubernetes)")
-    q.add_argument("--cases", default="default", help="case set the nightly sweep runs (default: %(default)s)")
+    q.add_argument("--cases", default=DEFAULT_SET, help="case set the nightly sweep runs (default: %(default)s)")
     k8s = q.add_argument_group("Kubernetes (--k8s)")
     k8s.add_argument("--schedule", default="0 1 * * *",
                      help="the nightly CronJobs' schedule, also the Slurm scrontab's (default: %(default)s)")
@@ -65,29 +85,53 @@ def register(sub) -> None:
                     help="where --out's files are on the cluster, for the scrontab (default: %(default)s)")
     q.set_defaults(handler=images_render)
 
-    q = isub.add_parser("build", help="download the hashed wheelhouse, then build images with no network")
+    q = command(isub, "build", help="download the hashed wheelhouse, then build images with no network",
+                description="Download each row's locked wheels (checked by sha256) into the wheel cache, then "
+                            "build its image with no network access. Needs a Docker engine (exit 3 without one).",
+                examples=["convbench images build", "convbench images build cu126-torch26 --wheel-cache /srv/wheels"])
     q.add_argument("rows", nargs="*", help="rows (default: all)")
     q.add_argument("--wheel-cache", type=Path, default=None, help="wheelhouse cache (default: ~/.cache/convbench)")
     q.set_defaults(handler=images_build)
 
-    p = sub.add_parser("stacks", help="stacks without Docker: pinned wheel overlays over this host's own Python")
+    p = command(sub, "stacks", help="stacks without Docker: pinned wheel overlays over this host's own Python",
+                description="Stacks for hosts without Docker: a declared overlay's locked wheels installed into a "
+                            "folder over this host's own Python, named by `convbench run --stacks` and "
+                            "`convbench upgrade`.",
+                examples=["convbench stacks list", "convbench stacks download cudnn91 --wheelhouse wh/",
+                          "convbench stacks install cudnn91 --wheelhouse wh/"])
     p.add_argument("--matrix", type=Path, default=None, help="matrix file (default: docker/matrix.toml)")
     ssub = p.add_subparsers(dest="stacks_command", metavar="SUBCOMMAND")
     p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])
-    q = ssub.add_parser("list", help="the declared overlays, the rows they stand in for, and which are installed")
+    q = command(ssub, "list", help="the declared overlays, the rows they stand in for, and which are installed",
+                description="List the overlays declared in the matrix, the image rows they stand in for, and "
+                            "which are installed in the stacks folder.",
+                examples=["convbench stacks list", "convbench stacks list --json"])
+    add_json(q)
     q.set_defaults(handler=stacks_list)
-    q = ssub.add_parser("download", help="fetch an overlay's locked wheels into a wheelhouse (needs the index)")
-    q.add_argument("name")
+    q = command(ssub, "download", help="fetch an overlay's locked wheels into a wheelhouse (needs the index)",
+                description="Download an overlay's locked wheels, checked by sha256, into a folder to copy to a "
+                            "GPU host that has no package index.",
+                examples=["convbench stacks download cudnn91 --wheelhouse wh/"])
+    q.add_argument("name", help="the overlay's name (`convbench stacks list`)")
     q.add_argument("--wheelhouse", type=Path, required=True, help="folder to download the wheels into")
     q.set_defaults(handler=stacks_download)
-    q = ssub.add_parser("install", help="install an overlay offline from a wheelhouse (hashes from its lock)")
-    q.add_argument("name")
+    q = command(ssub, "install", help="install an overlay offline from a wheelhouse (hashes from its lock)",
+                description="Install an overlay from a wheelhouse with no network, each wheel checked against "
+                            "its lock's sha256, into the stacks folder.",
+                examples=["convbench stacks install cudnn91 --wheelhouse wh/",
+                          "convbench stacks install cudnn91 --wheelhouse wh/ --into /opt/convbench/stacks"])
+    q.add_argument("name", help="the overlay's name (`convbench stacks list`)")
     q.add_argument("--wheelhouse", type=Path, required=True, help="folder holding the overlay's locked wheels")
     q.add_argument("--into", type=Path, default=None,
                    help="stacks folder (default: $CONVBENCH_STACKS or ~/.local/share/convbench/stacks)")
     q.set_defaults(handler=stacks_install)
 
-    p = sub.add_parser("run", help="run the asv suite on every GPU of this host in parallel (containers or --no-docker)")
+    p = command(sub, "run", help="run the asv suite on every GPU of this host in parallel (containers or --no-docker)",
+                description="Run the nightly job on every GPU slot of this host in parallel: one container per "
+                            "GPU and image row, or (--no-docker) one local process per GPU over each stack in "
+                            "turn. Each slot's run is named by node, slot and night.",
+                examples=["convbench run --rows cu126-torch26", "convbench run --no-docker --stacks host,cudnn91",
+                          "convbench run --no-docker --gpus 0,1 -- -b CudnnForward"])
     p.add_argument("--rows", type=lambda s: [x for x in s.split(",") if x], default=None,
                    help="image rows to run, comma-separated (default: every built row that fits the GPUs)")
     p.add_argument("--no-docker", action="store_true", help="run the workers as local processes, one per GPU")
@@ -100,9 +144,9 @@ def register(sub) -> None:
     p.add_argument("--job", choices=("bench", "sweep"), default="bench",
                    help="bench: the asv suite, every class the stack supports; sweep: a plain sweep of --backends "
                         "(default: %(default)s)")
-    p.add_argument("--cases", default="quick", help="cases or sets to measure (default: %(default)s)")
+    p.add_argument("--cases", default=DEFAULT_SET, help="cases or sets to measure (default: %(default)s)")
     p.add_argument("--backends", default="torch,cudnn", help="backends of --job sweep (default: %(default)s)")
-    p.add_argument("--results", type=Path, default=Path(os.environ.get("CONVBENCH_RESULTS", "results")),
+    p.add_argument("--results", type=Path, default=Path(os.environ.get("CONVBENCH_RESULTS", RESULTS_DIR)),
                    help="results root on this host (default: %(default)s)")
     p.add_argument("--host-name", default=None,
                    help="the node's name as the scheduler or host names it (Slurm's node, Kubernetes' spec.nodeName); "
@@ -140,25 +184,39 @@ def images_list(args) -> int:
         client, engine_note = images.engine(), None
     except images.EngineError as exc:
         client, engine_note = None, str(exc)
-    print(f"{'row':26s} {'CUDA':5s} {'cuDNN':10s} {'torch':12s} {'onnxruntime':24s} {'lock':14s} image")
+    rows = []
     for row in matrix.rows.values():
         base = matrix.bases[row.base]
         path = row.lock_path()
+        wheels_pinned = None
         if not path.exists():
             lock = "not locked"
         else:
             try:
                 lk = wheels.read_lock(path)
-                lock = f"{len(lk.pins)} wheels" if lk.row_digest == row.digest(base) else "stale"
+                wheels_pinned = len(lk.pins) if lk.row_digest == row.digest(base) else None
+                lock = f"{wheels_pinned} wheels" if wheels_pinned is not None else "stale"
             except imagematrix.MatrixError:
                 lock = "unreadable"
         info = images.image_info(client, row) if client else None
+        rows.append({"row": row.name, "cuda": row.cuda or None, "cudnn": row.cudnn or None, "torch": row.torch,
+                     "onnxruntime": row.onnxruntime, "sm": list(row.sm), "note": row.note,
+                     "lock": "locked" if wheels_pinned is not None else lock, "wheels": wheels_pinned,
+                     "lock_text": lock, "image": None if info is None else {
+                         "id": info["id"], "size_bytes": info["size"],
+                         "suite_revision": info["labels"].get(images.LABEL_PREFIX + "suite-revision")}})
+    if args.json:
+        emit({"rows": [{k: v for k, v in r.items() if k != "lock_text"} for r in rows],
+              "engine": engine_note is None, "engine_why_not": engine_note})
+        return 0
+    print(f"{'row':26s} {'CUDA':5s} {'cuDNN':10s} {'torch':12s} {'onnxruntime':24s} {'lock':14s} image")
+    for r in rows:
+        info = r["image"]
         image = "engine not running" if client is None else "not built" if info is None else \
-            f"{info['id'][7:19]} rev {info['labels'].get(images.LABEL_PREFIX + 'suite-revision', '?')}, " \
-            f"{info['size'] / 2**30:.1f} GiB"
-        print(f"{row.name:26s} {row.cuda or '-':5s} {row.cudnn or '-':10s} {row.torch:12s} {row.onnxruntime:24s} "
-              f"{lock:14s} {image}")
-        print(f"{'':26s} sm: {', '.join(row.sm) or 'CPU only'}; {row.note}")
+            f"{info['id'][7:19]} rev {info['suite_revision'] or '?'}, {info['size_bytes'] / 2**30:.1f} GiB"
+        print(f"{r['row']:26s} {r['cuda'] or '-':5s} {r['cudnn'] or '-':10s} {r['torch']:12s} "
+              f"{r['onnxruntime']:24s} {r['lock_text']:14s} {image}")
+        print(f"{'':26s} sm: {', '.join(r['sm']) or 'CPU only'}; {r['note']}")
     if engine_note:
         print(f"(image state unknown: {engine_note})")
     return 0
@@ -256,10 +314,15 @@ def stacks_list(args) -> int:
 
     matrix = _matrix(args)
     where = stacks.stacks_dir()
-    for ov in matrix.overlays.values():
-        state = "installed" if (where / ov.name / stacks.MANIFEST).is_file() else "not installed"
-        print(f"{ov.name:12s} {', '.join(ov.libraries)}; over {ov.host}; stands in for "
-              f"{', '.join(ov.stands_in_for)}; {state} ({where / ov.name})")
+    found = [{"name": ov.name, "libraries": list(ov.libraries), "over": ov.host,
+              "stands_in_for": list(ov.stands_in_for), "installed": (where / ov.name / stacks.MANIFEST).is_file(),
+              "path": str(where / ov.name)} for ov in matrix.overlays.values()]
+    if args.json:
+        emit({"stacks_dir": str(where), "overlays": found})
+        return 0
+    for ov in found:
+        print(f"{ov['name']:12s} {', '.join(ov['libraries'])}; over {ov['over']}; stands in for "
+              f"{', '.join(ov['stands_in_for'])}; {'installed' if ov['installed'] else 'not installed'} ({ov['path']})")
     return 0
 
 

@@ -10,14 +10,15 @@ from pathlib import Path
 
 from ..backends import BACKENDS, SweepOptions, command_options
 from ..core import cases as catalogue
-from ..core.cases import DIRECTIONS, DTYPES, LAYOUTS
+from ..core.cases import DEFAULT_SET, DIRECTIONS, DTYPES, LAYOUTS
 from ..core.intake import EXIT_ENVIRONMENT, UserError, printable
-from ..deploy import resources
+from ..core.paths import RESULTS_DIR
 from ..measurement.timing import TimingPolicy
-from ..run import asvselect
 from ..run.worker import DEFAULT_TIMEOUT_S
+from .helptext import command
+from .jsonout import add_json, emit
 
-DEFAULT_RESULTS = Path(os.environ.get("CONVBENCH_RESULTS", "results"))
+DEFAULT_RESULTS = Path(os.environ.get("CONVBENCH_RESULTS", RESULTS_DIR))
 
 
 def _list(allowed: tuple[str, ...], what: str):
@@ -53,10 +54,14 @@ def check_results(results: Path) -> None:
 
 def add_sweep_arguments(p) -> None:
     """What a sweep measures and how: shared by `sweep` and `upgrade`."""
-    p.add_argument("--backends", type=_list(_backend_names(), "backend"), default=("cudnn", "torch"))
-    p.add_argument("--directions", type=_list(DIRECTIONS, "direction"), default=("fwd",))
-    p.add_argument("--dtypes", type=_list(DTYPES, "dtype"), default=DTYPES)
-    p.add_argument("--layouts", type=_list(LAYOUTS, "layout"), default=LAYOUTS)
+    p.add_argument("--backends", type=_list(_backend_names(), "backend"), default=("cudnn", "torch"),
+                   help="backends to measure, comma-separated (default: cudnn,torch)")
+    p.add_argument("--directions", type=_list(DIRECTIONS, "direction"), default=("fwd",),
+                   help=f"convolution directions, comma-separated, of {', '.join(DIRECTIONS)} (default: fwd)")
+    p.add_argument("--dtypes", type=_list(DTYPES, "dtype"), default=DTYPES,
+                   help=f"data types, comma-separated (default: {','.join(DTYPES)})")
+    p.add_argument("--layouts", type=_list(LAYOUTS, "layout"), default=LAYOUTS,
+                   help=f"memory layouts, comma-separated (default: {','.join(LAYOUTS)})")
     p.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="results root (default: %(default)s)")
     p.add_argument("--cold", action="store_true", help="flush L2 before each timed repetition")
     p.add_argument("--budget-ms", type=float, default=TimingPolicy.budget_ms,
@@ -81,7 +86,7 @@ def sweep_setup(args) -> tuple[list, SweepOptions]:
     check_results(args.results)
     gpu = cuda_unavailable_reason() is None
     try:
-        cases = catalogue.select(args.cases or ("default" if gpu else "quick"))
+        cases = catalogue.select(args.cases or DEFAULT_SET)
     except catalogue.UnknownCase as exc:
         raise UserError(str(exc)) from None
     if not cases:
@@ -94,16 +99,32 @@ def sweep_setup(args) -> tuple[list, SweepOptions]:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("doctor", help="what this host can run, and why not")
+    p = command(sub, "doctor", help="what this host can run, and why not",
+                description="Say what this host can measure: the GPUs NVML sees, the torch and onnxruntime "
+                            "installed, and for each backend whether it can run here and, if not, why. Exits 3 "
+                            "when no backend can run.",
+                examples=["convbench doctor", "convbench doctor --json | jq .backends"])
+    add_json(p)
     p.set_defaults(handler=doctor)
 
-    p = sub.add_parser("cases", help="list the case catalogue and the named sets")
+    p = command(sub, "cases", help="list the case catalogue and the named sets",
+                description="List the convolution cases (shape, padding, stride, dilation, groups) and the named "
+                            "sets (quick, seed, resnet50, default, full) that --cases accepts.",
+                examples=["convbench cases", "convbench cases quick", "convbench cases seed.c64 --json"])
     p.add_argument("names", nargs="*", help="case ids or set names to show (default: all)")
+    add_json(p)
     p.set_defaults(handler=list_cases)
 
-    p = sub.add_parser("sweep", help="measure cases x backends here, journaling every record")
-    p.add_argument("--cases", default=None,
-                   help="case ids and/or sets, comma-separated (default: 'default' with a GPU, 'quick' without)")
+    p = command(sub, "sweep", help="measure cases x backends here, journaling every record",
+                description="Measure every combination of the cases, backends, directions, dtypes and layouts "
+                            "on this host without asv: speed, accuracy against a float64 reference, and "
+                            "determinism. Every record is journaled as it is measured, so an interrupted sweep "
+                            "resumes with --resume.",
+                examples=["convbench sweep --cases quick --backends torch",
+                          "convbench sweep --cases seed --directions fwd,bwd_data --dtypes fp16",
+                          "convbench sweep --resume results/MACHINE/RUN_ID"])
+    p.add_argument("--cases", default=DEFAULT_SET,
+                   help="case ids and/or sets, comma-separated (default: %(default)s; `convbench cases` lists them)")
     add_sweep_arguments(p)
     p.add_argument("--resume", type=Path, help="a run directory to complete instead of starting a new run")
     p.add_argument("--cudnn", help="path of the libcudnn to load (default: the one PyTorch loaded)")
@@ -114,54 +135,38 @@ def register(sub) -> None:
                    help="watchdog: seconds without a new record before a worker is ended (default: %(default)s)")
     p.set_defaults(handler=sweep)
 
-    p = sub.add_parser("autotune", help="autotuner stability (K fresh searches and processes) and the seed "
-                                        "cross-check of F.conv2d against direct cuDNN with FMA math")
-    p.add_argument("--cases", default="default", help="case ids and/or sets (default: %(default)s)")
+    p = command(sub, "autotune", help="autotuner stability (K fresh searches and processes) and the seed "
+                                      "cross-check of F.conv2d against direct cuDNN with FMA math",
+                description="Run cuDNN's Find K times in fresh searches and PyTorch's cudnn.benchmark in K "
+                            "fresh processes per case, and report which algorithm each picks and how close the "
+                            "ties are. Needs a CUDA GPU (exit 3 without one).",
+                examples=["convbench autotune --cases seed -k 5",
+                          "convbench autotune --resume results/MACHINE/RUN_ID"])
+    p.add_argument("--cases", default=DEFAULT_SET, help="case ids and/or sets (default: %(default)s)")
     p.add_argument("-k", type=int, default=5, help="fresh searches / processes per case (default: 5)")
-    p.add_argument("--layouts", type=_list(LAYOUTS, "layout"), default=("NCHW",))
+    p.add_argument("--layouts", type=_list(LAYOUTS, "layout"), default=("NCHW",),
+                   help="memory layouts, comma-separated (default: NCHW)")
     p.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="results root (default: %(default)s)")
     p.add_argument("--resume", type=Path, metavar="RUN_DIR",
                    help="continue an interrupted study (with the K, layouts and cases it was started with): what "
                         "its journal holds is not measured again")
     p.set_defaults(handler=autotune)
 
-    p = sub.add_parser("repro", help="recompute every output of a run in fresh worker processes and compare hashes")
+    p = command(sub, "repro", help="recompute every output of a run in fresh worker processes and compare hashes",
+                description="Recompute every output a run recorded, each in a fresh worker process, and compare "
+                            "its hash with the recorded one: what differs is not reproducible across processes.",
+                examples=["convbench repro results/MACHINE/RUN_ID"])
     p.add_argument("run_dir", type=Path, help="a run directory written by sweep or bench")
     p.set_defaults(handler=repro)
 
-    p = sub.add_parser("bench", help="the nightly job: the asv suite here, all classes journaled into one run")
-    p.add_argument("--cases", default=None,
-                   help="case ids and/or sets (default: 'default' with a GPU, 'quick' without)")
-    p.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="results root (default: %(default)s)")
-    p.add_argument("-b", "--bench", action="append", default=[],
-                   help="asv benchmark regex (repeatable; default: every class)")
-    p.add_argument("--processes", type=int, choices=(1, 2), default=None,
-                   help="processes each cuDNN / PyTorch combination is timed in (default: 2, on CUDA; 1 halves "
-                        "the replica's cost and reads no process-level noise)")
-    p.add_argument("--find", action=argparse.BooleanOptionalAction, default=None,
-                   help="record Find's ranking beside Get_v7's (default: forward-only sweeps)")
-    p.set_defaults(handler=bench)
-
 
 def doctor(args) -> int:
+    from ..backends import get_backend
     from ..measurement import fingerprint
 
-    print("convbench doctor: what this host can run")
-    gpus, why = fingerprint.gpus()
-    if why:
-        print(f"  GPU (NVML):    none usable: {why}")
-    for g in gpus:
-        print(f"  GPU {g['index']} (NVML):  {g.get('name')}, sm_{(g.get('sm') or '?').replace('.', '')}, "
-              f"driver {g.get('driver')}, {((g.get('memory_total_bytes') or 0) / 2**30):.0f} GiB")
+    gpus, gpu_why = fingerprint.gpus()
     sw = fingerprint.software()
-    print(f"  torch:         {sw.get('torch') or 'not installed'}"
-          + (f" (CUDA {sw.get('torch_cuda')}, cuDNN {sw.get('torch_cudnn')})" if sw.get("torch") else ""))
-    ort = sw.get("onnxruntime")
-    print(f"  onnxruntime:   {ort or 'not installed'}"
-          + (f" (providers: {', '.join(sw.get('onnxruntime_providers') or [])})" if ort else ""))
-    from ..backends import get_backend
-
-    usable = 0
+    backends = []
     for name in BACKENDS:
         try:
             backend = get_backend(name)
@@ -179,9 +184,26 @@ def doctor(args) -> int:
         elif name == "ort" and not why:
             cuda_why = backend.cuda_reason()
             detail = " on CUDA and the CPU" if not cuda_why else f" on the CPU EP only: {cuda_why}"
-        print(f"  backend {name:6s} {'can run' + detail if not why else 'cannot run: ' + why}")
-        usable += why is None
-    return 0 if usable else EXIT_ENVIRONMENT
+        backends.append({"name": name, "can_run": why is None, "detail": detail.strip() or None, "why_not": why})
+    code = 0 if any(b["can_run"] for b in backends) else EXIT_ENVIRONMENT
+    if args.json:
+        emit({"gpus": gpus, "gpu_why_not": gpu_why, "software": sw, "backends": backends, "exit_code": code})
+        return code
+    print("convbench doctor: what this host can run")
+    if gpu_why:
+        print(f"  GPU (NVML):    none usable: {gpu_why}")
+    for g in gpus:
+        print(f"  GPU {g['index']} (NVML):  {g.get('name')}, sm_{(g.get('sm') or '?').replace('.', '')}, "
+              f"driver {g.get('driver')}, {((g.get('memory_total_bytes') or 0) / 2**30):.0f} GiB")
+    print(f"  torch:         {sw.get('torch') or 'not installed'}"
+          + (f" (CUDA {sw.get('torch_cuda')}, cuDNN {sw.get('torch_cudnn')})" if sw.get("torch") else ""))
+    ort = sw.get("onnxruntime")
+    print(f"  onnxruntime:   {ort or 'not installed'}"
+          + (f" (providers: {', '.join(sw.get('onnxruntime_providers') or [])})" if ort else ""))
+    for b in backends:
+        detail = f" {b['detail']}" if b["detail"] else ""
+        print(f"  backend {b['name']:6s} {'can run' + detail if b['can_run'] else 'cannot run: ' + b['why_not']}")
+    return code
 
 
 def list_cases(args) -> int:
@@ -189,6 +211,11 @@ def list_cases(args) -> int:
         ids = [c.id for c in catalogue.select(args.names)] if args.names else list(catalogue.CATALOGUE)
     except catalogue.UnknownCase as exc:
         raise UserError(str(exc)) from None
+    if args.json:
+        emit({"cases": [{"id": cid, **catalogue.CATALOGUE[cid].to_dict(), "note": catalogue.CATALOGUE[cid].note}
+                        for cid in ids],
+              "sets": {name: members for name, members in catalogue.SETS.items()} if not args.names else {}})
+        return 0
     for cid in ids:
         c = catalogue.CATALOGUE[cid]
         print(f"{cid:40s} {c.describe()}  [{c.note}]")
@@ -225,102 +252,6 @@ def _failed_backends(summary: dict) -> int:
               file=sys.stderr)
         return 1
     return 0
-
-
-def asv_env(base: dict[str, str], **extra: str) -> dict[str, str]:
-    """The environment for `asv run`: ``base`` plus ``extra``, with PYTHONPATH carried as ASV_PYTHONPATH.
-
-    asv drops PYTHONPATH from its benchmark processes and keeps ASV_PYTHONPATH. Without this a host whose
-    onnxruntime-gpu (or torch) lives on PYTHONPATH benchmarks another install than the one doctor reports
-    (seen on the H200: every CUDA setting of onnxruntime went n/a).
-    """
-    env = dict(base, **extra)
-    if base.get("PYTHONPATH") and "ASV_PYTHONPATH" not in base:
-        env["ASV_PYTHONPATH"] = base["PYTHONPATH"]
-    return env
-
-
-def bench_options(directions: tuple[str, ...], gpu: bool, processes: int | None,
-                  find: bool | None = None) -> SweepOptions:
-    """The nightly sweep's options: the directions the selected classes read, on the GPU where there is one,
-    the processes and Find's ranking asked for or the commands' defaults (backends.command_options)."""
-    return command_options(directions, "cuda" if gpu else "cpu", processes, find)
-
-
-def bench(args) -> int:
-    """Run the asv suite with one shared run journal; asv keeps its results, the journal keeps everything.
-
-    The sweeps that the selected classes read are measured first, here, in one sweep (one worker process, case
-    by case, each case's operands drawn once for every backend and direction); asv's setup_cache then only reads
-    the journal, and asv is given only the parameter sets that have data (asvselect). Each class sweeping on its
-    own cost a process, a torch import and a CUDA context per class, and drew every case's operands again.
-    """
-    import subprocess
-    import sys
-    import time
-
-    from ..backends.cudnn import cuda_unavailable_reason
-    from ..run import sweep as sweep_mod
-
-    try:
-        from .. import asvplugin
-    except ImportError:
-        raise UserError("asv is not installed here (pip install asv)", EXIT_ENVIRONMENT) from None
-    root = resources.root()  # the checkout, or the suite shipped in the wheel
-    gpu = cuda_unavailable_reason() is None
-    names = args.cases or ("default" if gpu else "quick")
-    try:
-        cases = catalogue.select(names)
-    except catalogue.UnknownCase as exc:
-        raise UserError(str(exc)) from None
-    if not gpu:
-        print(f"no GPU here: running the CPU backends (PyTorch on the CPU) on {names!r} ({len(cases)} cases); "
-              "the cuDNN combinations are recorded as skipped with the reason", flush=True)
-    wanted = asvselect.sweeps(root, args.bench)
-    # One sweep over the union of what the classes read (a selection that mixes directions across backends
-    # measures a little more than asv shows; every record is kept all the same).
-    directions = tuple(d for d in DIRECTIONS if any(d in ds for ds in wanted.values()))
-    swept = [f"{b}:{d}" for b in wanted for d in directions]
-    backends = ["cudnn", "torch"]
-    _, _, libraries = sweep_mod.load_backends(backends)
-    options = bench_options(directions or ("fwd",), gpu, args.processes, args.find)
-    results = args.results.resolve()
-    journal = sweep_mod.new_journal(results, options, cases, backends, libraries)
-    t0 = time.perf_counter()
-    if wanted:
-        sweep_mod.run(cases, list(wanted), options, results, into=journal.path)
-    sweep_s = time.perf_counter() - t0
-    regexes, n_sets, n_left_out = asvselect.selection(root, args.bench, journal.path, [c.id for c in cases])
-    env = asv_env(os.environ, CONVBENCH_RUN_DIR=str(journal.path), CONVBENCH_CASES=",".join(c.id for c in cases),
-                  CONVBENCH_RESULTS=str(results), CONVBENCH_SWEPT=",".join(swept))
-    machine = journal.meta["machine"]
-    if resources.in_git_checkout():  # the checkout's own asv project: `asv publish` there shows every run
-        cwd, config, asv_results = root, [], root / ".asv" / "results"
-    else:  # installed (an image) or no git: asv's project, results and machine file inside the run directory
-        cwd = journal.path / "asv"
-        config, asv_results = ["--config", str(asvplugin.project(cwd))], cwd / "results"
-        env["HOME"] = str(cwd / "home")
-    log_path = journal.path / "asv.log"
-    with open(log_path, "w") as log:
-        subprocess.run([sys.executable, "-m", "asv", *config, "machine", "--yes", "--machine", machine], cwd=cwd,
-                       env=env, stdout=log, stderr=subprocess.STDOUT)
-        # HEAD^!: the commit this interpreter's convbench is (asvplugin.HostEnvironment), results saved
-        cmd = [sys.executable, "-m", "asv", *config, "run", "HEAD^!", "--machine", machine, "--show-stderr",
-               "--durations", "all"]
-        for regex in regexes:
-            cmd += ["-b", regex]
-        print(f"asv run for {len(cases)} cases on {machine}: {n_sets} parameter sets, {n_left_out} left out as "
-              f"n/a (no data in this run); asv's output goes to {log_path}", flush=True)
-        rc = (subprocess.run(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT).returncode if n_sets
-              else 0)
-    seconds = time.perf_counter() - t0
-    summary = sweep_mod.summarize(journal, gpu, seconds)
-    summary.update(asv_returncode=rc, asv_results=str(asv_results / machine),
-                   sweep_seconds=round(sweep_s, 1), asv_seconds=round(seconds - sweep_s, 1))
-    journal.finish(summary)
-    print(f"run written to {journal.path} ({summary['seconds']} s: sweep {sweep_s:.1f} s, asv "
-          f"{seconds - sweep_s:.1f} s; {summary['ok']} records ok, counts {summary['counts']}); asv exit code {rc}")
-    return _failed_backends(summary) or (0 if rc == 0 else 1)
 
 
 def autotune(args) -> int:

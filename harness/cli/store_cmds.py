@@ -12,33 +12,42 @@ from typing import Any
 
 from ..collect.store import DEFAULT_STORE, Store, StoreError
 from ..core.intake import EXIT_NO_DATA, UserError, printable
+from .helptext import command
+from .jsonout import add_json
 
 EXIT_REGRESSION = 1  # `compare` found a regression above the thresholds: the nightly gate fails
 MAX_JOBS = 256
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("collect", help="ingest run directories, asv results and tarballs into the store",
-                       description="Ingest runs (run directories, results trees, asv results trees, tarballs of "
-                                   "them) into the SQLite store. Re-collecting a run changes nothing.")
+    p = command(sub, "collect", help="ingest run directories, asv results and tarballs into the store",
+                description="Ingest runs (run directories, results trees, asv results trees, tarballs of them) "
+                            "into the SQLite store. Re-collecting a run changes nothing; a file that is not a "
+                            "convbench run is refused with a reason and the others are still collected.",
+                examples=["convbench collect results", f"convbench collect inbox/*.tar.gz --store {DEFAULT_STORE}",
+                          "convbench collect /shared/results --jobs 8 -q"])
     p.add_argument("sources", nargs="+", help="run directories, results roots, .asv/results trees or tarballs")
-    p.add_argument("--store", default=DEFAULT_STORE, help=f"SQLite store file (default: {DEFAULT_STORE})")
+    p.add_argument("--store", default=DEFAULT_STORE, help="SQLite store file (default: %(default)s)")
     p.add_argument("--jobs", type=int, default=1, help="parser processes (default 1; the CPU count for big fleets)")
     p.add_argument("--replace", action="store_true",
                    help="let a copy of a stored run with fewer records replace it (refused otherwise)")
-    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the summary line (and refusals)")
     p.set_defaults(handler=cmd_collect)
 
-    p = sub.add_parser("compare", help="compare two runs (or images); exits 1 on a regression (nightly CI gate)",
-                       description="Compare BASE with HEAD record by record. Each is a run directory, tarball or "
-                                   "results tree (read into memory, nothing written), or, in --store, a run id "
-                                   "(or unique prefix), 'image:NAME' or 'machine:NAME'. Runs are paired per "
-                                   "machine (latest of each side); with one machine on each side and none in "
-                                   "common, the two machines are compared.")
-    p.add_argument("base")
-    p.add_argument("head")
-    p.add_argument("--store", default=DEFAULT_STORE)
-    p.add_argument("--json", action="store_true", help="print findings as JSON")
+    p = command(sub, "compare", help="compare two runs (or images); exits 1 on a regression (nightly CI gate)",
+                description="Compare BASE with HEAD record by record. Each is a run directory, tarball or "
+                            "results tree (read into memory, nothing written), or, in --store, a run id (or "
+                            "unique prefix), 'image:NAME' or 'machine:NAME'. Runs are paired per machine (latest "
+                            "of each side); with one machine on each side and none in common, the two machines "
+                            "are compared. Exit 0: no regression; 1: a regression fails the gate; 4: nothing to "
+                            "decide on.",
+                examples=["convbench compare results/m1/RUN_A results/m1/RUN_B",
+                          "convbench compare image:cu124-torch25 image:cu126-torch26 --all",
+                          "convbench compare 2026-12-01T01 2026-12-02T01 --json | jq '.findings[0]'"])
+    p.add_argument("base", help="the reference: a path, run id (or prefix), image:NAME or machine:NAME")
+    p.add_argument("head", help="what is judged against it, in the same forms")
+    p.add_argument("--store", default=DEFAULT_STORE, help="SQLite store for ids and names (default: %(default)s)")
+    add_json(p)
     p.add_argument("--time-threshold", type=float, default=None,
                    help="one median ratio for every call at or above which a significant slowdown fails "
                         "(default: the calibrated thresholds by call length, harness/analysis/timechange.py TIME_BANDS)")
@@ -58,12 +67,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--all", action="store_true", help="also list improvements and changes")
     p.set_defaults(handler=cmd_compare)
 
-    p = sub.add_parser("report", help="write the static HTML report (offline, one folder)",
-                       description="Render the store as a static site: index.html plus per-topic and "
-                                   "per-machine pages, every asset inline, usable from a file:// URL.")
-    p.add_argument("--store", default=DEFAULT_STORE)
+    p = command(sub, "report", help="write the static HTML report (offline, one folder)",
+                description="Render the store as a static site: index.html plus per-topic and per-machine pages, "
+                            "every asset inline, usable from a file:// URL.",
+                examples=["convbench report", "convbench report --store fleet.sqlite --out /srv/www/convbench"])
+    p.add_argument("--store", default=DEFAULT_STORE, help="SQLite store to render (default: %(default)s)")
     p.add_argument("--out", default="reports/site", help="output folder (default: reports/site, git-ignored)")
-    p.add_argument("--title", default="convbench fleet report")
+    p.add_argument("--title", default="convbench fleet report", help="the pages' title (default: %(default)s)")
     p.set_defaults(handler=cmd_report)
 
 
@@ -73,6 +83,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
     if not 1 <= args.jobs <= MAX_JOBS:
         raise UserError(f"--jobs must be 1 to {MAX_JOBS}")
     say = None if args.quiet else (lambda line: print(printable(line), file=sys.stderr))
+    if args.store == DEFAULT_STORE:  # the default store lives in the results folder, made on first use
+        Path(DEFAULT_STORE).parent.mkdir(parents=True, exist_ok=True)
     try:
         summary = collect(args.store, args.sources, jobs=args.jobs, progress=say, replace=args.replace)
     except StoreError as exc:

@@ -26,9 +26,9 @@ import sqlite3
 import time
 
 from ..core.intake import UserError
+from ..core.paths import DEFAULT_STORE  # noqa: F401 - re-exported by store.py
 
 STORE_SCHEMA = 2  # 2: records packed per run (run_records) instead of one SQLite row each
-DEFAULT_STORE = "convbench.sqlite"
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -180,6 +180,7 @@ SETS: dict[str, list[str]] = {
     "default": [i for i in CATALOGUE if i.startswith("seed.") or (i.startswith("resnet50.") and i.endswith(".n32"))],
     "full": [i for i in CATALOGUE if not i.startswith("quick.")],
 }
+DEFAULT_SET = "default"  # what every command's --cases means when not given (scripts/bench.sh passes quick on a CPU)
 
 
 class UnknownCase(KeyError):
