@@ -36,7 +36,10 @@ def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     (["compare", "a", "b", "--store", "/nonexistent/s.sqlite"], 2, "no store at /nonexistent/s.sqlite"),
     (["report", "--store", "/nonexistent/s.sqlite"], 2, "no store at /nonexistent/s.sqlite"),
     (["images", "build", "no-such-row"], 2, "unknown row no-such-row"),
-    (["collect", "/nonexistent/results", "--store", "{tmp}/s.sqlite"], 1, "/nonexistent/results: does not exist"),
+    (["collect", "/nonexistent/results", "--store", "{tmp}/s.sqlite"], 2, "/nonexistent/results: does not exist"),
+    (["run", "--no-docker", "--cases", "nosuch", "--results", "{tmp}/r"], 2, "unknown case 'nosuch'"),
+    (["bench", "--cases", "nosuch", "--results", "{tmp}/r"], 2, "unknown case 'nosuch'"),
+    (["sweep", "--cases", "quick.seed", "--results", "/sys/convbench-unwritable"], 3, "cannot be created"),
 ])
 def test_bad_input_is_one_clear_line_and_a_nonzero_exit(tmp_path, args, code, text):
     res = _cli(*[a.replace("{tmp}", str(tmp_path)) for a in args])
@@ -44,6 +47,7 @@ def test_bad_input_is_one_clear_line_and_a_nonzero_exit(tmp_path, args, code, te
     assert text in res.stderr and "Traceback" not in res.stderr
     errors = [line for line in res.stderr.splitlines() if "error" in line or line.startswith("refused")]
     assert len(errors) == 1, res.stderr  # argparse adds its usage line above; the error itself is one line
+    assert not (tmp_path / "s.sqlite").exists() and not (tmp_path / "r").exists()  # refused: nothing left behind
 
 
 def test_store_that_is_not_a_store_is_refused(tmp_path):

@@ -206,12 +206,18 @@ def test_cli_gate_exit_codes_and_json(tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["compare", b, h, "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
-    assert data["regressions"] == 1 and data["findings"][0]["kind"] == "time"
+    assert data["schema"] == 1 and data["regressions"] == 1 and data["findings"][0]["kind"] == "time"
+    f = data["findings"][0]  # the times as numbers beside the words
+    assert f["base_ms"] == 1.0 and f["head_ms"] == 1.25 and isinstance(f["ratio"], float)
     # through the store, by image
     db = str(tmp_path / "s.sqlite")
     collect(db, [tmp_path / "r"])
     assert cli.main(["compare", "image:imgA", "image:imgB", "--store", db]) == 1
-    assert cli.main(["compare", "base", "base", "--store", db]) == 0
+    capsys.readouterr()
+    assert cli.main(["compare", "base", "base", "--store", db]) == 2  # a run with itself would always pass
+    assert "BASE and HEAD are the same run (base)" in capsys.readouterr().err
+    assert cli.main(["compare", "machine:m1", "machine:m1", "--store", db]) == 2
+    assert cli.main(["compare", b, b]) == 2
     capsys.readouterr()
     assert cli.main(["compare", "image:nope", "head", "--store", db]) == 2
     assert "neither a path" in capsys.readouterr().err

@@ -90,7 +90,7 @@ def test_every_command_in_the_docs_is_run_or_says_why_not():
 
 def test_the_docs_commands_run_as_written(tmp_path):
     """The commands runnable here, run in a shell from a scratch folder: the collecting host's morning on a
-    committed CPU run (its tarball in the inbox, collected, compared with itself, rendered)."""
+    committed CPU run (its tarball in the inbox, collected, rendered) and two committed H200 nights compared."""
     import shutil
 
     inbox = tmp_path / "shared" / "convbench" / "inbox"
@@ -101,7 +101,9 @@ def test_the_docs_commands_run_as_written(tmp_path):
     with tarfile.open(ROOT / "tests" / "fixtures" / "runs" / "cpu-quick.tar.gz") as tar:
         tar.extractall(volume, filter="data")
     fills = {"/shared/": f"{tmp_path}/shared/", "/mnt/": f"{tmp_path}/mnt/",
-             "<last night> <tonight>": "machine:dev-vm-cpu machine:dev-vm-cpu"}
+             # two nights of one H200 (an A/A pair): a run compared with itself is refused (exit 2)
+             "<last night> <tonight>": " ".join(str(ROOT / "tests" / "fixtures" / "runs" / f"h200-aa2-fwd-{i}.tar.gz")
+                                               for i in (1, 2))}
     for command in commands():
         if where(command) != "here":
             continue

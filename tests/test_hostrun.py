@@ -171,12 +171,18 @@ def test_a_failing_worker_keeps_what_the_others_measured(tmp_path):
 
 
 def test_native_failure_exit_code_and_summary(tmp_path, capsys):
-    code = main(["run", "--no-docker", "--results", str(tmp_path), "--cases", "no-such-case"])
+    code = main(["run", "--no-docker", "--results", str(tmp_path), "--job", "sweep", "--cases", "quick.seed",
+                 "--", "--dtypes", "fp8"])  # the worker refuses its flags
     out = capsys.readouterr().out
     if fingerprint.gpus()[0]:
         pytest.skip("this host has a GPU")
     assert code == 1
     assert "FAILED (exited 2" in out and "0 of 1 worker run(s) ok" in out
+
+
+def test_unknown_case_is_refused_before_any_worker_starts(tmp_path, capsys):
+    assert main(["run", "--no-docker", "--results", str(tmp_path), "--cases", "no-such-case"]) == 2  # as bench
+    assert "unknown case 'no-such-case'" in capsys.readouterr().err
 
 
 def test_rows_flag_is_refused_without_docker(tmp_path, capsys):

@@ -56,6 +56,8 @@ class Finding:
     explanation: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     delta_us: float | None = None  # head - base median, for time findings: the absolute size beside the ratio
+    base_ms: float | None = None  # the medians as numbers (base and head above are words), for time findings
+    head_ms: float | None = None
 
     @property
     def bits(self) -> bool:
@@ -143,7 +145,8 @@ def compare_records(base: Iterable[dict[str, Any]], head: Iterable[dict[str, Any
             out.append(_finding("time", verdict, rh, fmt_time(rb["median_ms"]), fmt_time(rh["median_ms"]),
                                 evidence + _clock_note(rb, rh), ratio=nums.get("ratio"), ci=nums.get("ci"),
                                 p=nums.get("p"), delta_us=nums.get("delta_us"),
-                                explanation=time_cause(rb, rh, nums.get("ratio"))))
+                                explanation=time_cause(rb, rh, nums.get("ratio")), base_ms=rb["median_ms"],
+                                head_ms=rh["median_ms"]))
         out += _accuracy(rb, rh, th)
         out += _determinism(rb, rh, th)
         out += _search(rb, rh)

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from pathlib import Path
 
 from ..backends import SweepOptions, command_options
-from ..core import cases as catalogue
 from ..core.cases import DEFAULT_SET, DIRECTIONS
 from ..core.intake import EXIT_ENVIRONMENT, UserError
+from ..core.progress import Progress
 from ..deploy import resources
 from ..run import asvselect
 from .helptext import command
 from .jsonout import add_json, emit
-from .measure_cmds import DEFAULT_RESULTS, _failed_backends, _list, check_results
+from .measure_cmds import DEFAULT_RESULTS, _failed_backends, _list, check_results, select_cases
 
 
 def register(sub) -> None:
@@ -40,6 +41,24 @@ def register(sub) -> None:
                    help="record Find's ranking beside Get_v7's (default: forward-only sweeps)")
     add_json(p)
     p.set_defaults(handler=bench)
+
+
+ASV_STEP = re.compile(r"^\[\s*(\d+(?:\.\d+)?)%\]")  # asv's "[ 12.50%] ··· bench_torch...." lines
+
+
+def asv_with_progress(cmd: list[str], cwd, env: dict[str, str], log) -> int:
+    """Run asv with its output into ``log``, its own percentages shown as the asv phase's progress."""
+    import subprocess
+
+    with Progress("asv", 100, unit="%") as progress, \
+            subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             errors="replace", bufsize=1) as proc:
+        for line in proc.stdout:
+            log.write(line)
+            m = ASV_STEP.match(line)
+            if m:
+                progress.update(int(float(m.group(1))), line[m.end():].strip(" ·\n")[:60])
+        return proc.wait()
 
 
 def asv_env(base: dict[str, str], **extra: str) -> dict[str, str]:
@@ -90,11 +109,8 @@ def bench(args) -> int:
     except argparse.ArgumentTypeError as exc:
         raise UserError(f"CONVBENCH_DIRECTIONS: {exc}") from None
     os.environ["CONVBENCH_DIRECTIONS"] = ",".join(directions_given)  # the suite's classes read it (asv processes too)
+    cases = select_cases(names)
     check_results(args.results)
-    try:
-        cases = catalogue.select(names)
-    except catalogue.UnknownCase as exc:
-        raise UserError(str(exc)) from None
     out = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the document only
     if not gpu:
         print(f"no GPU here: running the CPU backends (PyTorch on the CPU) on {names!r} ({len(cases)} cases); "
@@ -134,8 +150,7 @@ def bench(args) -> int:
             cmd += ["-b", regex]
         print(f"asv run for {len(cases)} cases on {machine}: {n_sets} parameter sets, {n_left_out} left out as "
               f"n/a (no data in this run); asv's output goes to {log_path}", file=out, flush=True)
-        rc = (subprocess.run(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT).returncode if n_sets
-              else 0)
+        rc = asv_with_progress(cmd, cwd, env, log) if n_sets else 0
     seconds = time.perf_counter() - t0
     summary = sweep_mod.summarize(journal, gpu, seconds)
     summary.update(asv_returncode=rc, asv_results=str(asv_results / machine),

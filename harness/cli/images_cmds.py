@@ -299,6 +299,10 @@ def images_build(args) -> int:
 
 def run(args) -> int:
     from ..deploy import hostrun
+    from .measure_cmds import check_results, select_cases
+
+    select_cases(args.cases)  # refused here (2), as bench and sweep refuse it, not in every worker (1)
+    check_results(args.results)
 
     return hostrun.run(args)
 

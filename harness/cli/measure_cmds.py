@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from ..backends import BACKENDS, SweepOptions, command_options
@@ -45,11 +46,22 @@ MAX_TIMEOUT_S = 86_400.0
 
 
 def check_results(results: Path) -> None:
-    """--results: a directory, or a path where one can be made (checked before anything is measured)."""
-    if results.exists() and not results.is_dir():
-        raise UserError(f"--results {results}: not a directory")
+    """--results: a directory this process can write in, made if need be, checked before anything is measured.
+    Not a directory is a usage error (2); a folder the host will not let us write is the host's lack (3)."""
     if not str(results).strip():
         raise UserError("--results is empty")
+    if results.exists() and not results.is_dir():
+        raise UserError(f"--results {results}: not a directory")
+    try:
+        results.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise UserError(f"--results {results}: not a directory") from None
+    except OSError as exc:
+        raise UserError(f"--results {results}: cannot be created ({exc.strerror})", EXIT_ENVIRONMENT) from None
+    try:
+        tempfile.TemporaryFile(dir=results).close()
+    except OSError as exc:
+        raise UserError(f"--results {results}: cannot be written ({exc.strerror})", EXIT_ENVIRONMENT) from None
 
 
 def add_sweep_arguments(p) -> None:
@@ -76,6 +88,17 @@ def add_sweep_arguments(p) -> None:
                         "(default: 2; with isolated workers on CUDA only)")
 
 
+def select_cases(names: str | None) -> list:
+    """--cases checked: an unknown or empty selection is a usage error (2), the same for every command."""
+    try:
+        cases = catalogue.select(names or DEFAULT_SET)
+    except catalogue.UnknownCase as exc:
+        raise UserError(str(exc)) from None
+    if not cases:
+        raise UserError(f"--cases {names!r} selects no case; `convbench cases` lists them")
+    return cases
+
+
 def sweep_setup(args) -> tuple[list, SweepOptions]:
     """(cases, options) from `add_sweep_arguments`' flags and --cases, checked; the device is CUDA where usable."""
     from ..backends.cudnn import cuda_unavailable_reason
@@ -83,14 +106,9 @@ def sweep_setup(args) -> tuple[list, SweepOptions]:
     if not 0 <= args.repeats <= MAX_REPEATS or not 0 < args.budget_ms <= MAX_BUDGET_MS:
         raise UserError(f"--repeats must be >= 0 and at most {MAX_REPEATS}, and --budget-ms > 0 and at most "
                         f"{MAX_BUDGET_MS:g} (one combination's sampling time, ms)")
-    check_results(args.results)
     gpu = cuda_unavailable_reason() is None
-    try:
-        cases = catalogue.select(args.cases or DEFAULT_SET)
-    except catalogue.UnknownCase as exc:
-        raise UserError(str(exc)) from None
-    if not cases:
-        raise UserError(f"--cases {args.cases!r} selects no case; `convbench cases` lists them")
+    cases = select_cases(args.cases)
+    check_results(args.results)
     options = command_options(args.directions, "cuda" if gpu else "cpu", args.processes, args.find,
                               dtypes=args.dtypes, layouts=args.layouts, repeats=args.repeats,
                               timing=TimingPolicy(cold=args.cold, budget_ms=args.budget_ms),

@@ -13,7 +13,7 @@ from typing import Any
 from ..collect.store import DEFAULT_STORE, Store, StoreError
 from ..core.intake import EXIT_NO_DATA, UserError, printable
 from .helptext import command
-from .jsonout import add_json
+from .jsonout import SCHEMA, add_json
 
 EXIT_REGRESSION = 1  # `compare` found a regression above the thresholds: the nightly gate fails
 MAX_JOBS = 256
@@ -82,11 +82,16 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
     if not 1 <= args.jobs <= MAX_JOBS:
         raise UserError(f"--jobs must be 1 to {MAX_JOBS}")
+    missing = [s for s in args.sources if not os.path.lexists(s)]
+    if missing:  # a mistyped path is a usage error, found before any store is made
+        raise UserError(f"{missing[0]}: does not exist" + (f" (and {len(missing) - 1} more)" if len(missing) > 1
+                                                          else "") + "; nothing collected")
     say = None if args.quiet else (lambda line: print(printable(line), file=sys.stderr))
     if args.store == DEFAULT_STORE:  # the default store lives in the results folder, made on first use
         Path(DEFAULT_STORE).parent.mkdir(parents=True, exist_ok=True)
     try:
-        summary = collect(args.store, args.sources, jobs=args.jobs, progress=say, replace=args.replace)
+        summary = collect(args.store, args.sources, jobs=args.jobs, progress=say, replace=args.replace,
+                          meter=not args.quiet)
     except StoreError as exc:
         raise UserError(str(exc)) from None
     print(printable(f"{args.store}: {summary.line()}"))
@@ -182,7 +187,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     notes = []
     impacts: list[dict[str, Any]] = []
     in_common = 0
-    for rb, rh in pairs(base_runs, head_runs):
+    matched = pairs(base_runs, head_runs)
+    same = [rb["run_id"] for rb, rh in matched if rb["run_id"] == rh["run_id"] and rb["machine"] == rh["machine"]]
+    if same:  # a run against itself finds nothing and would pass the gate
+        raise UserError(f"BASE and HEAD are the same run ({same[0]}" + (f" and {len(same) - 1} more" if len(same) > 1
+                                                                        else "") + "): nothing would be compared; "
+                        "give two different runs (e.g. an earlier run id as BASE)")
+    for rb, rh in matched:
         fb, fh = sb.run_json(rb["id"])["fingerprint"], sh.run_json(rh["id"])["fingerprint"]
         across = machine_identity(fb) != machine_identity(fh)
         notes.append(f"{_describe(rb)}  ->  {_describe(rh)}")
@@ -206,7 +217,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                         "availability): nothing to compare", EXIT_NO_DATA)
     failing = gate(findings, th)
     if args.json:
-        print(strict_json({"pairs": notes, "thresholds": th.__dict__, "regressions": len(failing),
+        print(strict_json({"schema": SCHEMA, "pairs": notes, "thresholds": th.__dict__, "regressions": len(failing),
                            "impact": impacts, "findings": [f.to_dict() for f in findings]}))
     else:
         shown = findings if args.all else [f for f in findings if f.verdict in ("regression", "ambiguous")]
@@ -268,7 +279,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     output.check(args.out)  # an empty or dangerous --out is refused before the store is read
     store = _open_store(args.store, verify=False)  # build checks every page beside its work
     try:
-        pages = build(store, args.out, title=args.title)
+        pages = build(store, args.out, title=args.title, meter=True)
     except StoreError as exc:
         raise UserError(str(exc)) from None
     finally:

@@ -177,6 +177,30 @@ def _walk_tar(path: Path) -> Iterator[Any]:
         yield Archive(str(path), items)
 
 
+def count(paths: list[str | Path]) -> int:
+    """About how many items discover() yields (run directories, asv result files, tarballs), from names only:
+    the total of collect's progress, read before the files themselves are."""
+    n = 0
+    for p in paths:
+        path = Path(p)
+        if not path.is_dir():
+            n += 1
+            continue
+        if (path / RUN_FILE).exists():
+            n += 1
+            continue
+        for _, dirnames, filenames in os.walk(path):
+            if RUN_FILE in filenames:
+                dirnames[:] = []
+                n += 1
+            elif "machine.json" in filenames:
+                n += sum(name.endswith(".json") and name not in ("machine.json", "benchmarks.json")
+                         for name in filenames)
+            else:
+                n += sum(name.endswith(TAR_SUFFIXES) for name in filenames)
+    return n
+
+
 def discover(paths: list[str | Path]) -> Iterator[Any]:
     """Every run found under ``paths``; an unusable path yields a ``Refused``."""
     for p in paths:

@@ -21,10 +21,11 @@ from typing import Any
 
 from ..core import children, intake
 from ..core.intake import EXIT_ENVIRONMENT, UserError
+from ..core.progress import Progress
 from ..run.journal import END_FILE, JOURNAL_FILE, RUN_FILE
 from . import fresh
 from .asv_results import parse_asv
-from .discovery import Archive, AsvFile, RawRun, Refused, discover, read_optional
+from .discovery import Archive, AsvFile, RawRun, Refused, count, discover, read_optional
 from .journals import journal_digest, journal_identity, parse_journal
 from .packed import Unusable, decode, dir_raw
 from .store import DEFAULT_STORE, Checkpointer, ParsedRun, Store, StoreError, UnpackableRecord
@@ -259,22 +260,34 @@ def check_store_path(store_path: str | Path) -> None:
 
 
 def collect(store_path: str | Path, paths: list[str | Path], jobs: int = 1,
-            progress: Callable[[str], None] | None = None, replace: bool = False) -> Summary:
+            progress: Callable[[str], None] | None = None, replace: bool = False, meter: bool = False) -> Summary:
     """Collect every run under ``paths`` into the store at ``store_path``; ``jobs`` parser processes.
     ``replace``: a copy of a stored run with fewer records replaces it (otherwise it is refused).
     A store that does not exist yet is built beside its path and appears whole (fresh.py); one that another
-    collect made meanwhile is then collected into as it is, from the sources again."""
+    collect made meanwhile is then collected into as it is, from the sources again.
+    ``meter``: show i/N, elapsed and ETA on stderr (core/progress.py)."""
     check_store_path(store_path)
-    summary = Summary()
-    if fresh.build(store_path, lambda hidden: _collect_into(summary, hidden, paths, jobs, progress, replace, True)):
+    bar = Progress("collect", count(paths), unit="items") if meter else None
+    if bar is not None and progress is not None:
+        progress = bar.around(progress)
+    try:
+        summary = Summary()
+        if fresh.build(store_path,
+                       lambda hidden: _collect_into(summary, hidden, paths, jobs, progress, replace, True, bar)):
+            return summary
+        summary = Summary()
+        if bar is not None:
+            bar.update(0)
+        _collect_into(summary, str(store_path), paths, jobs, progress, replace, False, bar)
         return summary
-    summary = Summary()
-    _collect_into(summary, str(store_path), paths, jobs, progress, replace, False)
-    return summary
+    finally:
+        if bar is not None:
+            bar.finish()
 
 
 def _collect_into(summary: Summary, store_path: str, paths: list[str | Path], jobs: int,
-                  progress: Callable[[str], None] | None, replace: bool, building: bool) -> None:
+                  progress: Callable[[str], None] | None, replace: bool, building: bool,
+                  bar: Progress | None = None) -> None:
     """collect() into one store file: ``building`` a new one no reader sees yet (fresh.py), or one in place."""
     guard = threading.Lock()  # with --jobs, refusals come from the pool's feeder thread and from results
 
@@ -292,6 +305,8 @@ def _collect_into(summary: Summary, store_path: str, paths: list[str | Path], jo
         store = Store(store_path, building=building)
         try:
             for item in items:
+                if bar is not None:
+                    bar.step()
                 if isinstance(item, Refused):
                     account([("refused", str(item))])
                     continue
@@ -326,6 +341,8 @@ def _collect_into(summary: Summary, store_path: str, paths: list[str | Path], jo
         try:
             for results in children.results(pool, pool.imap_unordered(_worker, _batches(feed()))):
                 account(results)
+                if bar is not None:
+                    bar.step(BATCH)  # a batch's items (the last may hold fewer: the bar stops at its total)
         except children.ChildDied as exc:  # the pool ends here; a store being built is removed (fresh.build)
             raise UserError(f"{exc}; runs stored before it stay stored, run collect again for the rest"
                             if not building else f"{exc}; nothing was stored", EXIT_ENVIRONMENT) from None

@@ -27,6 +27,7 @@ from ..collect.store import Store, StoreError
 from ..collect.store_schema import error_line
 from ..core import children
 from ..core.intake import storable
+from ..core.progress import Progress
 from . import output
 from .architecture import architecture
 from .changes import changes_pages
@@ -113,16 +114,17 @@ NICE = 5
 
 
 def build(store: Store, out: str | Path, *, title: str = "convbench fleet report",
-          workers: int | None = None) -> list[Path]:
+          workers: int | None = None, meter: bool = False) -> list[Path]:
     """Render every page into a fresh folder and swap it in as ``out`` (output.py); returns the paths written.
     ``workers``: processes that judge the comparisons beside this one (default: one per CPU for a store of
-    POOL_FROM_RUNS runs or more, none for a smaller one, where starting them costs more than they save)."""
+    POOL_FROM_RUNS runs or more, none for a smaller one, where starting them costs more than they save).
+    ``meter``: show pages i/N, elapsed and ETA on stderr (core/progress.py)."""
     # gather holds millions of long-lived objects that the default thresholds traverse again and again: 29% of
     # a 10^7-record report's CPU time went to the cyclic collector (measured 2026-11-29: 9.9 -> 7.7 s, same RSS)
     thresholds = gc.get_threshold()
     gc.set_threshold(50_000, 20, 100)
     try:
-        return output.replace(out, lambda folder: _build(store, folder, title, workers))
+        return output.replace(out, lambda folder: _build(store, folder, title, workers, meter))
     except sqlite3.DatabaseError as exc:  # a damaged page read before the check of every page (_verified) ended
         raise StoreError(error_line(store.path, exc)) from None
     finally:
@@ -175,7 +177,7 @@ def _pool(store: Store, workers: int | None) -> Any:
 NEEDS_NO_JUDGEMENT = frozenset(("investigations", "ort", "upgrade", "determinism", "runs"))
 
 
-def _build(store: Store, out: Path, title: str, workers: int | None = None) -> list[Path]:
+def _build(store: Store, out: Path, title: str, workers: int | None = None, meter: bool = False) -> list[Path]:
     (out / "machines").mkdir()
     (out / "changes").mkdir()
     pool, ended = None, False
@@ -189,11 +191,17 @@ def _build(store: Store, out: Path, title: str, workers: int | None = None) -> l
         common = {"title": title, "generated": generated, "machines": g.machines, "images": g.images,
                   "store_path": storable(store.path), "nav": [(p[0], p[1], p[2]) for p in PAGES]}
         written: list[tuple[tuple, Path]] = []  # (place in the manifest, path): pages, changes, machines
+        # the changes pages are counted one per machine with changes (a long one is split into more: the bar
+        # then stops at its total until they are written)
+        total = len(PAGES) + len(g.machines) * (2 if len(g.runs) > RUNS_ON_ONE_PAGE else 1) + \
+            sum(1 for _, comps in g.nightly if comps)
+        bar = Progress("report", total, unit="pages", enabled=meter)
 
         def page(rank: tuple, template: str, path: Path, root: str, **ctx: Any) -> None:
             html = env.get_template(template).render(**common, root=root, **ctx)
             path.write_text(html, encoding="utf-8")
             written.append((rank, path))
+            bar.step(1, path.name)
 
         for i, (page_id, file, _, template, context) in enumerate(PAGES):
             if page_id in NEEDS_NO_JUDGEMENT:
@@ -230,6 +238,7 @@ def _build(store: Store, out: Path, title: str, workers: int | None = None) -> l
             block = blocks[m.key + "|" + m.source]
             for k, ch in enumerate(changes_pages(block, comps)):
                 page((1, i, k), "changes.html", out / "changes" / ch["file"], "../", page_id="changes", ch=ch)
+    bar.finish()
     return [path for _, path in sorted(written, key=lambda x: x[0])]
 
 

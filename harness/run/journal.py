@@ -132,7 +132,8 @@ class Journal:
         except (FileExistsError, NotADirectoryError):
             raise JournalError(f"--results {results}: not a directory") from None
         except OSError as exc:
-            raise JournalError(f"--results {results}: cannot create {base} ({exc.strerror})") from None
+            raise JournalError(f"--results {results}: cannot create {base} ({exc.strerror})",
+                               intake.EXIT_ENVIRONMENT) from None
         if run_id:
             path = base / run_id
             path.mkdir(exist_ok=False)  # never write into another run

@@ -22,6 +22,7 @@ from typing import Any
 from ..backends import SweepOptions
 from ..core.cases import Case
 from ..core.intake import UserError
+from ..core.progress import Progress
 from ..core.records import OK, wholly_failed
 from ..measurement import fingerprint
 from . import replicas, worker
@@ -141,7 +142,10 @@ def run(cases: list[Case], backend_names: list[str], options: SweepOptions, resu
             if unavailable[name]:
                 log(f"{name}: not available here ({unavailable[name]}); its combinations are recorded as skipped")
         # Case by case, each backend in turn: the case's operands, drawn once, serve every backend.
+        progress = Progress("sweep", len(cases), unit="cases")
+        log = progress.around(log)
         for case in cases:
+            progress.step(0, case.id)
             for name, backend in backends.items():
                 combos = [c for c in backend.combos(case, options) if c.key(case, name) not in done]
                 if not combos:
@@ -158,6 +162,8 @@ def run(cases: list[Case], backend_names: list[str], options: SweepOptions, resu
                         on_record(rec)
                 log(f"{name} {case.id}: {sum(counts.values()) - n_before} records "
                     f"({time.perf_counter() - t0:.0f} s so far)")
+            progress.step(1, case.id)
+        progress.finish(f"{sum(counts.values())} records")
         pools = [p for p in (pool, replica_pool) if p is not None]
         for p in pools:
             p.close()
