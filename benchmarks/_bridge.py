@@ -15,6 +15,7 @@ import gc
 import math
 import os
 import sys
+from array import array
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,7 +25,15 @@ if str(ROOT) not in sys.path:
 from harness.core import cases as catalogue  # noqa: E402  (no torch, no CUDA)
 from harness.core import cases as vocab  # noqa: E402,F401  (the suite's parameters: algorithms, maths, dtypes, layouts)
 from harness.run import suite  # noqa: E402  (imports no backend until called)
-from harness.run.suite import BITWISE_STABLE, REL_L2, STATUS, TIME_S, param_key, read_table  # noqa: E402,F401
+from harness.run.suite import (  # noqa: E402,F401
+    BITWISE_STABLE,
+    REL_L2,
+    SAMPLES,
+    STATUS,
+    TIME_S,
+    param_key,
+    read_table,
+)
 
 
 @functools.cache
@@ -91,6 +100,34 @@ def check(cache: dict, key: tuple) -> None:
     row = cache.get(key)
     if row is None or row[STATUS] != "ok":
         raise NotImplementedError(row[STATUS] if row else "combination not in this sweep")
+
+
+class Replay:
+    """asv's ``timer`` for a combination the sweep timed: asv takes one sample per recorded sample, each as long as
+    the record says, so asv's own samples and statistics (median, 99% interval, quartiles) are the device-event
+    times of the record, not the time of a Python call that measures nothing."""
+
+    def __init__(self, samples: array):
+        self.samples, self.calls, self.now = samples, 0, 0.0
+
+    def __call__(self) -> float:
+        if self.calls % 2:  # timeit reads the clock before and after each sample: the second read ends it
+            self.now += self.samples[(self.calls // 2) % len(self.samples)]
+        self.calls += 1
+        return self.now
+
+
+def replay(bench: object, cache: dict, key: tuple) -> None:
+    """asv ``setup`` of a time benchmark: ``key``'s record checked (n/a when it did not run), its samples given to
+    asv to take (``timer``, one call per sample, no warm-up)."""
+    check(cache, key)
+    row = cache[key]
+    samples = array("d")
+    samples.frombytes(row[SAMPLES])
+    if not samples:
+        samples.append(row[TIME_S])
+    bench.timer = Replay(samples)
+    bench.repeat = (len(samples), len(samples), 1e9)
 
 
 def value(cache: dict, key: tuple, field: int) -> float:

@@ -12,11 +12,15 @@ installed wheel), and says so instead of benchmarking another commit's name with
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
 from asv import environment, util
+from asv import results as asv_results
+from asv.commands import compare as asv_compare
+from asv.machine import Machine, MachineCollection
 from asv.repo import NoSuchNameError, Repo
 
 from .deploy import resources
@@ -147,3 +151,78 @@ class RevisionRepo(Repo):
 
     def get_revisions(self, commits):
         return {c: i for i, c in enumerate(commits)}
+
+
+def register_machine() -> str | None:
+    """asv's machine for this host, named as convbench names it (``vm-cpu``, ``n1-gpu0-nvidia-h200``; the
+    same in `convbench bench` and a plain `asv run`) and registered with asv's own defaults the first time, so
+    that the first `asv run` neither stops to ask (`asv machine --yes`) nor files results under the hostname."""
+    from .core.intake import UserError
+    from .measurement import fingerprint
+
+    try:
+        name = fingerprint.this_machine()
+    except (UserError, OSError):  # a container with nothing naming its node: asv's own question stands
+        return None
+    Machine.hardcoded_machine_name = name
+    try:
+        MachineCollection.load(name)
+    except util.UserError:
+        MachineCollection.save(name, {**Machine.get_defaults(), "machine": name})
+    return name
+
+
+def _is_na(value) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
+def trim_tables() -> None:
+    """Only parameter sets with data in asv's printed tables. asv prints a parametrised benchmark as a table of every parameter set; the suite's case parameter is the
+    whole catalogue (so that `asv publish` shows every run's cases), so a run of 2 cases printed a row per
+    catalogue case, almost all n/a (13,548 of 13,723 lines of one run). The cases without data in this run are
+    left out of the printed table, and a line says how many; asv's results files are untouched."""
+    original = asv_results._format_benchmark_result
+    if getattr(original, "convbench_trimmed", False):
+        return
+
+    def without_empty_cases(result, benchmark, max_width=None):
+        params = benchmark.get("params") or []
+        if len(params) < 2 or not result:
+            return original(result, benchmark, max_width)
+        block = math.prod(len(p) for p in params[1:])
+        keep = [i for i in range(len(params[0]))
+                if not all(_is_na(v) for v, _ in result[i * block:(i + 1) * block])]
+        if len(keep) == len(params[0]):
+            return original(result, benchmark, max_width)
+        left_out = f"({len(params[0]) - len(keep)} {benchmark['param_names'][0]} values without data in this " \
+                   "run not shown)"
+        if not keep:
+            return [left_out]
+        trimmed = dict(benchmark, params=[[params[0][i] for i in keep], *params[1:]])
+        rows = [r for i in keep for r in result[i * block:(i + 1) * block]]
+        return original(rows, trimmed, max_width) + [left_out]
+
+    without_empty_cases.convbench_trimmed = True
+    asv_results._format_benchmark_result = without_empty_cases
+
+    # asv compare: a parameter set n/a on a side (not measured there) is left out of that side, so a row is
+    # printed where either side has a number, not one per catalogue case on both sides
+    unroll = asv_compare.unroll_result
+
+    def measured_only(benchmark_name, params, *values):
+        for name, value, *rest in unroll(benchmark_name, params, *values):
+            if not _is_na(value):
+                yield (name, value, *rest)
+
+    asv_compare.unroll_result = measured_only
+
+
+def _in_asv() -> bool:
+    """Whether this process is asv's own (`asv ...` or `python -m asv ...`), which loads this plugin before any
+    command runs; `convbench bench` imports it too, and registers its machine itself."""
+    return getattr(sys.modules.get("__main__"), "__package__", None) == "asv" or Path(sys.argv[0]).name == "asv"
+
+
+if _in_asv():
+    trim_tables()
+    register_machine()

@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,8 @@ def test_bench_runs_the_asv_suite_on_the_cpu(tmp_path):
     if not (ROOT / ".git").exists():
         pytest.skip("asv records results per commit: needs a git checkout")
     machine = "convbench-test-cpu"
-    env = dict(os.environ, CONVBENCH_MACHINE=machine, PYTHONPATH=str(ROOT))
+    (tmp_path / "home").mkdir()  # asv's machine file goes there, not into the user's home
+    env = dict(os.environ, CONVBENCH_MACHINE=machine, PYTHONPATH=str(ROOT), HOME=str(tmp_path / "home"))
     res = subprocess.run([sys.executable, "-m", "harness.cli", "bench", "--cases", "quick.seed,quick.grouped",
                           "--results", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=600)
@@ -42,7 +44,7 @@ def test_bench_runs_the_asv_suite_on_the_cpu(tmp_path):
         assert result_files, "asv wrote no results"
         data = json.loads(result_files[0].read_text())
         names = data["result_columns"]
-        track = data["results"]["bench_torch.TorchForward.track_time"]
+        track = data["results"]["bench_torch.TorchForward.time_conv"]
         values = track[names.index("result")]
         measured = [v for v in values if v is not None and v == v]  # asv stores n/a as NaN
         # On a CPU the grid is one setting per case x dtype x layout; asv's parameters hold every case of the
@@ -50,9 +52,19 @@ def test_bench_runs_the_asv_suite_on_the_cpu(tmp_path):
         assert len(values) == len(CATALOGUE) * 3 * 2
         assert len(measured) == 2 * 3 * 2 and all(0 < v < 1 for v in measured)
         journal = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
-        medians = sorted(r["time"]["median_ms"] / 1e3 for r in journal
+        # asv's value is the median of the samples it took, which are the samples each record kept (the whole
+        # series, or evenly spread over it where it was longer): the record's median of those
+        medians = sorted(statistics.median(r["time"]["samples_ms"]) / 1e3 for r in journal
                          if r["backend"] == "torch" and r["status"] == "ok")
-        assert sorted(measured) == pytest.approx(medians)  # asv reports exactly what the records hold
+        assert sorted(measured) == pytest.approx(medians)
+        # asv's own samples and statistics are the records' device-event samples (benchmarks/_bridge.replay)
+        samples = [s for s in track[names.index("samples")] if s]
+        recorded = sorted(sorted(s / 1e3 for s in r["time"]["samples_ms"]) for r in journal
+                          if r["backend"] == "torch" and r["status"] == "ok")
+        got = sorted(sorted(s) for s in samples)
+        assert len(got) == len(recorded) and all(a == pytest.approx(b) for a, b in zip(got, recorded, strict=True))
+        assert all(q is None or q == q for q in track[names.index("stats_q_25")])
+        assert sum(1 for v in track[names.index("stats_ci_99_a")] if v is not None and v == v) == len(measured)
     finally:
         shutil.rmtree(asv_dir, ignore_errors=True)
 
@@ -215,7 +227,7 @@ def test_asv_runs_exactly_the_parameter_sets_that_have_data(tmp_path, monkeypatc
     conf = type("Conf", (), {"benchmark_dir": str(ROOT / "benchmarks")})()
     chosen = Benchmarks(conf, listed, regex=regexes).benchmark_selection
     ok = sum(1 for r in recs if r["kind"] == "measurement" and r["backend"] == "cudnn" and r["status"] == "ok")
-    assert len(chosen["bench_cudnn.CudnnForward.track_time"]) == ok == 1956
+    assert len(chosen["bench_cudnn.CudnnForward.time_conv"]) == ok == 1956
     # Left out: the cuDNN sets of this run's cases that did not run (the numerics groups all had data), and
     # every set of the catalogue's cases this run did not measure (asv's parameters are the whole catalogue).
     per_case = {b["name"]: len(list(itertools.product(*b["params"][1:]))) for b in listed
@@ -223,13 +235,13 @@ def test_asv_runs_exactly_the_parameter_sets_that_have_data(tmp_path, monkeypatc
     assert all(b["params"][0] == [repr(c) for c in CATALOGUE] for b in listed if "Forward" in b["name"])
     other_cases = len(CATALOGUE) - len(cases)
     assert n_left == len(cases) * 8 * 4 * 3 * 2 - ok + other_cases * sum(per_case.values())
-    assert len(chosen["bench_torch.TorchForward.track_time"]) == len(cases) * 4 * 2 * 4
+    assert len(chosen["bench_torch.TorchForward.time_conv"]) == len(cases) * 4 * 2 * 4
     assert sum(len(v or [0]) for k, v in chosen.items() if "Forward" in k) == n_run
     assert all(len(r) < asvselect.MAX_REGEX_CHARS for r in regexes)
     # and each chosen cuDNN set is one whose record is ok
-    params = next(b for b in listed if b["name"] == "bench_cudnn.CudnnForward.track_time")["params"]
+    params = next(b for b in listed if b["name"] == "bench_cudnn.CudnnForward.time_conv")["params"]
     product = list(itertools.product(*params))
-    picked = {tuple(ast.literal_eval(v) for v in product[i]) for i in chosen["bench_cudnn.CudnnForward.track_time"]}
+    picked = {tuple(ast.literal_eval(v) for v in product[i]) for i in chosen["bench_cudnn.CudnnForward.time_conv"]}
     assert picked == {(r["case"], r["algo"], r["math"], r["dtype"], r["layout"]) for r in recs
                       if r["kind"] == "measurement" and r["backend"] == "cudnn" and r["status"] == "ok"}
 
@@ -244,6 +256,7 @@ def test_plain_asv_run_saves_publishes_every_case_and_compares_commits(tmp_path)
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(clone)], check=True, timeout=120)
     env = dict(os.environ, PYTHONPATH=str(clone), HOME=str(tmp_path / "home"), CONVBENCH_RESULTS=str(tmp_path / "r"),
+               CONVBENCH_MACHINE="ci",
                GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
     (tmp_path / "home").mkdir()
 
@@ -257,22 +270,24 @@ def test_plain_asv_run_saves_publishes_every_case_and_compares_commits(tmp_path)
     def head():
         return subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True).stdout.strip()
 
-    asv("machine", "--yes", "--machine", "ci")
-    asv("run", "-b", "TorchForward.track_time", cases="quick.seed")
+    # no `asv machine` first: the plugin registers this host's machine under convbench's name for it
+    out = asv("run", "-b", "TorchForward.time_conv", cases="quick.seed")
+    assert "n/a" not in out and "case values without data in this run not shown" in out, out[-2000:]
+    assert '"ci"' in (tmp_path / "home" / ".asv-machine.json").read_text()
     first = head()
     subprocess.run(["git", "commit", "--quiet", "--allow-empty", "-m", "second"], cwd=clone, env=env, check=True)
     second = head()
-    asv("run", "-b", "TorchForward.track_time", cases="quick.grouped")
+    asv("run", "-b", "TorchForward.time_conv", cases="quick.grouped")
     results = clone / ".asv" / "results" / "ci"
     saved = sorted(p.name for p in results.glob("*.json") if p.name != "machine.json")
     assert [n[:8] for n in saved] == sorted([first[:8], second[:8]]), saved
 
     assert "Traceback" not in asv("check")  # asv's own import check of the suite, in environment 'convbench'
     asv("publish")
-    graphs = list((clone / ".asv" / "html" / "graphs").rglob("bench_torch.TorchForward.track_time.json"))
+    graphs = list((clone / ".asv" / "html" / "graphs").rglob("bench_torch.TorchForward.time_conv.json"))
     (graph,) = [g for g in graphs if "machine-ci" in str(g)]
     index = json.loads((clone / ".asv" / "html" / "index.json").read_text())
-    cases = [ast_eval(v) for v in index["benchmarks"]["bench_torch.TorchForward.track_time"]["params"][0]]
+    cases = [ast_eval(v) for v in index["benchmarks"]["bench_torch.TorchForward.time_conv"]["params"][0]]
     assert cases == list(CATALOGUE)  # every case listed, whichever run wrote benchmarks.json last
     points = json.loads(graph.read_text())  # [[revision, [value per parameter set]], ...]
     measured = {cases[i // (3 * 2)] for _, values in points for i, v in enumerate(values or [])
@@ -281,8 +296,10 @@ def test_plain_asv_run_saves_publishes_every_case_and_compares_commits(tmp_path)
 
     out = asv("compare", first, second, "--machine", "ci")
     # the two commits measured different cases: each case's row is there, n/a on the side that lacks it
-    rows = [ln for ln in out.splitlines() if "TorchForward.track_time" in ln]
+    rows = [ln for ln in out.splitlines() if "TorchForward.time_conv" in ln]
     assert any("quick.seed" in ln for ln in rows) and any("quick.grouped" in ln for ln in rows), out[-2000:]
+    assert len(rows) == 2 * 3 * 2  # rows n/a on both sides (the catalogue's other cases) are left out
+    assert any("±" in ln for ln in rows)  # asv's own statistics: the records' noise
 
 
 def ast_eval(text: str):

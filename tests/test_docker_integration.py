@@ -125,7 +125,7 @@ def test_run_the_suite_in_the_image_then_collect(client, cpu_image, tmp_path, ca
             measured |= {(ast.literal_eval(m), ast.literal_eval(st)) for (m, st), v
                          in zip(grid, values or [None] * len(grid), strict=True) if v is not None and v == v}
     assert measured == {("resnet50", "cpu"), ("mobilenetv2", "cpu")}
-    torch_times = data["results"]["bench_torch.TorchForward.track_time"][cols.index("result")]
+    torch_times = data["results"]["bench_torch.TorchForward.time_conv"][cols.index("result")]
     assert sum(1 for v in torch_times if v is not None and v == v) == 2 * 3 * 2  # 2 cases x 3 dtypes x 2 layouts
 
     store = tmp_path / "store.sqlite"

@@ -75,9 +75,9 @@ def test_asv_percentages():
     out, clock = io.StringIO(), Clock()
     with Progress("asv", 100, unit="%", stream=out, clock=clock) as p:
         clock.t = 10
-        p.update(50, "bench_torch.TorchForward.track_time")
+        p.update(50, "bench_torch.TorchForward.time_conv")
     lines = out.getvalue().splitlines()
-    assert lines == ["asv: started", "asv 50%, 0:10 elapsed, ETA 0:10: bench_torch.TorchForward.track_time",
+    assert lines == ["asv: started", "asv 50%, 0:10 elapsed, ETA 0:10: bench_torch.TorchForward.time_conv",
                      "asv: done in 0:10"]
 
 

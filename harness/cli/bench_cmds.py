@@ -145,7 +145,7 @@ def bench(args) -> int:
                        env=env, stdout=log, stderr=subprocess.STDOUT)
         # HEAD^!: the commit this interpreter's convbench is (asvplugin.HostEnvironment), results saved
         cmd = [sys.executable, "-m", "asv", *config, "run", "HEAD^!", "--machine", machine, "--show-stderr",
-               "--durations", "all"]
+               "--durations", "all", "--record-samples"]
         for regex in regexes:
             cmd += ["-b", regex]
         print(f"asv run for {len(cases)} cases on {machine}: {n_sets} parameter sets, {n_left_out} left out as "

@@ -268,6 +268,17 @@ def node_name(fp: dict[str, Any], unknown: str = "?") -> str:
     return name if isinstance(name, str) and name else str(fp.get("hostname") or unknown)
 
 
+def this_machine() -> str:
+    """The machine name a run on this host gets (CONVBENCH_MACHINE, else the node and the first visible GPU, or
+    the CPU), read through NVML only (no CUDA context, no torch): asv's machine is named the same (asvplugin)."""
+    if os.environ.get("CONVBENCH_MACHINE"):
+        return os.environ["CONVBENCH_MACHINE"]
+    found, _ = gpus()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+    gpu = next((g for g in found if g["index"] == (int(visible) if visible.isdigit() else 0)), None)
+    return machine_name({"hostname": socket.gethostname(), "node": node(), "slot": slot(), "gpu": gpu})
+
+
 def machine_name(fp: dict[str, Any]) -> str:
     """Stable, file-name-safe name for (node, GPU): the unit results are grouped by. A CPU run on a GPU slot
     (a node whose GPUs NVML cannot see) is named by its slot, so two slots of a node stay two machines."""

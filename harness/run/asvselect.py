@@ -5,7 +5,7 @@ number or is n/a. Nearly half of cuDNN's combinations are ones cuDNN rejects (3,
 H200). Since `convbench bench` measures before asv starts, it knows which sets the suite's own ``setup`` would
 refuse, and hands asv a ``-b`` selection without them: asv records those as NaN without starting a process,
 exactly what it records for an n/a set. The selection is built from the user's ``-b`` regexes as asv applies
-them, to the names asv matches: ``bench_cudnn.CudnnForward.track_time('seed.c64', 'GEMM', 'FMA', 'fp32', 'NCHW')``.
+them, to the names asv matches: ``bench_cudnn.CudnnForward.time_conv('seed.c64', 'GEMM', 'FMA', 'fp32', 'NCHW')``.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import sys
+from array import array
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,12 @@ from typing import Any
 from ..core.cases import Case
 from ..core.records import settings_key
 
-# A row of the table asv gets: (status, time_s, rel_l2, bitwise_stable). asv unpickles the whole table in every
+# A row of the table asv gets: (status, time_s, rel_l2, bitwise_stable, samples: the timing samples in seconds as
+# float64 bytes, which asv's time benchmarks replay, benchmarks/_bridge.py). asv unpickles the whole table in every
 # parameter set's process (about 12,700 in the backward job), so rows are plain tuples and the key strings are
 # interned (pickle then stores each once): for the 4,368 backward-filter rows of the H200 fixture the pickle
 # went from 495 kB to 144 kB and unpickling from 2.3 ms to 0.9 ms (dev VM).
-STATUS, TIME_S, REL_L2, BITWISE_STABLE = range(4)
+STATUS, TIME_S, REL_L2, BITWISE_STABLE, SAMPLES = range(5)
 
 
 def gpus_seen() -> bool:
@@ -74,6 +76,8 @@ def read_table(run_dir: Path, backend: str, direction: str) -> Table:
             tim["median_ms"] / 1e3 if tim else None,
             acc["rel_l2"] if acc else None,
             None if det is None else int(bool(det["repeat_equal"]) and det["fresh_handle_equal"] is not False),
+            # bytes, not a tuple of floats: pickled and unpickled whole in every parameter set's process
+            array("d", [s / 1e3 for s in tim.get("samples_ms") or [tim["median_ms"]]]).tobytes() if tim else b"",
         )
     return table.index()
 
