@@ -13,6 +13,11 @@ def _cli(*args):
                           timeout=300)
 
 
+def test_python_m_convbench_is_the_command():
+    res = subprocess.run([sys.executable, "-m", "convbench", "--help"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and "the usual night" in res.stdout, res.stderr
+
+
 def test_help_lists_subcommands():
     out = _cli("--help").stdout
     for cmd in ("doctor", "cases", "sweep", "bench", "autotune", "repro"):

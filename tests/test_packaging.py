@@ -45,11 +45,11 @@ def installed(wheel, tmp_path_factory):
     return site, user
 
 
-def _convbench(installed, *args, timeout=600, **extra_env):
+def _convbench(installed, *args, timeout=600, module="harness.cli", **extra_env):
     site, user = installed
     env = {k: v for k, v in os.environ.items() if k not in ("CONVBENCH_REVISION", "PYTHONPATH")}
     env.update(PYTHONPATH=str(site), HOME=str(user), CONVBENCH_CACHE=str(user / ".cache"), **extra_env)
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=user, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=user, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -61,7 +61,7 @@ def test_wheel_carries_the_suite_matrix_revision_and_license_but_no_test_helpers
     for path in ("harness/_shipped/docker/matrix.toml", "harness/_shipped/docker/Dockerfile.j2",
                  "harness/_shipped/docker/locks/cpu.txt", "harness/_shipped/docker/fleet/k8s-cronjob.yaml.j2",
                  "harness/_shipped/asv.conf.json", "harness/_shipped/benchmarks/bench_ort.py",
-                 "harness/data/sample_images.npz", "harness/asvplugin.py"):
+                 "harness/data/sample_images.npz", "harness/asvplugin.py", "convbench/__main__.py"):
         assert path in names, path
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert not [n for n in names if "faulty" in n or n.startswith("tests/")]
@@ -75,6 +75,8 @@ def test_installed_wheel_finds_its_files_and_its_own_revision(installed):
     assert res.returncode == 0, res.stderr
     # the revision it was built from, not the HEAD of the user's repository it runs in
     assert res.stdout.strip() == f"convbench 0.1.0 (suite revision {resources.git_revision(ROOT)})"
+    res = _convbench(installed, "--version", module="convbench")  # `python -m convbench`, from the wheel
+    assert res.returncode == 0 and res.stdout.startswith("convbench 0.1.0"), res.stderr
     res = _convbench(installed, "images", "render", "cu130-cudnn919-torch211")
     assert res.returncode == 0 and "FROM convbench/base:bookworm-py311" in res.stdout, res.stderr
     res = _convbench(installed, "images", "render", "--k8s", "cu130-cudnn919-torch211")
