@@ -2,7 +2,8 @@
 # Host service for the Docker integration tests (run by scripts/test.sh before the tests):
 # installs Debian's Docker engine and debootstrap if missing, starts dockerd if it is not running, waits until
 # it answers, and makes the local base image the matrix names (no registry is reachable, so no `docker pull`).
-# Idempotent: each step is skipped when already done, and each says what it did. When it cannot act (not root,
+# Idempotent: each step is skipped when already done, and each says what it did. With CONVBENCH_STARTED_DIR set,
+# the pid of a dockerd it starts is written to dockerd.pid there. When it cannot act (not root,
 # no apt) it says why and exits 0, so the `docker` tests skip with that reason instead of failing the suite.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +37,8 @@ if engine_up; then
 else
   say "starting dockerd (log: /var/log/convbench-dockerd.log)"
   nohup dockerd >/var/log/convbench-dockerd.log 2>&1 &
+  # scripts/test.sh stops at its end the engine it started (and only that one)
+  [ -n "${CONVBENCH_STARTED_DIR:-}" ] && echo $! > "$CONVBENCH_STARTED_DIR/dockerd.pid"
   for _ in $(seq 1 60); do engine_up && break; sleep 1; done
   if ! engine_up; then
     say "dockerd did not answer within 60 s (last log: $(tail -n 1 /var/log/convbench-dockerd.log)); the docker tests will skip"

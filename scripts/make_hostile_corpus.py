@@ -614,8 +614,10 @@ def cli_scenarios(sc: Scenarios) -> None:
                          ("--repeats", ("1000000000", "-1")), ("--timeout", ("nan", "inf", "0", "-5"))):
         for v in values:
             sc.add("cli-number", f"sweep {flag} {v}", SWEEP[:-2] + [flag, v, "--results", "{dir}/results"], (2,))
-    for target, why in (("{dir}/a-file", "a file"), ("/proc/self/convbench", "/proc"), ("/dev/null", "/dev/null")):
-        sc.add("cli-path", f"sweep --results at {why}", SWEEP + ["--results", target], (2,), victim="a-file",
+    # not a directory is a usage error (2); a folder the host will not let us make is the host's lack (3)
+    for target, why, code in (("{dir}/a-file", "a file", 2), ("/proc/self/convbench", "/proc", 3),
+                              ("/dev/null", "/dev/null", 2)):
+        sc.add("cli-path", f"sweep --results at {why}", SWEEP + ["--results", target], (code,), victim="a-file",
                setup=lambda d: (d / "a-file").write_bytes(b"keep me"))
     for v in ("0", "100000", "-3"):
         sc.add("cli-number", f"collect --jobs {v}", ["collect", "{dir}", "--jobs", v, "--store", "{dir}/s.sqlite"],

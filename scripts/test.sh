@@ -1,12 +1,35 @@
 #!/usr/bin/env bash
-# The test command (README): installs what the tests need on a fresh machine and runs them all.
+# The test command (README): installs what the tests need on a fresh machine and runs them all, in two xdist
+# workers (tests that need a service of their own share one: tests/conftest.py).
 # No GPU is needed: GPU tests carry the `gpu` marker and skip cleanly without CUDA.
+#
+#   scripts/test.sh [--quick] [pytest arguments]
+#
+# --quick: the fast lane, every test not marked `slow` (no Docker, Slurm or browser services are started).
+# A Docker engine this script started is stopped at the end; one that was running is left running.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+quick=0
+if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
+started="$(mktemp -d)"
+stop_started() {
+  if [ -s "$started/dockerd.pid" ]; then
+    pid="$(cat "$started/dockerd.pid")"
+    echo "test.sh: stopping the dockerd this run started (pid $pid)"
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+  fi
+  rm -rf "$started"
+}
+trap stop_started EXIT
 # Host services for the integration tests (Docker engine, headless Chromium); each script says what it did.
-for s in scripts/host-*.sh; do [ -e "$s" ] && bash "$s"; done
+if [ "$quick" = 0 ]; then
+  for s in scripts/host-*.sh; do [ -e "$s" ] && CONVBENCH_STARTED_DIR="$started" bash "$s"; done
+fi
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip 2> >(grep -v "is ignored" >&2 || true)
 .venv/bin/python -m pip install -q -e '.[cpu,harness,test]' 'torch==2.13.0' 2> >(grep -v "is ignored" >&2 || true)
 .venv/bin/ruff check .
-exec .venv/bin/python -m pytest -q -rs "$@"
+lane=()
+[ "$quick" = 1 ] && lane=(-m "not slow")
+.venv/bin/python -m pytest -q -rs -n 2 --dist loadgroup "${lane[@]}" "$@"

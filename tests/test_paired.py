@@ -68,7 +68,7 @@ def test_upgrade_command_runs_an_aa_study_on_the_cpu(tmp_path):
     out = tmp_path / "study.json"
     code = cli.main(["upgrade", "--a", "host", "--b", "host", "--cases", "quick.seed,quick.pointwise",
                      "--backends", "torch", "--dtypes", "fp32", "--budget-ms", "5", "--results", str(tmp_path / "r"),
-                     "--json", str(out)])
+                     "--json-out", str(out)])
     assert code == 0
     study = json.loads(out.read_text())
     (leg,) = study["legs"].values()

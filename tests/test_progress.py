@@ -26,7 +26,7 @@ def test_clock_text():
     assert (clock_text(7), clock_text(750), clock_text(3723)) == ("0:07", "12:30", "1:02:03")
 
 
-def test_a_log_gets_a_start_milestones_and_an_end_not_a_line_per_step():
+def test_a_log_gets_milestones_and_an_end_not_a_line_per_step():
     out, clock = io.StringIO(), Clock()
     p = Progress("sweep", 200, unit="cases", stream=out, clock=clock)
     for _ in range(200):
@@ -34,10 +34,9 @@ def test_a_log_gets_a_start_milestones_and_an_end_not_a_line_per_step():
         p.step(1, "seed.c64")
     p.finish("1200 records")
     lines = out.getvalue().splitlines()
-    assert lines[0] == "sweep: 200 cases to do"
     assert lines[-1] == "sweep: 200/200 cases done in 5:00: 1200 records"
-    assert len(lines) == 11  # start, 10% .. 90%, end
-    assert lines[1] == "sweep 20/200 (10%), 0:30 elapsed, ETA 4:30: seed.c64"
+    assert len(lines) == 10  # 10% .. 90%, end
+    assert lines[0] == "sweep 20/200 (10%), 0:30 elapsed, ETA 4:30: seed.c64"
     assert "\r" not in out.getvalue() and "\x1b" not in out.getvalue()
 
 
@@ -77,8 +76,16 @@ def test_asv_percentages():
         clock.t = 10
         p.update(50, "bench_torch.TorchForward.time_conv")
     lines = out.getvalue().splitlines()
-    assert lines == ["asv: started", "asv 50%, 0:10 elapsed, ETA 0:10: bench_torch.TorchForward.time_conv",
-                     "asv: done in 0:10"]
+    assert lines == ["asv 50%, 0:10 elapsed, ETA 0:10: bench_torch.TorchForward.time_conv", "asv: done in 0:10"]
+
+
+def test_short_work_in_a_log_says_nothing():
+    out, clock = io.StringIO(), Clock()
+    with Progress("collect", 3, stream=out, clock=clock) as p:
+        for _ in range(3):
+            clock.t += 0.5
+            p.step()
+    assert out.getvalue() == ""  # an error's one line, or a small collect's summary, stays alone
 
 
 def test_disabled_says_nothing():
@@ -99,12 +106,16 @@ def _runs(tmp_path: Path, n: int) -> Path:
     return tmp_path / "results"
 
 
-def test_collect_in_a_log_says_milestones(tmp_path):
+def test_collect_in_a_log_says_milestones(tmp_path, capsys, monkeypatch):
+    from harness.cli import main
+    from harness.core import progress
+
+    monkeypatch.setattr(progress, "QUIET_S", 0.0)  # as if the collect were long
     results = _runs(tmp_path, 2)
-    res = subprocess.run([sys.executable, "-m", "harness.cli", "collect", str(results), "--store",
-                          str(tmp_path / "s.sqlite")], capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert "collect: 2 items to do" in res.stderr and "collect: 2/2 items done in" in res.stderr, res.stderr
-    assert "\r" not in res.stderr
+    assert main(["collect", str(results), "--store", str(tmp_path / "s.sqlite")]) == 0
+    err = capsys.readouterr().err
+    assert "collect 1/2 (50%)" in err and "collect: 2/2 items done in" in err, err
+    assert "\r" not in err
 
 
 def test_collect_on_a_terminal_redraws(tmp_path):

@@ -112,24 +112,13 @@ def test_machine_slugs_are_safe_file_names(name):
     assert re.fullmatch(r"[A-Za-z0-9_.-]+", s) and len(s) < 80 and s not in (".", "..")
 
 
-def _fixture_site(tmp_path):
-    from _fleet_data import fixture_tarballs
-
-    tars = fixture_tarballs()
-    if not tars:
-        pytest.skip("no fixtures committed")
-    db = tmp_path / "f.sqlite"
-    assert not collect(db, tars).refused
-    with Store(db) as s:
-        build(s, tmp_path / "site")
-    return tmp_path / "site"
-
-
 def _text(html):
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)).replace("&amp;", "&").replace("&#39;", "'")
 
 
-def test_fixture_report_answers_the_seed_questions(tmp_path):
+@pytest.mark.slow
+@pytest.mark.xdist_group("fixture_site")
+def test_fixture_report_answers_the_seed_questions(fixture_site):
     """The H200 fixtures' crosscheck and autotune records, read from the tarballs here, appear on the
     investigations page with the numbers and explanations they carry, and it says which GPU generations were not
     measured; the index links to it rather than opening with it."""
@@ -139,7 +128,7 @@ def test_fixture_report_answers_the_seed_questions(tmp_path):
     tune = [d for _, d in fixture_records(("autotune",))]
     if not cross or not tune:
         pytest.skip("fixtures hold no crosscheck/autotune records")
-    site = _fixture_site(tmp_path)
+    site = fixture_site
     front = (site / "index.html").read_text()
     assert 'href="investigations.html"' in front and "Does cuDNN's autotuner" not in front
     index = _text((site / "investigations.html").read_text())
@@ -157,7 +146,9 @@ def test_fixture_report_answers_the_seed_questions(tmp_path):
         assert d["case"] in top and d["explanation"] in top
 
 
-def test_fixture_report_shows_repro_and_ort_search_modes(tmp_path):
+@pytest.mark.slow
+@pytest.mark.xdist_group("fixture_site")
+def test_fixture_report_shows_repro_and_ort_search_modes(fixture_site):
     from _fleet_data import fixture_records, newest_per_combination
 
     repro = [d for _, d in fixture_records(("repro",))]
@@ -165,7 +156,7 @@ def test_fixture_report_shows_repro_and_ort_search_modes(tmp_path):
                                   if d["backend"] == "ort"])
     if not repro or not ort:
         pytest.skip("fixtures hold no repro/ort records")
-    site = _fixture_site(tmp_path)
+    site = fixture_site
     det = (site / "determinism.html").read_text()
     from harness.backends.cudnn_lib import DOCUMENTED_NONDETERMINISTIC
 

@@ -188,7 +188,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     impacts: list[dict[str, Any]] = []
     in_common = 0
     matched = pairs(base_runs, head_runs)
-    same = [rb["run_id"] for rb, rh in matched if rb["run_id"] == rh["run_id"] and rb["machine"] == rh["machine"]]
+    same = [rb["run_id"] for rb, rh in matched if _same_run(args, sb, sh, rb, rh)]
     if same:  # a run against itself finds nothing and would pass the gate
         raise UserError(f"BASE and HEAD are the same run ({same[0]}" + (f" and {len(same) - 1} more" if len(same) > 1
                                                                         else "") + "): nothing would be compared; "
@@ -246,6 +246,13 @@ def strict_json(doc: dict[str, Any]) -> str:
     if count:
         clean["notes"] = [f"{count} number(s) not finite (a ratio that overflowed, say) are written as null"]
     return json.dumps(clean, indent=1, default=str, allow_nan=False)
+
+
+def _same_run(args: argparse.Namespace, sb: Store, sh: Store, rb: dict[str, Any], rh: dict[str, Any]) -> bool:
+    """BASE and HEAD name one run: one row of one store (`machine:X machine:X`), or one path given twice."""
+    if sb.path == ":memory:" or sh.path == ":memory:":
+        return sb.path == sh.path and os.path.realpath(args.base) == os.path.realpath(args.head)
+    return os.path.realpath(sb.path) == os.path.realpath(sh.path) and rb["id"] == rh["id"]
 
 
 def _short(value: Any, limit: int = 60) -> str:

@@ -1,8 +1,9 @@
 """Progress of long work (the sweep, the asv phase, collect, report): i/N, elapsed time and an ETA.
 
 On a terminal (stderr is a tty) one line is redrawn in place, at most a few times a second. In a log or CI
-(not a tty) nothing is redrawn: a line at the start, one at each tenth of the way and one at the end, so a log
-says how far a night got without thousands of lines. Standard library only: it runs everywhere convbench does.
+(not a tty) nothing is redrawn: once the work has taken QUIET_S, a line at each tenth of the way and one at the
+end, so a log says how far a night got without thousands of lines, and short work (an error, a small collect)
+keeps its output to the lines it had. Standard library only: it runs everywhere convbench does.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TextIO
 
 REDRAW_S = 0.2  # a terminal line is redrawn at most this often (the last step always)
 MILESTONE = 10  # percent between two lines in a log
+QUIET_S = 10.0  # in a log, work shorter than this says nothing
 
 
 def clock_text(seconds: float) -> str:
@@ -43,8 +45,7 @@ class Progress:
         self._last_draw = -1e9
         self._next_milestone = MILESTONE
         self._finished = False
-        if not self.tty:
-            self._write(f"{what}: started\n" if unit == "%" else f"{what}: {self.total} {unit}".rstrip() + " to do\n")
+        self._said = False  # a milestone line was written (a log)
 
     def line(self) -> str:
         elapsed = self.clock() - self.start
@@ -69,8 +70,9 @@ class Progress:
                 self._last_draw = now
             return
         pct = 100.0 * self.done / self.total if self.total else 100.0
-        if pct >= self._next_milestone and self.done < self.total:
+        if pct >= self._next_milestone and self.done < self.total and self.clock() - self.start >= QUIET_S:
             self._write(self.line() + "\n")
+            self._said = True
             self._next_milestone = (int(pct) // MILESTONE + 1) * MILESTONE
 
     def say(self, message: str) -> None:
@@ -104,7 +106,7 @@ class Progress:
             self.note = note or self.note
             self._draw()
             self._write("\n")
-        else:
+        elif self._said or self.clock() - self.start >= QUIET_S:
             done = "" if self.unit == "%" else f" {self.done}/{self.total} {self.unit}".rstrip()
             self._write(f"{self.what}:{done} done in {elapsed}{tail}\n")
 
