@@ -41,6 +41,41 @@ if not os.environ.get("CONVBENCH_TEST_HOME_SET"):
 # one xdist group per service: Slurm's tests start a cluster on fixed ports, Docker's share one engine
 SERVICE_GROUPS = ("slurm", "docker", "browser")
 
+# The tests `scripts/test.sh --quick` leaves out, besides those marked `slow` in their files: whole modules and
+# single tests that took 5 s or more each (pytest --durations, two xdist workers on the 2-core VM), so that the
+# fast lane stays within 2 minutes. A module name alone marks every test in it.
+SLOW = {
+    "test_report_browser.py",  # Chromium: 5-130 s a test
+    "test_hostile_corpus.py",  # builds the hostile corpus (29 s) before its first test
+    "test_ort_isolation.py",  # onnxruntime sessions in crashing, hanging processes: 11-37 s a test
+    "test_models.py",  # builds the ONNX models (22 s)
+    "test_ort.py",  # onnxruntime sessions; its model fixture takes 8 s
+    "test_untrusted_inputs.py::test_reader_sees_whole_runs_while_a_collect_replaces_them",
+    "test_untrusted_inputs.py::test_every_record_convbench_wrote_passes_the_schema",
+    "test_report.py::test_report_from_real_runs_via_cli",
+    "test_report.py::test_the_gates_history_is_read_light_and_equal_to_the_records",
+    "test_packed.py::test_every_fixture_run_packs_to_what_its_journal_stores",
+    "test_packed.py::test_a_real_run_packs_itself_and_collect_reads_the_copy",
+    "test_bench_fleet.py::test_the_fleet_marks_documented_nondeterminism_as_real_runs_do",
+    "test_docs_commands.py::test_the_docs_commands_run_as_written",
+    "test_hostrun.py::test_native_cpu_worker_measures_and_files_its_run",
+    "test_overlays.py::test_run_no_docker_runs_each_stack_in_its_own_environment",
+    "test_slurm_render.py::test_generated_hostile_values",
+    "test_identity.py::test_native_run_on_two_slots_files_two_machines_of_the_node",
+    "test_collect.py::test_real_cpu_sweep_collects_and_recollect_changes_nothing",
+    "test_collect_concurrent.py::test_two_collects_into_one_new_store_at_once",
+    "test_paired.py::test_two_gpu_backward_upgrade_in_full",
+    "test_paired.py::test_two_gpu_aa_studies_fail_on_nothing_but_a_few_process_levels",
+    "test_paired.py::test_upgrade_command_runs_an_aa_study_on_the_cpu",
+    "test_report.py::test_the_upgrade_page_answers_what_cudnn_927_changed",
+    "test_sweep_cpu.py::test_every_slice_says_where_its_time_went",
+}
+
+
+def _slow(item) -> bool:
+    file = item.path.name
+    return file in SLOW or f"{file}::{item.originalname}" in SLOW
+
 
 def _cuda_reason() -> str | None:
     try:
@@ -57,6 +92,8 @@ def pytest_collection_modifyitems(config, items):
             reason = reason or _cuda_reason() or ""
             if reason:
                 item.add_marker(pytest.mark.skip(reason=f"needs a CUDA GPU: {reason}"))
+        if _slow(item):
+            item.add_marker(pytest.mark.slow)
         group = next((g for g in SERVICE_GROUPS if g in item.keywords), None)
         if group and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(group))

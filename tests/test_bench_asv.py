@@ -148,6 +148,7 @@ def test_ort_class_on_a_gpu_host_without_the_cuda_ep_journals_why(tmp_path, monk
     monkeypatch.setattr(ort, "ModelOptions", CudaOnly)
     monkeypatch.setattr(bench_ort, "MODELS", ["resnet50"])
     monkeypatch.setenv("CONVBENCH_RESULTS", str(tmp_path))
+    monkeypatch.setenv("CONVBENCH_MACHINE", "test-gpu0")  # the stand-in fingerprint names no node
     monkeypatch.delenv("CONVBENCH_RUN_DIR", raising=False)
     table = bench_ort.run_grid()
     assert len(table) == 12 * 2 and {row["status"] for row in table.values()} == {"skipped"}

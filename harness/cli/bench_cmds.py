@@ -101,7 +101,6 @@ def bench(args) -> int:
     except ImportError:
         raise UserError("asv is not installed here (pip install asv)", EXIT_ENVIRONMENT) from None
     root = resources.root()  # the checkout, or the suite shipped in the wheel
-    gpu = cuda_unavailable_reason() is None
     names = args.cases or DEFAULT_SET
     try:
         directions_given = args.directions or _list(DIRECTIONS, "direction")(
@@ -109,8 +108,9 @@ def bench(args) -> int:
     except argparse.ArgumentTypeError as exc:
         raise UserError(f"CONVBENCH_DIRECTIONS: {exc}") from None
     os.environ["CONVBENCH_DIRECTIONS"] = ",".join(directions_given)  # the suite's classes read it (asv processes too)
-    cases = select_cases(names)
+    cases = select_cases(names)  # before torch is imported: a mistyped case is refused at once
     check_results(args.results)
+    gpu = cuda_unavailable_reason() is None
     out = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the document only
     if not gpu:
         print(f"no GPU here: running the CPU backends (PyTorch on the CPU) on {names!r} ({len(cases)} cases); "

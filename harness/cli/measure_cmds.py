@@ -106,9 +106,9 @@ def sweep_setup(args) -> tuple[list, SweepOptions]:
     if not 0 <= args.repeats <= MAX_REPEATS or not 0 < args.budget_ms <= MAX_BUDGET_MS:
         raise UserError(f"--repeats must be >= 0 and at most {MAX_REPEATS}, and --budget-ms > 0 and at most "
                         f"{MAX_BUDGET_MS:g} (one combination's sampling time, ms)")
-    gpu = cuda_unavailable_reason() is None
-    cases = select_cases(args.cases)
+    cases = select_cases(args.cases)  # before torch is imported: a mistyped case is refused at once
     check_results(args.results)
+    gpu = cuda_unavailable_reason() is None
     options = command_options(args.directions, "cuda" if gpu else "cpu", args.processes, args.find,
                               dtypes=args.dtypes, layouts=args.layouts, repeats=args.repeats,
                               timing=TimingPolicy(cold=args.cold, budget_ms=args.budget_ms),
