@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command (README): installs what the tests need on a fresh machine and runs them all, in two xdist
-# workers (tests that need a service of their own share one: tests/conftest.py).
+# workers (tests that need a service of their own, Slurm or Docker, share one: tests/conftest.py).
 # No GPU is needed: GPU tests carry the `gpu` marker and skip cleanly without CUDA.
 #
 #   scripts/test.sh [--quick] [pytest arguments]

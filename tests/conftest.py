@@ -1,5 +1,5 @@
 """Shared test setup: the `gpu` marker skips cleanly where CUDA is absent; tests that need a service of their own
-(a Slurm cluster on fixed ports, the Docker engine, Chromium) run in one xdist group each; nothing is written
+(a Slurm cluster on fixed ports, the Docker engine) run in one xdist group each; nothing is written
 into the user's home; the fixture report is built once per test session."""
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ if not os.environ.get("CONVBENCH_TEST_HOME_SET"):
     os.environ["CONVBENCH_TEST_HOME_SET"] = "1"  # xdist's workers inherit this process's HOME
 
 
-# one xdist group per service: Slurm's tests start a cluster on fixed ports, Docker's share one engine
-SERVICE_GROUPS = ("slurm", "docker", "browser")
+# one xdist group per service: Slurm's tests start a cluster on fixed ports, Docker's share one engine and its
+# images. The browser tests each start a Chromium of their own (own profile, a pipe, no port): they run in parallel.
+SERVICE_GROUPS = ("slurm", "docker")
 
 # The tests `scripts/test.sh --quick` leaves out, besides those marked `slow` in their files: whole modules and
 # single tests that took 5 s or more each (pytest --durations, two xdist workers on the 2-core VM), so that the
