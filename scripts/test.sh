@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README): installs what the tests need on a fresh machine and runs them all, in two xdist
-# workers (tests that need a service of their own, Slurm or Docker, share one: tests/conftest.py).
+# workers. A Slurm cluster (fixed ports) runs one at a time (a lock in tests/slurm_cluster.py), the CPU image is
+# built once, and the fixture report is built once for both workers (tests/conftest.py).
 # No GPU is needed: GPU tests carry the `gpu` marker and skip cleanly without CUDA.
 #
 #   scripts/test.sh [--quick] [pytest arguments]
@@ -32,4 +33,4 @@ python3 -m venv .venv
 .venv/bin/ruff check .
 lane=()
 [ "$quick" = 1 ] && lane=(-m "not slow")
-.venv/bin/python -m pytest -q -rs -n 2 --dist loadgroup "${lane[@]}" "$@"
+.venv/bin/python -m pytest -q -rs -n 2 "${lane[@]}" "$@"

@@ -1,6 +1,9 @@
-"""Shared test setup: the `gpu` marker skips cleanly where CUDA is absent; tests that need a service of their own
-(a Slurm cluster on fixed ports, the Docker engine) run in one xdist group each; nothing is written
-into the user's home; the fixture report is built once per test session."""
+"""Shared test setup: the `gpu` marker skips cleanly where CUDA is absent; the fast lane's `slow` marks; nothing is
+written into the user's home; the fixture report is built once per test run, shared by xdist's workers.
+
+Tests that need a service of their own serialise on it with a lock where they start it (a Slurm cluster on fixed
+ports: tests/slurm_cluster.py; the CPU image: tests/test_docker_integration.py), not through xdist groups:
+pytest-xdist 3.8's --dist loadgroup does not group under pytest 9 (it renames a node id pytest no longer reads)."""
 
 from __future__ import annotations
 
@@ -37,10 +40,6 @@ if not os.environ.get("CONVBENCH_TEST_HOME_SET"):
     _private_home()
     os.environ["CONVBENCH_TEST_HOME_SET"] = "1"  # xdist's workers inherit this process's HOME
 
-
-# one xdist group per service: Slurm's tests start a cluster on fixed ports, Docker's share one engine and its
-# images. The browser tests each start a Chromium of their own (own profile, a pipe, no port): they run in parallel.
-SERVICE_GROUPS = ("slurm", "docker")
 
 # The tests `scripts/test.sh --quick` leaves out, besides those marked `slow` in their files: whole modules and
 # single tests that took 5 s or more each (pytest --durations, two xdist workers on the 2-core VM), so that the
@@ -95,9 +94,6 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=f"needs a CUDA GPU: {reason}"))
         if _slow(item):
             item.add_marker(pytest.mark.slow)
-        group = next((g for g in SERVICE_GROUPS if g in item.keywords), None)
-        if group and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture
@@ -111,8 +107,11 @@ def faults(monkeypatch):
 
 @pytest.fixture(scope="session")
 def fixture_site(tmp_path_factory):
-    """The report of every committed fixture run, collected and built once (about 95 s on a 2-core VM): the tests
-    that read it only read it. Tests that use it share an xdist group, so one worker builds it."""
+    """The report of every committed fixture run, collected and built once per test run (about 95 s on a 2-core
+    VM), in the folder xdist's workers share: the first worker to need it builds it, the other waits and reads it.
+    The tests that use it only read it."""
+    import fcntl
+
     from _fleet_data import fixture_tarballs
 
     from harness.collect.ingest import collect
@@ -122,9 +121,16 @@ def fixture_site(tmp_path_factory):
     tars = fixture_tarballs()
     if not tars:
         pytest.skip("no fixtures committed")
-    folder = tmp_path_factory.mktemp("fixture-site")
-    db = folder / "f.sqlite"
-    assert not collect(db, tars).refused
-    with Store(db) as s:
-        build(s, folder / "site")
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the run's folder, above each worker's own
+    folder = shared / "fixture-site"
+    folder.mkdir(exist_ok=True)
+    with open(folder / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / "site" / "index.html").is_file():
+            db = folder / "f.sqlite"
+            assert not collect(db, tars).refused
+            with Store(db) as s:
+                build(s, folder / "site")
     return folder / "site"

@@ -13,6 +13,7 @@ with mknod, since a GPU generic resource needs device files. Slurm commands are 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -25,6 +26,9 @@ from pathlib import Path
 BINARIES = ("slurmctld", "slurmd", "sbatch", "sinfo", "scontrol", "munged")
 END_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
               "BOOT_FAIL", "DEADLINE"}
+
+
+LOCK = "/tmp/convbench-slurm-cluster.lock"
 
 
 def unavailable() -> str | None:
@@ -108,12 +112,20 @@ PartitionName={self.partition} Nodes={nodes} Default=YES MaxTime=INFINITE State=
         why = unavailable()
         if why:
             raise RuntimeError(why)
-        self.write_conf()
-        self._munge()
-        self._daemon([_which("slurmctld"), "-c"], self.folder / "slurmctld.pid")
-        for node in self.nodes:
-            self.start_node(node)
-        self.wait_idle(timeout)
+        # one cluster at a time on this machine (its ports are fixed): a test in another xdist worker, or another
+        # checkout's suite, waits here until the running one is stopped
+        self._lock = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
+        try:
+            self.write_conf()
+            self._munge()
+            self._daemon([_which("slurmctld"), "-c"], self.folder / "slurmctld.pid")
+            for node in self.nodes:
+                self.start_node(node)
+            self.wait_idle(timeout)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def start_node(self, node: str) -> None:
@@ -243,6 +255,9 @@ PartitionName={self.partition} Nodes={nodes} Default=YES MaxTime=INFINITE State=
                 except ProcessLookupError:
                     pass
         self.started.clear()
+        if getattr(self, "_lock", None) is not None:
+            os.close(self._lock)  # releases the machine's cluster lock
+            self._lock = None
 
     def __enter__(self) -> Cluster:
         return self.start()

@@ -117,7 +117,6 @@ def _text(html):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("fixture_site")
 def test_fixture_report_answers_the_seed_questions(fixture_site):
     """The H200 fixtures' crosscheck and autotune records, read from the tarballs here, appear on the
     investigations page with the numbers and explanations they carry, and it says which GPU generations were not
@@ -147,7 +146,6 @@ def test_fixture_report_answers_the_seed_questions(fixture_site):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("fixture_site")
 def test_fixture_report_shows_repro_and_ort_search_modes(fixture_site):
     from _fleet_data import fixture_records, newest_per_combination
 

@@ -97,7 +97,6 @@ def test_report_loads_clean_with_fixture_numbers(browser, tmp_path):
         _keep(p.screenshot(tmp_path / name.replace(".html", ".png")), name.replace(".html", ".png"))
 
 
-@pytest.mark.xdist_group("fixture_site")
 def test_fixture_findings_are_on_screen(browser, fixture_site, tmp_path):
     """The H200 fixture's crosscheck and autotune records (read from the tarballs here) as a person sees them:
     the seed crosscheck's max |delta| in the crosscheck table, the autotune sessions with different bits at the
