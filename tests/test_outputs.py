@@ -1,4 +1,4 @@
-"""Files a user names for convbench to write (core/outputs.py): `upgrade --json` and `images render --out` never
+"""Files a user names for convbench to write (core/outputs.py): `upgrade --json-out` and `images render --out` never
 write through a symbolic link, into a folder, a missing folder or outside their tree, and say so in one line
 before any work; generated trees with a link, a file or a FIFO wherever a folder belongs are refused whole."""
 
@@ -38,9 +38,9 @@ def test_upgrade_json_is_refused_before_the_study(tmp_path, capsys, kind):
     else:
         os.mkfifo(target)
     # --a names no stack at all: had the path been accepted, the study would have failed on it instead
-    assert cli.main(["upgrade", "--a", "no-such-stack", "--b", "host", "--json", str(target)]) == EXIT_USAGE
+    assert cli.main(["upgrade", "--a", "no-such-stack", "--b", "host", "--json-out", str(target)]) == EXIT_USAGE
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--json" in err[0], err
+    assert len(err) == 1 and "--json-out" in err[0], err
     assert victim.read_text() == "keep me" and not (tmp_path / "nowhere").exists()
 
 
