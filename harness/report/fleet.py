@@ -23,7 +23,8 @@ def slot_of(fp: dict[str, Any]) -> str:
     slot = fp.get("slot")
     index = slot if isinstance(slot, int) and not isinstance(slot, bool) else (gpu or {}).get("index")
     if gpu:
-        return f"GPU {index if index is not None else '?'}"
+        uuid = str(gpu.get("uuid") or "").replace("GPU-", "")[:8]
+        return f"GPU {index if index is not None else '?'}" + (f" ({uuid})" if uuid else "")
     return f"slot {index} (CPU: no GPU seen)" if index is not None else "CPU"
 
 
