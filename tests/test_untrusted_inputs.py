@@ -508,7 +508,9 @@ def test_coverage_lost_night_over_night_fails_the_gate_unless_allowed(tmp_path, 
     assert cli.main(["compare", str(base), str(head)]) == 1
     assert "5 regression(s) fail the gate" in capsys.readouterr().out
     assert cli.main(["compare", str(base), str(head), "--allow-lost-coverage"]) == 0
-    assert cli.main(["compare", str(base), str(base)]) == 0  # A/A: nothing lost
+    again = write_run(tmp_path / "r2", "m1", "img", T0 + dt.timedelta(days=2), [record(f"c{i}") for i in range(6)],
+                      run_id="again")
+    assert cli.main(["compare", str(base), str(again)]) == 0  # A/A: nothing lost (a run with itself is refused)
 
 
 def test_compare_json_is_strict_when_a_ratio_overflows(tmp_path, capsys):
