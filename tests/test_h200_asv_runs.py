@@ -190,3 +190,31 @@ def test_the_backward_job_in_two_processes_fits_and_times_the_device():
         assert t["iqr_ms"] / t["median_ms"] <= 0.5
     torch = [r["time"] for r in timed if r["backend"] == "torch"]
     assert len(torch) == 1664 and sum(t["host_ms"] < t["median_ms"] for t in torch) > len(torch) / 2
+
+
+def test_asv_results_of_a_real_forward_night_carry_every_record_s_samples(tmp_path):
+    """h200-fwd-asv-samples (2026-12-03 16:02 UTC, lent H200, `scripts/gpu/nightly.sh fwd`): the suite's times are
+    asv time benchmarks whose timer replays each record's device-event samples, so asv's own results file holds
+    samples and quartiles for every ok record, and asv's value is their median."""
+    import json
+    import statistics
+    import tarfile
+
+    from _fleet_data import FIXTURES
+
+    tarball = FIXTURES.parent / "asv" / "h200-fwd-asv-samples.tar.gz"  # apart from runs/: not a report fixture
+    with tarfile.open(tarball) as tar:
+        tar.extractall(tmp_path, filter="data")
+    (saved,) = [p for p in (tmp_path / "asv-results").rglob("*-convbench-py3.12.json")]
+    data = json.loads(saved.read_text())
+    cols = data["result_columns"]
+    _meta, end, recs = run_tarball(tarball)
+    assert end["asv_returncode"] == 0
+    ok = collections.Counter(r["backend"] for r in recs if r["kind"] == "measurement" and r["status"] == OK)
+    for name, backend in (("bench_cudnn.CudnnForward.time_conv", "cudnn"), ("bench_torch.TorchForward.time_conv",
+                                                                             "torch")):
+        entry = dict(zip(cols, data["results"][name], strict=False))
+        with_samples = [(v, s) for v, s in zip(entry["result"], entry["samples"], strict=True) if s]
+        assert len(with_samples) == ok[backend] > 0
+        assert all(v == pytest.approx(statistics.median(s), rel=1e-9) for v, s in with_samples)
+        assert sum(1 for q in entry["stats_q_25"] if q is not None) >= ok[backend]
