@@ -203,3 +203,13 @@ def newest_per_combination(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -
                d["dtype"], d["layout"], json.dumps(d["settings"], sort_keys=True))
         newest[key] = (run, d)
     return list(newest.values())
+
+
+def slower_nights(results: Path, nights: list[tuple[str, float]], started: dt.datetime, cases: int = 12) -> None:
+    """One machine's nights (image, slowdown), each a night after the other, of ``cases`` combinations whose
+    medians step by a tenth: a slowdown of 3 makes every one of them a regression the gate decides."""
+    names = [f"c{i:02d}" for i in range(cases)]
+    for night, (image, slow) in enumerate(nights):
+        write_run(results, "h200", image, started + dt.timedelta(days=night),
+                  [record(c, median=(1.0 + i / 10) * slow, samples=noisy((1.0 + i / 10) * slow, seed=night * 50 + i))
+                   for i, c in enumerate(names)])

@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 import pytest
-from _fleet_data import FIXTURES, named_runs, noisy, real_sources, record, write_run
+from _fleet_data import FIXTURES, named_runs, noisy, real_sources, record, slower_nights, write_run
 
 from harness import cli
 from harness.collect.ingest import collect
@@ -603,12 +603,7 @@ def test_a_changes_page_opens_the_findings_the_index_names_and_folds_the_rest(tm
     from harness.report.morning import TOP
 
     r = tmp_path / "r"
-    cases = [f"c{i:02d}" for i in range(12)]
-    for night in range(3):
-        slow = 3.0 if night == 2 else 1.0
-        write_run(r, "h200", "cu13", T0 + dt.timedelta(days=night),
-                  [record(c, median=(1.0 + i / 10) * slow, samples=noisy((1.0 + i / 10) * slow, seed=night * 50 + i))
-                   for i, c in enumerate(cases)])
+    slower_nights(r, [("cu13", 1.0), ("cu13", 1.0), ("cu13", 3.0)], T0)
     db = tmp_path / "s.sqlite"
     assert not collect(db, [r]).refused
     with Store(db) as s:

@@ -4,7 +4,7 @@ store'), and the between-images judgement reads the base's history as the nightl
 import datetime as dt
 import re
 
-from _fleet_data import noisy, record, write_run
+from _fleet_data import noisy, record, slower_nights, write_run
 
 from harness.collect.ingest import collect
 from harness.collect.store import Store
@@ -16,12 +16,7 @@ T0 = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
 def test_every_finding_the_index_counts_is_listed_on_the_changes_pages(tmp_path, monkeypatch):
     monkeypatch.setattr(changes, "PAGE_ROWS", 5)
     r = tmp_path / "r"
-    cases = [f"c{i:02d}" for i in range(12)]
-    for night in range(3):
-        slow = 3.0 if night == 2 else 1.0
-        write_run(r, "h200", "cu13", T0 + dt.timedelta(days=night),
-                  [record(c, median=(1.0 + i / 10) * slow, samples=noisy((1.0 + i / 10) * slow, seed=night * 50 + i))
-                   for i, c in enumerate(cases)])
+    slower_nights(r, [("cu13", 1.0), ("cu13", 1.0), ("cu13", 3.0)], T0)
     db = tmp_path / "s.sqlite"
     assert not collect(db, [r]).refused
     with Store(db) as s:
@@ -63,11 +58,7 @@ def test_the_regressions_page_links_its_caps_to_pages_that_list_every_regression
     monkeypatch.setattr(regressions, "MAX_PER_PAIR", 3)
     monkeypatch.setattr(regressions, "PAGE_ROWS", 5)
     r = tmp_path / "r"
-    cases = [f"c{i:02d}" for i in range(12)]
-    for night, (image, slow) in enumerate((("A", 1.0), ("B", 3.0))):
-        write_run(r, "h200", image, T0 + dt.timedelta(days=night),
-                  [record(c, median=(1.0 + i / 10) * slow, samples=noisy((1.0 + i / 10) * slow, seed=night * 50 + i))
-                   for i, c in enumerate(cases)])
+    slower_nights(r, [("A", 1.0), ("B", 3.0)], T0)
     db = tmp_path / "s.sqlite"
     assert not collect(db, [r]).refused
     with Store(db) as s:
