@@ -22,7 +22,6 @@ import argparse
 import datetime as dt
 import html
 import io
-import json
 import re
 import shutil
 import subprocess
@@ -35,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests._fleet_data import degraded_journal  # noqa: E402
 from tests.slurm_cluster import Cluster, unavailable  # noqa: E402
 
 MATRIX = ROOT / "tests" / "fixtures" / "fleet_matrix.toml"
@@ -83,20 +83,16 @@ def degrade(tarball: Path) -> str:
         if name.endswith("/records.packed"):
             continue
         if name.endswith("/records.jsonl") and not changed:
-            lines = data.decode().splitlines()
-            for i, line in enumerate(lines):
-                rec = json.loads(line)
-                if rec.get("kind") == "measurement" and rec.get("backend") == "torch" and rec.get("status") == "ok":
-                    for key in ("max_abs", "max_norm_err", "rel_l2"):
-                        rec["accuracy"][key] *= 1000
-                    lines[i] = json.dumps(rec, sort_keys=True)
-                    changed = f"{name}: {rec['case']} {rec['direction']} {rec['dtype']} {rec['layout']}"
-                    break
-            data = ("\n".join(lines) + "\n").encode()
+            try:
+                text, rec = degraded_journal(data.decode(), backend="torch")
+            except ValueError as exc:
+                raise SystemExit(f"fleet_night: {tarball}: {exc}") from None
+            changed = f"{name}: {rec['case']} {rec['direction']} {rec['dtype']} {rec['layout']}"
+            data = text.encode()
             member.size = len(data)
         out.append((member, data))
     if not changed:
-        raise SystemExit(f"fleet_night: no ok torch record in {tarball} to degrade")
+        raise SystemExit(f"fleet_night: no journal in {tarball} to degrade")
     part = tarball.with_name("." + tarball.name + ".part")
     with tarfile.open(part, "w:gz") as tf:
         for member, data in out:

@@ -213,3 +213,18 @@ def slower_nights(results: Path, nights: list[tuple[str, float]], started: dt.da
         write_run(results, "h200", image, started + dt.timedelta(days=night),
                   [record(c, median=(1.0 + i / 10) * slow, samples=noisy((1.0 + i / 10) * slow, seed=night * 50 + i))
                    for i, c in enumerate(names)])
+
+
+def degraded_journal(text: str, backend: str | None = None) -> tuple[str, dict[str, Any]]:
+    """An injected regression: the journal ``text`` with its first ok measurement (of ``backend``, if given)
+    made 1000x less accurate (max_abs, rel_l2, max_norm_err), and that record."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        rec = json.loads(line)
+        if rec.get("kind") == "measurement" and rec.get("status") == "ok" and backend in (None, rec.get("backend")):
+            for k in ("max_abs", "rel_l2", "max_norm_err"):
+                rec["accuracy"][k] *= 1000.0
+            lines[i] = json.dumps(rec, sort_keys=True)
+            return "\n".join(lines) + "\n", rec
+    raise ValueError(f"no ok {backend or ''} measurement to degrade")
+

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _fleet_data import degraded_journal
 
 from harness.cli import main
 from harness.deploy import baseimage, hostrun, imagematrix, images, placement, wheels
@@ -194,17 +195,8 @@ def test_gpu_request_on_an_engine_without_nvidia_runtime_says_what_to_install(cl
 def _degrade_one_record(run: Path) -> dict:
     """Raise one ok record's accuracy error 1000x in a run's journal (the injected regression), and drop the
     run's packed copy so the journal is what is read. Returns the record."""
-    lines = (run / "records.jsonl").read_text().splitlines()
-    for i, line in enumerate(lines):
-        rec = json.loads(line)
-        if rec.get("status") == "ok" and rec.get("kind") == "measurement":
-            for k in ("max_abs", "rel_l2", "max_norm_err"):
-                rec["accuracy"][k] *= 1000.0
-            lines[i] = json.dumps(rec)
-            break
-    else:
-        raise AssertionError(f"{run}: no ok record to degrade")
-    (run / "records.jsonl").write_text("\n".join(lines) + "\n")
+    text, rec = degraded_journal((run / "records.jsonl").read_text())
+    (run / "records.jsonl").write_text(text)
     (run / "records.packed").unlink(missing_ok=True)
     return rec
 
