@@ -22,6 +22,7 @@ from ..backends import SweepOptions, get_backend
 from ..core.records import CRASHED, Record
 from .finalize import finalize, one_line, raised
 from .journal import Journal
+from .profiling import WorkerProfile
 from .replicas import merge
 from .slicetime import SliceClock
 
@@ -191,14 +192,17 @@ def _die_with_parent(parent: int) -> None:
 def child_main(fd: int, parent: int) -> None:
     _die_with_parent(parent)
     conn = Connection(fd)
+    profile = WorkerProfile()
     while True:
         try:
             msg = conn.recv()
         except (EOFError, OSError):
-            return
+            msg = None
         if msg is None:
+            profile.dump()
             return
         reply = _run_slice(msg)
         conn.send(reply)
         if reply[0] != "done" or reply[1]:
+            profile.dump()
             os._exit(0)  # a failed or CUDA-tainted worker is never reused

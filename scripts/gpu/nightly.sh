@@ -7,6 +7,8 @@
 #   ort    the default onnxruntime grid through asv (timed), its GPU tests, latency vs onnxruntime's profiler
 #   fidelity  the suite's timer against triton's do_bench (scripts/bench_fidelity.py), FIDELITY_TIMEOUT s at most
 #   probe  diagnosis, not the nightly job: a profiled in-process backward sweep of four heavy cases
+#   profile  diagnosis: the default sweep of PROFILE_DIRECTIONS (fwd) with every worker under cProfile
+#            (CONVBENCH_PROFILE_DIR), split into phases by scripts/night_profile.py; PROFILE_CASES narrows it
 #   probe-replica  diagnosis: the same four cases' replica pass (timing only), profiled (scripts/gpu/replica_probe.py)
 #   power  the gate's detection power: +5 %/+10 % device-side slowdowns injected (scripts/gpu/detection_power.py)
 #   aa     an A/A study through `convbench upgrade` (the host stack against itself, ABBA), forward default
@@ -85,6 +87,15 @@ probe)
   python3 -c "import pstats,sys; p=pstats.Stats(sys.argv[1]); p.sort_stats('tottime').print_stats(30); \
     p.sort_stats('cumulative').print_stats(45)" "$OUT/bwd-sweep.prof" > "$OUT/bwd-sweep-profile.txt"
   grep -A32 "Ordered by: internal" "$OUT/bwd-sweep-profile.txt" | cut -c1-150
+  ;;
+profile)
+  d=${PROFILE_DIRECTIONS:-fwd}
+  t timeout "${PROFILE_TIMEOUT:-540}" env CONVBENCH_PROFILE_DIR="$OUT/prof-$d" python3 -m harness.cli sweep \
+    --results "$RES" --cases "${PROFILE_CASES:-default}" --directions "$d" 2>&1 | tail -2
+  run=$(newest); pack "$run"
+  python3 scripts/run_breakdown.py "$run" | tee "$OUT/profile-$d-breakdown.txt"
+  python3 scripts/night_profile.py "$OUT/prof-$d" --top 40 | tee "$OUT/profile-$d.txt" | head -70 | cut -c1-150
+  tar czf "$OUT/prof-$d.tgz" -C "$OUT" "prof-$d" && rm -rf "${OUT:?}/prof-$d"
   ;;
 probe-replica)
   t timeout 300 python3 scripts/gpu/replica_probe.py --profile "$OUT/replica.prof" > "$OUT/replica-probe.txt" 2>&1
