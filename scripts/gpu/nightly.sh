@@ -89,9 +89,9 @@ probe)
   grep -A32 "Ordered by: internal" "$OUT/bwd-sweep-profile.txt" | cut -c1-150
   ;;
 profile)
-  d=${PROFILE_DIRECTIONS:-fwd}
+  dirs=${PROFILE_DIRECTIONS:-fwd}; d=${dirs//,/-}  # file names without commas: the device tool drops those
   t timeout "${PROFILE_TIMEOUT:-540}" env CONVBENCH_PROFILE_DIR="$OUT/prof-$d" python3 -m harness.cli sweep \
-    --results "$RES" --cases "${PROFILE_CASES:-default}" --directions "$d" 2>&1 | tail -2
+    --results "$RES" --cases "${PROFILE_CASES:-default}" --directions "$dirs" 2>&1 | tail -2
   run=$(newest); pack "$run"
   python3 scripts/run_breakdown.py "$run" | tee "$OUT/profile-$d-breakdown.txt"
   python3 scripts/night_profile.py "$OUT/prof-$d" --top 40 | tee "$OUT/profile-$d.txt" | head -70 | cut -c1-150
