@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One nightly stage run twice on one GPU in one job: first by a baseline tree (a copy of main's code, made here
+# with `scripts/gpu/side_by_side.sh --pack REV`), then by this tree; then the two runs side by side
+# (scripts/run_breakdown.py --against) and each side's end.json (wall, sweep, asv phase).
+#   scripts/gpu/side_by_side.sh --pack REV      (here: .baseline/ holds REV's code, no fixtures; carry it)
+#   OUT=dir bash scripts/gpu/side_by_side.sh fwd   (on the GPU host, asv on PYTHONPATH)
+set -uo pipefail
+if [ "${1:-}" = "--pack" ]; then
+  rev=${2:?REV}; rm -rf .baseline && mkdir .baseline
+  git archive "$rev" harness benchmarks scripts tests/*.py tests/conftest.py asv.conf.json pyproject.toml setup.py \
+    | tar -x -C .baseline
+  git rev-parse --short "$rev" > .baseline/REVISION
+  du -sh .baseline; exit 0
+fi
+stage=${1:?stage: fwd or bwd}
+OUT=${OUT:-/tmp/convbench-out}; mkdir -p "$OUT/base" "$OUT/new"
+[ -f .baseline/REVISION ] || { echo "side_by_side: no .baseline/ (make it with --pack REV and carry it)" >&2; exit 2; }
+here=$PWD
+base_tree=/tmp/convbench-baseline; rm -rf "$base_tree"; cp -r .baseline "$base_tree"
+export CONVBENCH_MACHINE=${CONVBENCH_MACHINE:-h200-lent-gpu0}
+( cd "$base_tree" && OUT="$OUT/base" PYTHONPATH="${ASV_PATH:-}:$base_tree" CONVBENCH_REVISION="$(cat REVISION)" \
+    bash scripts/gpu/nightly.sh "$stage" )
+base_run=$(ls -td /tmp/convbench-results/$CONVBENCH_MACHINE/*/ | head -1)
+( cd "$here" && OUT="$OUT/new" PYTHONPATH="${ASV_PATH:-}:$here" bash scripts/gpu/nightly.sh "$stage" )
+new_run=$(ls -td /tmp/convbench-results/$CONVBENCH_MACHINE/*/ | head -1)
+python3 scripts/run_breakdown.py "$new_run" --against "$base_run" | tee "$OUT/against.txt"
+for side in base_run new_run; do
+  echo "$side $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print({k: d.get(k) for k in ('seconds','sweep_seconds','asv_seconds','ok')})" "${!side}end.json")"
+done | tee "$OUT/side-by-side.txt"
