@@ -5,7 +5,7 @@ with their samples) as its run, and runs what `convbench bench` runs after its s
 and `asv run HEAD^! --record-samples` with the `-b` regexes, in a fresh clone of the repository at the side's
 revision. The host has no GPU, so NVML is made to report one (a sitecustomize on the suite's path): the classes
 then have the parameters a GPU host gives them. Each side's asv results are read back and checked to hold the
-samples of every ok record, so a side that drops cases cannot look fast.
+samples of every time it reports and every case of the run, so a side that drops cases cannot look fast.
 
     python scripts/bench_asv_phase.py [--old main] [--new HEAD] [--rounds 2] [-b REGEX]
 """
@@ -86,20 +86,29 @@ def asv_phase(clone: Path, run_dir: Path, cases: list[str], work: Path, bench: l
     seconds = time.perf_counter() - t0
     if res.returncode:
         raise SystemExit(f"asv run failed in {clone}:\n{res.stdout[-3000:]}{res.stderr[-3000:]}")
-    return {"seconds": seconds, "select_s": select_s, "sets": n_sets, "left_out": n_left,
-            "with_samples": samples_saved(clone)}
+    valued, sampled, cases_seen = coverage(clone)
+    return {"seconds": seconds, "select_s": select_s, "sets": n_sets, "left_out": n_left, "time_sets": valued,
+            "with_samples": sampled, "cases": len(cases_seen), "all_cases": len(cases_seen) == len(cases)}
 
 
-def samples_saved(clone: Path) -> int:
-    """How many parameter sets of asv's saved results carry samples (every ok record's, if all is well)."""
+def coverage(clone: Path) -> tuple[int, int, set[str]]:
+    """(time sets with a value, those carrying samples, the cases with a time) in asv's saved results."""
     (saved,) = [p for p in (clone / ".asv" / "results" / MACHINE).glob("*.json") if p.name != "machine.json"]
     data = json.loads(saved.read_text())
-    col = data["result_columns"].index("samples")
-    total = 0
-    for entry in data["results"].values():
-        if len(entry) > col and entry[col]:
-            total += sum(1 for s in entry[col] if s)
-    return total
+    cols = data["result_columns"]
+    valued = sampled = 0
+    cases: set[str] = set()
+    for name, entry in data["results"].items():
+        if ".time_" not in name:
+            continue
+        entry = dict(zip(cols, entry, strict=False))
+        per_case = len(entry["result"]) // len(entry["params"][0])
+        for i, (value, samples) in enumerate(zip(entry["result"], entry.get("samples") or [], strict=False)):
+            if value is not None and value == value:
+                valued += 1
+                sampled += bool(samples)
+                cases.add(entry["params"][0][i // per_case])
+    return valued, sampled, cases
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,12 +136,14 @@ def main(argv: list[str] | None = None) -> int:
                 seen[name].append(r)
                 print(f"{name} ({git('rev-parse', '--short', args.old if name == 'old' else args.new, cwd=ROOT)}): "
                       f"{r['seconds']:.1f} s (selection {r['select_s']:.1f} s), {r['sets']} parameter sets run, "
-                      f"{r['left_out']} left out, {r['with_samples']} sets with samples in asv's results "
-                      f"({ok} ok records)", flush=True)
+                      f"{r['left_out']} left out; asv's results: {r['time_sets']} time sets with a value, "
+                      f"{r['with_samples']} with samples, {r['cases']} cases ({ok} ok records)", flush=True)
     best = {name: min(r["seconds"] for r in runs) for name, runs in seen.items()}
     print(f"asv phase on the H200 forward journal: old {best['old']:.1f} s, new {best['new']:.1f} s "
           f"(best of {args.rounds}): new/old = {best['new'] / best['old']:.3f}")
-    return 0 if all(r["with_samples"] >= ok for runs in seen.values() for r in runs) else 1
+    # each side must keep every case, and samples on every time it reports
+    return 0 if all(r["all_cases"] and r["with_samples"] == r["time_sets"] > 0
+                    for runs in seen.values() for r in runs) else 1
 
 
 if __name__ == "__main__":
