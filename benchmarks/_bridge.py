@@ -1,10 +1,11 @@
-"""Bridge between asv and the sweep: each class's setup_cache gets its sweep's records, asv gets their numbers.
+"""Bridge between asv and the sweep: the suite's classes built from the library's table of them
+(harness/run/suiteshape.py), each sweep's setup_cache, and the replay of a record's samples as asv's timer.
 
 asv imports this suite in processes that must not touch CUDA and forks one process per parameter
 combination, so nothing here imports torch or initialises CUDA at import time: the cases are chosen from
 NVML (which creates no CUDA context) or from CONVBENCH_CASES. Under `convbench bench` the sweep has run before
-asv started (CONVBENCH_SWEPT names what it measured, CONVBENCH_RUN_DIR the run), and setup_cache only reads the
-journal; under a plain `asv run` each setup_cache sweeps itself into a new run directory under
+asv started (CONVBENCH_SWEPT names what it measured, CONVBENCH_RUN_DIR the run), and setup_cache only loads what
+bench read from the journal; under a plain `asv run` each setup_cache sweeps itself into a new run directory under
 CONVBENCH_RESULTS or <repo>/results.
 """
 
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import gc
-import math
 import os
 import sys
 from array import array
@@ -20,20 +20,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT))  # this suite's own harness (under `asv continuous`, the commit's checkout)
 
 from harness.core import cases as catalogue  # noqa: E402  (no torch, no CUDA)
-from harness.core import cases as vocab  # noqa: E402,F401  (the suite's parameters: algorithms, maths, dtypes, layouts)
-from harness.run import suite  # noqa: E402  (imports no backend until called)
-from harness.run.suite import (  # noqa: E402,F401
-    BITWISE_STABLE,
-    REL_L2,
-    SAMPLES,
-    STATUS,
-    TIME_S,
-    param_key,
-    read_table,
-)
+from harness.core import cases as vocab  # noqa: E402,F401  (the suite's words: search modes for ORT)
+from harness.run import suite, suiteshape  # noqa: E402  (imports no backend until called)
 
 
 @functools.cache
@@ -54,8 +45,7 @@ def settle() -> None:
 
     asv's forkserver imports the suite once and forks one process per parameter set; a collection in that child
     walks every inherited object and so copies the parent's pages. Frozen, the child's collections see only its
-    own objects: 3,744 all-n/a parameter sets took 30.5 and 32.1 s without, 29.5 and 29.0 s with (dev VM,
-    2026-11-29, runs alternated): a small gain, but one line.
+    own objects.
     """
     gc.freeze()
 
@@ -65,41 +55,21 @@ def case_ids() -> list[str]:
     return list(_selected(os.environ.get("CONVBENCH_CASES")))
 
 
-def param_cases() -> list[str]:
-    """asv's case parameter: the whole catalogue, whatever this run measures.
-
-    asv publish reads the parameters from benchmarks.json, which each run rewrites; parameters that followed
-    CONVBENCH_CASES left a published site showing only the latest run's cases (1 of 26 after an ort-only run).
-    A case this run did not measure is n/a (``check``), and `convbench bench` does not hand it to asv at all.
-    """
-    return list(catalogue.CATALOGUE)
+def directions() -> list[str]:
+    """The directions whose classes exist (CONVBENCH_DIRECTIONS, default fwd), as for `convbench bench`."""
+    return os.environ.get("CONVBENCH_DIRECTIONS", "fwd").split(",")
 
 
 def results_root() -> Path:
     return Path(os.environ.get("CONVBENCH_RESULTS", ROOT / "results")).resolve()
 
 
-def run_sweep(backend: str, direction: str) -> dict:
-    """Measure every combination of ``backend`` in ``direction``; index what the journal holds for asv.
+def sweep_cache(backend: str, direction: str) -> suiteshape.SweepData:
+    """setup_cache of a sweep's classes: what they read of the sweep of ``backend`` in ``direction``.
 
-    The table is read back from the run journal rather than collected while measuring: records made by
-    isolated worker processes count, and so do those a shared run (`convbench bench`) already holds. When
-    `convbench bench` has swept this backend and direction itself (CONVBENCH_SWEPT), nothing is measured here.
-    """
-    from harness.run import sweep
-
+    Read from the run `convbench bench` already measured (CONVBENCH_SWEPT), else measured now."""
     swept = f"{backend}:{direction}" in os.environ.get("CONVBENCH_SWEPT", "").split(",")
-    run_dir = sweep.shared_run() if swept else None  # measured before asv started: read it, no CUDA here
-    if run_dir is None:
-        run_dir = suite.sweep_direction(catalogue.select(case_ids()), backend, direction, results_root())
-    return read_table(run_dir, backend, direction)
-
-
-def check(cache: dict, key: tuple) -> None:
-    """asv ``setup``: a combination that did not run is n/a in asv (its record says why), not a failure."""
-    row = cache.get(key)
-    if row is None or row[STATUS] != "ok":
-        raise NotImplementedError(row[STATUS] if row else "combination not in this sweep")
+    return suite.sweep_data(backend, direction, swept, catalogue.select(case_ids()), results_root())
 
 
 class Replay:
@@ -117,31 +87,70 @@ class Replay:
         return self.now
 
 
-def replay(bench: object, cache: dict, key: tuple) -> None:
-    """asv ``setup`` of a time benchmark: ``key``'s record checked (n/a when it did not run), its samples given to
-    asv to take (``timer``, one call per sample, no warm-up)."""
-    check(cache, key)
-    row = cache[key]
-    samples = array("d")
-    samples.frombytes(row[SAMPLES])
-    if not samples:
-        samples.append(row[TIME_S])
-    bench.timer = Replay(samples)
-    bench.repeat = (len(samples), len(samples), 1e9)
+class _Sweep:
+    """A class reading one sweep; ``shape`` is its row of the library's table (suiteshape.CLASSES)."""
+
+    shape: suiteshape.AsvClass
+
+    def check(self, cache, values) -> None:
+        """asv ``setup``: a parameter set without data is n/a in asv (the journal says why), not a failure."""
+        if not self.shape.has_data(cache, values):
+            raise NotImplementedError("no combination of this group ran")
 
 
-def value(cache: dict, key: tuple, field: int) -> float:
-    v = cache[key][field]
-    return float("nan") if v is None or not math.isfinite(v) else float(v)
+class _Time(_Sweep):
+    rounds = number = 1
+    warmup_time = 0
+
+    def setup(self, cache, *values):
+        """The group's fastest record's samples given to asv to take (``timer``, one call a sample, no warm-up)."""
+        self.check(cache, values)
+        median, raw = cache.groups[suiteshape.TIME][values]
+        samples = array("d")
+        samples.frombytes(raw)
+        if not samples:
+            samples.append(median)
+        self.timer = Replay(samples)
+        self.repeat = (len(samples), len(samples), 1e9)
+
+    def time_conv(self, cache, *values):
+        pass  # timed by the sweep, on the device; asv's timer replays those samples
 
 
-def summary(cache: suite.Table, case: str, match, field: int, reduce) -> float:
-    """Reduce ``field`` over the ok combinations of ``case`` whose key satisfies ``match`` (asv: n/a when none
-    ran). Only the case's rows are read: with a scan of the whole table (twice, setup and track) such a parameter set
-    cost about 2.3 times a track_time one (backward sweep through asv, H200, 2026-12-01 09:55 UTC: 12.8 ms against
-    5.6 ms, 3.0-3.5 s a numerics class)."""
-    rows = (cache[key] for key in cache.by_case.get(case, ()) if match(key))
-    values = [row[field] for row in rows if row[STATUS] == "ok" and row[field] is not None]
-    if not values:
-        raise NotImplementedError("no combination of this group ran")
-    return float(reduce(values))
+class _Numerics(_Sweep):
+    rounds = repeat = number = 1
+
+    def setup(self, cache, *values):
+        self.check(cache, values)
+
+    def track_worst_rel_l2_error(self, cache, *values):
+        return float(cache.groups[suiteshape.NUMERICS][values])
+
+    track_worst_rel_l2_error.unit = "relative L2 error vs float64 (worst of the group)"
+
+
+class _Stability(_Sweep):
+    rounds = repeat = number = 1
+
+    def setup(self, cache, case):
+        self.check(cache, (case,))
+
+    def track_unstable_combinations(self, cache, case):
+        return float(cache.groups[suiteshape.STABILITY][case])
+
+    track_unstable_combinations.unit = "combinations not bitwise reproducible"
+
+
+_BASES = {suiteshape.TIME: _Time, suiteshape.NUMERICS: _Numerics, suiteshape.STABILITY: _Stability}
+
+
+def sweep_classes(module: str, caches: dict) -> dict[str, type]:
+    """The classes of ``module`` that exist for this run's directions, built from the library's table; ``caches``
+    maps a direction to its setup_cache (one function each: asv keys a cache by the function's source line)."""
+    made = {}
+    for shape in suiteshape.classes(directions(), module):
+        made[shape.name] = type(shape.name, (_BASES[shape.kind],), {
+            "__module__": f"benchmarks.{module}", "__doc__": shape.doc, "shape": shape,
+            "params": shape.params(on_gpu()), "param_names": list(shape.param_names),
+            "setup_cache": caches[shape.direction]})
+    return made

@@ -7,12 +7,12 @@ Models: CONVBENCH_ORT_MODELS (default resnet50,mobilenetv2).
 """
 
 import math
-import os
 
-from ._bridge import results_root, settle, suite, vocab
+from ._bridge import results_root, settle, suite, suiteshape
 
-MODELS = [m for m in os.environ.get("CONVBENCH_ORT_MODELS", "resnet50,mobilenetv2").split(",") if m]
-SETTINGS = [f"{s},tf32={t},ws={w}" for s in vocab.SEARCH_MODES for t in (0, 1) for w in (0, 1)]
+MODELS = list(suiteshape.ort_models())
+SHAPE = next(c for c in suiteshape.CLASSES if c.kind == suiteshape.ORT)  # the library's row for this class
+SETTINGS = [s for s in suiteshape.ORT_SETTINGS if s != "cpu"]
 
 
 def _label(rec) -> str:
@@ -30,8 +30,8 @@ def run_grid() -> dict:
 class OrtModels:
     """Latency (I/O binding and numpy), session creation, first inference, error vs float64, drift."""
 
-    params = [MODELS, SETTINGS + ["cpu"]]
-    param_names = ["model", "setting"]
+    params = SHAPE.params(gpu=False, models=tuple(MODELS))
+    param_names = list(SHAPE.param_names)
     rounds = repeat = number = 1
 
     def setup_cache(self):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -53,7 +54,12 @@ def project(folder: Path) -> Path:
 
 
 class HostEnvironment(environment.Environment):
-    """This very interpreter (sys.executable), with convbench installed in it; results are saved."""
+    """This very interpreter (sys.executable), with convbench installed in it; results are saved.
+
+    The commit the interpreter imports is benchmarked as installed. Another commit (`asv continuous`, `asv run
+    A..B`) is checked out into the environment's build folder and run by the same interpreter, with that checkout
+    first on the path and its own benchmarks/ as the suite: the host's torch, cuDNN and onnxruntime stay the ones
+    under test, the suite's code is the commit's."""
 
     tool_name = "convbench"
     matches_python_fallback = False
@@ -61,7 +67,9 @@ class HostEnvironment(environment.Environment):
     def __init__(self, conf, python, requirements, tagged_env_vars):
         self._executable = sys.executable
         version = f"{sys.version_info[0]}.{sys.version_info[1]}"
-        self._installed = _installed_revision()
+        self._installed = self._active = _installed_revision()
+        self._suite_dir = str(Path(conf.benchmark_dir).resolve())
+        self._code: Path | None = None  # the checkout of the active commit, when it is not the installed one
         self._python, self._requirements, self._tagged_env_vars = version, {}, tagged_env_vars
         super().__init__(conf, version, {}, tagged_env_vars)
 
@@ -71,7 +79,7 @@ class HostEnvironment(environment.Environment):
 
     @property
     def installed_commit_hash(self):
-        return self._installed
+        return self._active
 
     def check_presence(self):
         return True
@@ -83,17 +91,29 @@ class HostEnvironment(environment.Environment):
         pass
 
     def can_install_project(self):
-        return True  # ranges such as HEAD^! are fine: install_project refuses any other commit
+        return True
 
     def install_project(self, conf, repo, commit_hash=None):
-        if commit_hash is not None and commit_hash != self._installed:
-            raise util.UserError(
-                f"environment 'convbench' runs the code installed in {self._executable} (commit "
-                f"{(self._installed or 'unknown')[:12]}), not {commit_hash[:12]}: check that commit out first, "
-                "or run `asv run HEAD^!` to benchmark the checkout as it is")
+        if commit_hash is None or commit_hash == self._installed:
+            self._code = None
+        elif self._installed is None:
+            raise util.UserError("environment 'convbench' cannot tell which commit this interpreter's convbench "
+                                 "is, so it cannot run another one beside it")
+        else:
+            self._code = Path(self._build_root)
+            repo.checkout(str(self._code), commit_hash)
+            if not (self._code / "benchmarks" / "_bridge.py").is_file():
+                raise util.UserError(f"commit {commit_hash[:12]} has no convbench asv suite (benchmarks/_bridge.py)")
+        self._active = commit_hash or self._installed
         self._set_commit_hash(commit_hash)
 
     def run(self, args, **kwargs):
+        if self._code is not None:  # the active commit's suite and harness, not the working tree's
+            suite = str(self._code / "benchmarks")
+            args = [suite if a == self._suite_dir else a for a in args]
+            env = dict(kwargs.pop("env", None) or os.environ)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(self._code), env.get("PYTHONPATH")) if p)
+            kwargs["env"] = env
         return util.check_output([self._executable] + args, **kwargs)
 
 

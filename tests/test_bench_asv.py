@@ -75,18 +75,17 @@ def test_bench_sweeps_what_the_selected_classes_read(monkeypatch):
     from harness.run.asvselect import sweeps as asv_sweeps
 
     monkeypatch.delenv("CONVBENCH_DIRECTIONS", raising=False)
-    assert asv_sweeps(ROOT, []) == {"cudnn": ("fwd",), "torch": ("fwd",)}
-    assert asv_sweeps(ROOT, ["CudnnForward"]) == {"cudnn": ("fwd",)}
-    assert asv_sweeps(ROOT, ["OrtModels"]) == {}  # selected, but it does its own work in setup_cache
+    assert asv_sweeps([]) == {"cudnn": ("fwd",), "torch": ("fwd",)}
+    assert asv_sweeps(["CudnnForward"]) == {"cudnn": ("fwd",)}
+    assert asv_sweeps(["OrtModels"]) == {}  # selected, but it does its own work in setup_cache
     with pytest.raises(UserError, match="selects no benchmark"):
-        asv_sweeps(ROOT, ["CudnnBackwardData"])  # a backward class exists only with CONVBENCH_DIRECTIONS
+        asv_sweeps(["CudnnBackwardData"])  # a backward class exists only with CONVBENCH_DIRECTIONS
     monkeypatch.setenv("CONVBENCH_DIRECTIONS", "bwd_data,bwd_filter")
-    assert asv_sweeps(ROOT, ["Backward"]) == {"cudnn": ("bwd_data", "bwd_filter"), "torch": ("bwd_data", "bwd_filter")}
-    assert asv_sweeps(ROOT, [r"TorchBackwardFilter\."]) == {"torch": ("bwd_filter",)}
+    assert asv_sweeps(["Backward"]) == {"cudnn": ("bwd_data", "bwd_filter"), "torch": ("bwd_data", "bwd_filter")}
+    assert asv_sweeps([r"TorchBackwardFilter\."]) == {"torch": ("bwd_filter",)}
+    assert asv_sweeps(["Backward"], ("bwd_data",)) == {"cudnn": ("bwd_data",), "torch": ("bwd_data",)}
     with pytest.raises(UserError, match="not a regular expression"):
-        asv_sweeps(ROOT, ["Cudnn("])
-    monkeypatch.delenv("CONVBENCH_DIRECTIONS")
-    asv_sweeps(ROOT, [])  # leave the suite's modules imported as the other tests expect them
+        asv_sweeps(["Cudnn("])
 
 
 def test_bench_times_in_the_processes_asked_for():
@@ -169,32 +168,47 @@ def test_asv_keeps_the_pythonpath_that_convbench_runs_with():
 
 
 def test_torch_asv_parameters_match_the_h200_records_one_to_one():
-    """Every asv parameter set of the PyTorch classes names a record of the real H200 runs and every record
-    has one: no parameter set is n/a by construction (each costs asv about 10 ms)."""
+    """Every PyTorch record of the real H200 runs falls in a parameter set of its classes and every time set of a
+    finished case has data: no parameter set is n/a by construction (each costs asv about 10 ms)."""
     import itertools
 
     from _fleet_data import run_tarball
 
-    from benchmarks import _bridge, bench_torch
+    from harness.run import suiteshape
 
     for fixture, directions in (("h200-fwd-asv", ("fwd",)), ("h200-bwd-asv", ("bwd_data", "bwd_filter"))):
         _, _, recs = run_tarball(fixture)
         for direction in directions:
             torch = [r for r in recs if r["kind"] == "measurement" and r["backend"] == "torch"
                      and r["direction"] == direction]
-            have = {_bridge.param_key(r) for r in torch}
-            cases = sorted({r["case"] for r in torch})
-            precisions, settings = bench_torch.GPU_GRID
-            want = {bench_torch._key(c, p, lay, s)
-                    for c, p, lay, s in itertools.product(cases, precisions, ("NCHW", "NHWC"), settings)}
-            complete = {k for k in have if sum(1 for x in have if x[0] == k[0]) == 32}  # cases the run finished
-            assert {k for k in want if any(c[0] == k[0] for c in complete)} == complete, (fixture, direction)
-            assert have <= want
+            (shape,) = [c for c in suiteshape.classes((direction,), "bench_torch") if c.kind == suiteshape.TIME]
+            _, precisions, layouts = shape.params(gpu=True)
+            have = {(r["case"], suiteshape.precision_of(r), r["layout"]) for r in torch}
+            assert {p for _, p, _ in have} <= set(precisions) and {lay for _, _, lay in have} <= set(layouts)
+            per_case = {c: sum(1 for r in torch if r["case"] == c) for c in {r["case"] for r in torch}}
+            complete = {c for c, n in per_case.items() if n == 4 * 2 * 4}  # cases the run finished
+            want = set(itertools.product(complete, precisions, layouts))
+            assert want == {k for k in have if k[0] in complete}, (fixture, direction)
+
+
+def _asv_listing() -> list[dict]:
+    """The suite's benchmarks as asv's discovery lists them (name, params as reprs), discovered by asv_runner
+    itself in a process that sees a GPU through NVML (the classes' parameters on a GPU host)."""
+    code = ("import json, sys\n"
+            "import harness.measurement.fingerprint as fp\n"
+            "fp.gpus = lambda: ([{'index': 0}], None)\n"
+            "from asv_runner.discovery import disc_benchmarks\n"
+            "print(json.dumps([{'name': b.name, 'params': b.params} for b in disc_benchmarks(sys.argv[1])]))")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CONVBENCH_DIRECTIONS="fwd")
+    out = subprocess.run([sys.executable, "-c", code, str(ROOT / "benchmarks")], env=env, capture_output=True,
+                         text=True, check=True, timeout=120).stdout
+    return json.loads(out)
 
 
 def test_asv_runs_exactly_the_parameter_sets_that_have_data(tmp_path, monkeypatch):
-    """On the H200 forward run, the -b selection handed to asv picks, by asv's own matching, each cuDNN time set
-    whose combination ran and no other; every PyTorch set; numerics groups with data."""
+    """On the H200 forward run, the -b selection handed to asv picks, by asv's own matching, each time set whose
+    group has an ok record and no other; numerics and stability groups with data; and it is derived from the
+    library's table of the suite (suiteshape), which the suite's own discovery agrees with."""
     pytest.importorskip("asv")
     import ast
     import itertools
@@ -203,7 +217,7 @@ def test_asv_runs_exactly_the_parameter_sets_that_have_data(tmp_path, monkeypatc
     from _fleet_data import FIXTURES, run_tarball
     from asv.benchmarks import Benchmarks
 
-    from harness.run import asvselect
+    from harness.run import asvselect, suite, suiteshape
 
     _, _, recs = run_tarball("h200-fwd-asv")
     with tarfile.open(FIXTURES / "h200-fwd-asv.tar.gz") as tar:
@@ -211,40 +225,42 @@ def test_asv_runs_exactly_the_parameter_sets_that_have_data(tmp_path, monkeypatc
     run_dir = next(tmp_path.glob("*/*/records.jsonl")).parent
     cases = sorted({r["case"] for r in recs})
     monkeypatch.delenv("CONVBENCH_DIRECTIONS", raising=False)
-    from benchmarks import _bridge
-
-    on_gpu = _bridge.on_gpu
-    _bridge.on_gpu = lambda: True  # the suite as a GPU host imports it: PyTorch's GPU grid
-    try:
-        regexes, n_run, n_left = asvselect.selection(ROOT, ["CudnnForward|TorchForward"], run_dir, cases)
-        # asv's Benchmarks applies -b to "name(repr, repr, ...)", with params as its discovery writes them
-        listed = []
-        for _, cls, names in asvselect.suite_benchmarks(ROOT, cases):
-            for name in names:
-                listed.append({"name": name, "params": [[repr(v) for v in p] for p in getattr(cls, "params", [])]})
-    finally:
-        _bridge.on_gpu = on_gpu
-        list(asvselect.suite_benchmarks(ROOT))  # re-imported as this host sees it
+    data = suite.read_sweeps(run_dir)
+    chosen_by_lib = asvselect.selection(["CudnnForward|TorchForward"], data, gpu=True)
+    listed = _asv_listing()  # asv's own discovery of the suite: the same classes, methods and params as the table
+    shaped = [{"name": n, "params": [[repr(v) for v in p] for p in c.params(True, suiteshape.ort_models())]}
+              for c in suiteshape.classes(("fwd",)) for n in c.benchmark_names()]
+    assert sorted(listed, key=lambda b: b["name"]) == sorted(shaped, key=lambda b: b["name"])
     conf = type("Conf", (), {"benchmark_dir": str(ROOT / "benchmarks")})()
-    chosen = Benchmarks(conf, listed, regex=regexes).benchmark_selection
-    ok = sum(1 for r in recs if r["kind"] == "measurement" and r["backend"] == "cudnn" and r["status"] == "ok")
-    assert len(chosen["bench_cudnn.CudnnForward.time_conv"]) == ok == 1956
-    # Left out: the cuDNN sets of this run's cases that did not run (the numerics groups all had data), and
-    # every set of the catalogue's cases this run did not measure (asv's parameters are the whole catalogue).
-    per_case = {b["name"]: len(list(itertools.product(*b["params"][1:]))) for b in listed
-                if "Forward" in b["name"]}
+    chosen = Benchmarks(conf, listed, regex=chosen_by_lib.regexes).benchmark_selection
+    ok = [r for r in recs if r["kind"] == "measurement" and r["status"] == "ok"]
+    cudnn_groups = {(r["case"], r["dtype"], r["layout"]) for r in ok if r["backend"] == "cudnn"}
+    assert len(chosen["bench_cudnn.CudnnForward.time_conv"]) == len(cudnn_groups) == 26 * 3 * 2
+    assert len(chosen["bench_torch.TorchForward.time_conv"]) == len(cases) * 4 * 2
+    assert len(chosen["bench_cudnn.CudnnForwardNumerics.track_worst_rel_l2_error"]) == len(cases) * 3
+    assert len(chosen["bench_torch.TorchForwardStability.track_unstable_combinations"]) == len(cases)
+    # Left out: every set of the catalogue's cases this run did not measure (asv's parameters are the catalogue)
+    per_case = {b["name"]: len(list(itertools.product(*b["params"][1:]))) for b in listed if "Forward" in b["name"]}
     assert all(b["params"][0] == [repr(c) for c in CATALOGUE] for b in listed if "Forward" in b["name"])
-    other_cases = len(CATALOGUE) - len(cases)
-    assert n_left == len(cases) * 8 * 4 * 3 * 2 - ok + other_cases * sum(per_case.values())
-    assert len(chosen["bench_torch.TorchForward.time_conv"]) == len(cases) * 4 * 2 * 4
-    assert sum(len(v or [0]) for k, v in chosen.items() if "Forward" in k) == n_run
-    assert all(len(r) < asvselect.MAX_REGEX_CHARS for r in regexes)
-    # and each chosen cuDNN set is one whose record is ok
+    assert chosen_by_lib.left_out == (len(CATALOGUE) - len(cases)) * sum(per_case.values())
+    assert sum(len(v or [0]) for k, v in chosen.items() if "Forward" in k) == chosen_by_lib.sets
+    assert all(len(r) < asvselect.MAX_REGEX_CHARS for r in chosen_by_lib.regexes)
+    # each chosen cuDNN time set is a group with an ok record, and what asv replays is that group's fastest
     params = next(b for b in listed if b["name"] == "bench_cudnn.CudnnForward.time_conv")["params"]
     product = list(itertools.product(*params))
     picked = {tuple(ast.literal_eval(v) for v in product[i]) for i in chosen["bench_cudnn.CudnnForward.time_conv"]}
-    assert picked == {(r["case"], r["algo"], r["math"], r["dtype"], r["layout"]) for r in recs
-                      if r["kind"] == "measurement" and r["backend"] == "cudnn" and r["status"] == "ok"}
+    assert picked == cudnn_groups
+    fastest = {}
+    for r in ok:
+        if r["backend"] == "cudnn":
+            key = (r["case"], r["dtype"], r["layout"])
+            fastest[key] = min(fastest.get(key, float("inf")), r["time"]["median_ms"] / 1e3)
+    times = data["cudnn", "fwd"].groups[suiteshape.TIME]
+    assert {k: v[0] for k, v in times.items()} == fastest
+    # and bench's selection reads the journal once and leaves what it read for asv's setup_cache
+    shared = asvselect.bench_selection(["CudnnForward|TorchForward"], run_dir)
+    assert (run_dir / suite.SWEEP_DATA_FILE).is_file()
+    assert shared == asvselect.selection(["CudnnForward|TorchForward"], data, suite.gpus_seen())
 
 
 @pytest.mark.slow

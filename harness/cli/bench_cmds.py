@@ -115,7 +115,7 @@ def bench(args) -> int:
     if not gpu:
         print(f"no GPU here: running the CPU backends (PyTorch on the CPU) on {names!r} ({len(cases)} cases); "
               "the cuDNN combinations are recorded as skipped with the reason", file=out, flush=True)
-    wanted = asvselect.sweeps(root, args.bench)
+    wanted = asvselect.sweeps(args.bench, directions_given)
     # One sweep over the union of what the classes read (a selection that mixes directions across backends
     # measures a little more than asv shows; every record is kept all the same).
     directions = tuple(d for d in DIRECTIONS if any(d in ds for ds in wanted.values()))
@@ -129,7 +129,8 @@ def bench(args) -> int:
     if wanted:
         sweep_mod.run(cases, list(wanted), options, results, into=journal.path)
     sweep_s = time.perf_counter() - t0
-    regexes, n_sets, n_left_out = asvselect.selection(root, args.bench, journal.path, [c.id for c in cases])
+    chosen = asvselect.bench_selection(args.bench, journal.path)  # the journal read once, shared with asv
+    regexes, n_sets, n_left_out = chosen.regexes, chosen.sets, chosen.left_out
     env = asv_env(os.environ, CONVBENCH_RUN_DIR=str(journal.path), CONVBENCH_CASES=",".join(c.id for c in cases),
                   CONVBENCH_RESULTS=str(results), CONVBENCH_SWEPT=",".join(swept))
     machine = journal.meta["machine"]

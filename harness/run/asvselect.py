@@ -1,61 +1,43 @@
 """What `convbench bench` asks asv to run: the sweeps its classes read, and only parameter sets that have data.
 
 asv forks a process for every parameter set it runs, about 10 ms each on the H200 host, whether the set has a
-number or is n/a. Nearly half of cuDNN's combinations are ones cuDNN rejects (3,036 of 4,992 forward on the
-H200). Since `convbench bench` measures before asv starts, it knows which sets the suite's own ``setup`` would
-refuse, and hands asv a ``-b`` selection without them: asv records those as NaN without starting a process,
-exactly what it records for an n/a set. The selection is built from the user's ``-b`` regexes as asv applies
-them, to the names asv matches: ``bench_cudnn.CudnnForward.time_conv('seed.c64', 'GEMM', 'FMA', 'fp32', 'NCHW')``.
+number or is n/a, and the suite's case parameter is the whole catalogue. Since `convbench bench` measures before
+asv starts, it knows which sets the suite's own ``setup`` would refuse (the ``has_data`` of the library's table of
+the suite, suiteshape.py, which ``setup`` calls too), and hands asv a ``-b`` selection without them: asv records
+those as NaN without starting a process, exactly what it records for an n/a set. The selection is built from the
+user's ``-b`` regexes as asv applies them, to the names asv matches:
+``bench_cudnn.CudnnForward.time_conv('seed.c64', 'fp32', 'NCHW')``. The suite itself is never imported here.
 """
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import os
 import re
-import sys
-from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..core.cases import DIRECTIONS
 from ..core.intake import UserError
-from .suite import read_table
+from . import suite, suiteshape
+from .suiteshape import AsvClass, SweepData
 
 MAX_REGEX_CHARS = 100_000  # one argv string may hold 128 KiB on Linux
 
 
-def suite_benchmarks(root: Path, cases: list[str] | None = None) -> Iterator[tuple[str, type, list[str]]]:
-    """(module stem, class, its benchmark names) for every benchmark class of the suite, freshly imported.
+@dataclass
+class Selection:
+    """What `convbench bench` hands asv: its -b regexes (empty: everything), the parameter sets asv will run and
+    the ones left out because the suite would call them n/a."""
 
-    Re-imported on each call, with CONVBENCH_CASES set to ``cases`` while it imports: which classes exist depends
-    on CONVBENCH_DIRECTIONS, and their parameters on CONVBENCH_CASES, as they do for asv.
-    """
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    modules = []
-    before = os.environ.get("CONVBENCH_CASES")
-    try:
-        if cases is not None:
-            os.environ["CONVBENCH_CASES"] = ",".join(cases)
-        for path in sorted((root / "benchmarks").glob("bench_*.py")):
-            name = f"benchmarks.{path.stem}"
-            reloaded = importlib.reload(sys.modules[name]) if name in sys.modules else importlib.import_module(name)
-            modules.append((path.stem, reloaded))
-    finally:
-        if cases is not None:
-            if before is None:
-                os.environ.pop("CONVBENCH_CASES", None)
-            else:
-                os.environ["CONVBENCH_CASES"] = before
-    for stem, module in modules:
-        for cls_name, cls in vars(module).items():
-            if not isinstance(cls, type) or cls.__module__ != module.__name__:
-                continue
-            names = [f"{stem}.{cls_name}.{m}" for m in dir(cls) if m.startswith(("track_", "time_"))]
-            if names:
-                yield stem, cls, names
+    regexes: list[str]
+    sets: int
+    left_out: int
+
+
+def suite_directions() -> tuple[str, ...]:
+    """The directions whose classes the suite defines, as asv's processes will see CONVBENCH_DIRECTIONS."""
+    return tuple(os.environ.get("CONVBENCH_DIRECTIONS", "fwd").split(","))
 
 
 def _patterns(regexes: list[str]) -> list[re.Pattern]:
@@ -65,86 +47,82 @@ def _patterns(regexes: list[str]) -> list[re.Pattern]:
         raise UserError(f"-b {exc.pattern!r} is not a regular expression: {exc}") from None
 
 
-def _param_names(cls: type, name: str) -> list[tuple[tuple, str]]:
+def _param_names(params: list[list[str]], name: str) -> list[tuple[tuple, str]]:
     """(parameter values, the name asv matches -b against) of every parameter set of one benchmark."""
-    params = getattr(cls, "params", None)
     if not params:
         return [((), name)]
     return [(values, f"{name}({', '.join(repr(v) for v in values)})") for values in itertools.product(*params)]
 
 
-def _chosen(cls: type, name: str, patterns: list[re.Pattern]) -> list[tuple[tuple, str]]:
+def _chosen(params: list[list[str]], name: str, patterns: list[re.Pattern]) -> list[tuple[tuple, str]]:
     """The parameter sets of one benchmark that asv's -b selects: any regex found in the name (no regex: all)."""
-    return [(v, n) for v, n in _param_names(cls, name) if not patterns or any(p.search(n) for p in patterns)]
+    return [(v, n) for v, n in _param_names(params, name) if not patterns or any(p.search(n) for p in patterns)]
 
 
-def sweeps(root: Path, regexes: list[str]) -> dict[str, tuple[str, ...]]:
+def _selected_classes(regexes: list[str], directions: tuple[str, ...]) -> list[AsvClass]:
+    patterns = _patterns(regexes)
+    gpu, models = suite.gpus_seen(), suiteshape.ort_models()
+    picked = [c for c in suiteshape.classes(directions)
+              if any(_chosen(c.params(gpu, models), name, patterns) for name in c.benchmark_names())]
+    if not picked:
+        raise UserError(f"-b {' -b '.join(regexes)} selects no benchmark of the suite (directions "
+                        f"{','.join(directions)}; CONVBENCH_DIRECTIONS adds classes)")
+    return picked
+
+
+def sweeps(regexes: list[str], directions: tuple[str, ...] | None = None) -> dict[str, tuple[str, ...]]:
     """backend -> directions that the classes selected by ``regexes`` (asv's -b; none: all) read from a sweep.
 
-    Each sweeping setup_cache is tagged ``sweeps = (backend, direction)``. A regex that selects no benchmark at
-    all is the user's error, said before anything runs.
+    Read from the library's table of the suite (suiteshape), not from the suite. A regex that selects no
+    benchmark at all is the user's error, said before anything runs.
     """
-    patterns = _patterns(regexes)
     wanted: dict[str, set[str]] = {}
-    selected = False
-    for _, cls, names in suite_benchmarks(root):
-        if not any(_chosen(cls, name, patterns) for name in names):
-            continue
-        selected = True
-        tag = getattr(getattr(cls, "setup_cache", None), "sweeps", None)
-        if tag is not None:
-            wanted.setdefault(tag[0], set()).add(tag[1])
-    if not selected:
-        raise UserError(f"-b {' -b '.join(regexes)} selects no benchmark of the suite (directions "
-                        f"{os.environ.get('CONVBENCH_DIRECTIONS', 'fwd')}; CONVBENCH_DIRECTIONS adds classes)")
+    for cls in _selected_classes(regexes, directions or suite_directions()):
+        if cls.sweeps is not None:
+            wanted.setdefault(cls.sweeps[0], set()).add(cls.sweeps[1])
     order = {d: i for i, d in enumerate(DIRECTIONS)}
     return {b: tuple(sorted(ds, key=order.__getitem__)) for b, ds in wanted.items()}
 
 
-def selection(root: Path, regexes: list[str], run_dir: Path, cases: list[str]) -> tuple[list[str], int, int]:
-    """(asv -b regexes, parameter sets asv will run, sets left out because the suite would call them n/a).
-
-    The suite is imported for ``cases``, as asv will see it. A set is left out when its class reads a sweep of
-    ``run_dir`` and the class's own ``setup`` refuses it with NotImplementedError. With nothing left out and no
-    user regex, the regex list is empty: asv runs everything.
+def selection(regexes: list[str], data: dict[tuple[str, str], SweepData], gpu: bool,
+              directions: tuple[str, ...] | None = None, models: tuple[str, ...] = ()) -> Selection:
+    """The -b selection for asv: the sets ``regexes`` choose whose class's ``has_data`` holds on ``data``
+    (suite.read_sweeps of the run), with the parameters asv's processes will give the classes (``gpu``: whether
+    NVML sees one there; ``models``: CONVBENCH_ORT_MODELS). With nothing left out and no user regex, the regex list
+    is empty: asv runs everything.
     """
     patterns = _patterns(regexes)
     out: list[str] = []
     run = skipped = 0
-    tables: dict[tuple[str, str], dict[Any, Any]] = {}
-    for _, cls, names in suite_benchmarks(root, cases):
-        tag = getattr(getattr(cls, "setup_cache", None), "sweeps", None)
+    for cls in suiteshape.classes(directions or suite_directions()):
+        params = cls.params(gpu, models)
+        sweep = data.get(cls.sweeps) if cls.sweeps else None
         has_data: dict[tuple, bool] = {}  # setup is per class: its methods share the answer
-        for name in names:
-            sets = _chosen(cls, name, patterns)
+        for name in cls.benchmark_names():
+            sets = _chosen(params, name, patterns)
             if not sets:
                 continue
             total = len(sets)
-            if tag is not None:
-                table = tables.get(tag)
-                if table is None:
-                    table = tables[tag] = read_table(run_dir, *tag)
+            if cls.sweeps is not None:
                 for v, _ in sets:
                     if v not in has_data:
-                        has_data[v] = _has_data(cls, table, v)
+                        has_data[v] = sweep is not None and cls.has_data(sweep, v)
                 sets = [(v, n) for v, n in sets if has_data[v]]
             skipped += total - len(sets)
             run += len(sets)
-            if len(sets) == len(_param_names(cls, name)):
+            if len(sets) == len(_param_names(params, name)):
                 out.append(f"^{re.escape(name)}(\\(|$)")  # every set: the benchmark by name
             elif sets:
                 out += _set_regexes(name, [v for v, _ in sets])
     if not patterns and not skipped:
-        return [], run, 0
-    return out, run, skipped
+        return Selection([], run, 0)
+    return Selection(out, run, skipped)
 
 
-def _has_data(cls: type, table: dict, values: tuple) -> bool:
-    try:
-        cls.setup(cls(), table, *values)
-    except NotImplementedError:
-        return False
-    return True
+def bench_selection(regexes: list[str], run_dir: Path) -> Selection:
+    """`convbench bench`'s selection on the run in ``run_dir``: the journal read once (suite.share_sweeps, which
+    leaves what it read for asv's setup_cache), the suite's parameters as this host's asv processes see them."""
+    return selection(regexes, suite.share_sweeps(run_dir), suite.gpus_seen(), models=suiteshape.ort_models())
 
 
 def _set_regexes(name: str, rows: list[tuple]) -> list[str]:

@@ -1,9 +1,9 @@
 """What the asv suite (benchmarks/) asks of the library, in one place: the suite imports harness.core and this.
 
 asv imports the suite in processes that must not touch CUDA, so nothing here imports torch, onnxruntime or a
-backend at import time; each function imports what it uses when called. The table rows asv's classes read are
-built here too, so `convbench bench`'s selection (asvselect.py) reads a sweep the same way the suite does
-without importing the suite.
+backend at import time; each function imports what it uses when called. What asv's classes read of a sweep is
+built here too (read_sweeps), so `convbench bench`'s selection (asvselect.py) reads a sweep the same way the suite
+does without importing the suite, and reads the journal once for both.
 """
 
 from __future__ import annotations
@@ -17,13 +17,9 @@ from typing import Any
 
 from ..core.cases import Case
 from ..core.records import settings_key
+from .suiteshape import NUMERICS, STABILITY, TIME, SweepData, precision_of
 
-# A row of the table asv gets: (status, time_s, rel_l2, bitwise_stable, samples: the timing samples in seconds as
-# float64 bytes, which asv's time benchmarks replay, benchmarks/_bridge.py). asv unpickles the whole table in every
-# parameter set's process (about 12,700 in the backward job), so rows are plain tuples and the key strings are
-# interned (pickle then stores each once): for the 4,368 backward-filter rows of the H200 fixture the pickle
-# went from 495 kB to 144 kB and unpickling from 2.3 ms to 0.9 ms (dev VM).
-STATUS, TIME_S, REL_L2, BITWISE_STABLE, SAMPLES = range(5)
+SWEEP_DATA_FILE = "asv-sweeps.pickle"  # what `convbench bench` read from the journal, for asv's setup_cache
 
 
 def gpus_seen() -> bool:
@@ -46,40 +42,76 @@ def sweep_direction(cases: list[Case], backend: str, direction: str, results_roo
     return sweep.run(cases, [backend], opts, results_root).path
 
 
-class Table(dict):
-    """The rows asv's classes read, keyed by ``param_key``, and each case's keys (``by_case``): a summary over one
-    case's rows then reads those, not the whole table. Each parameter set runs in a process of its own, so an
-    index made there is made again for every set: this one is made once, in setup_cache, and pickled along."""
+def read_sweeps(run_dir: Path) -> dict[tuple[str, str], SweepData]:
+    """(backend, direction) -> the asv classes' parameter sets with data, from one pass over the run's journal.
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.by_case: dict[str, list[tuple]] = {}
-
-    def index(self) -> Table:
-        self.by_case = {}
-        for key in self:
-            self.by_case.setdefault(key[0], []).append(key)
-        return self
-
-
-def read_table(run_dir: Path, backend: str, direction: str) -> Table:
-    """The table asv's classes read: one row per journaled combination of ``backend`` in ``direction``."""
+    Per time group (case, dtype or PyTorch precision, layout) the fastest ok combination by median, with its
+    samples; per numerics group the worst rel L2 over the group's ok combinations; per case the combinations not
+    bitwise reproducible."""
     from .journal import JOURNAL_FILE, iter_journal
 
-    table = Table()
+    best: dict[tuple[str, str], dict] = {}
+    sweeps: dict[tuple[str, str], SweepData] = {}
     for rec in iter_journal(run_dir / JOURNAL_FILE):
-        if rec.get("kind") != "measurement" or rec["backend"] != backend or rec["direction"] != direction:
+        if rec.get("kind") != "measurement" or rec.get("backend") not in ("cudnn", "torch"):
             continue
-        acc, det, tim = rec.get("accuracy"), rec.get("determinism"), rec.get("time")
-        table[param_key(rec)] = (
-            sys.intern(rec["status"]),
-            tim["median_ms"] / 1e3 if tim else None,
-            acc["rel_l2"] if acc else None,
-            None if det is None else int(bool(det["repeat_equal"]) and det["fresh_handle_equal"] is not False),
-            # bytes, not a tuple of floats: pickled and unpickled whole in every parameter set's process
-            array("d", [s / 1e3 for s in tim.get("samples_ms") or [tim["median_ms"]]]).tobytes() if tim else b"",
-        )
-    return table.index()
+        sweep = (rec["backend"], rec["direction"])
+        data = sweeps.get(sweep)
+        if data is None:
+            data = sweeps[sweep] = SweepData({TIME: {}, NUMERICS: {}, STABILITY: {}})
+            best[sweep] = {}
+        if rec["status"] != "ok":
+            continue
+        case = sys.intern(rec["case"])
+        precision = precision_of(rec) if rec["backend"] == "torch" else rec["dtype"]
+        tim, acc, det = rec.get("time"), rec.get("accuracy"), rec.get("determinism")
+        if tim:
+            key = (case, precision, rec["layout"])
+            if key not in best[sweep] or tim["median_ms"] < best[sweep][key]["median_ms"]:
+                best[sweep][key] = tim
+        if acc and acc.get("rel_l2") is not None and math.isfinite(acc["rel_l2"]):
+            worst = data.groups[NUMERICS]
+            worst[case, precision] = max(worst.get((case, precision), 0.0), acc["rel_l2"])
+        if det is not None:
+            stable = bool(det["repeat_equal"]) and det["fresh_handle_equal"] is not False
+            unstable = data.groups[STABILITY]
+            unstable[case] = unstable.get(case, 0) + (not stable)
+    for sweep, groups in best.items():
+        sweeps[sweep].groups[TIME] = {
+            key: (tim["median_ms"] / 1e3,
+                  array("d", [s / 1e3 for s in tim.get("samples_ms") or [tim["median_ms"]]]).tobytes())
+            for key, tim in groups.items()}
+    return sweeps
+
+
+def sweep_data(backend: str, direction: str, swept: bool, cases: list[Case], results_root: Path) -> SweepData:
+    """What a sweep's asv classes read (their setup_cache). When `convbench bench` measured it before asv started
+    (``swept``), read what bench already read from the journal (its SWEEP_DATA_FILE), else the journal; otherwise
+    sweep now, into a new run under ``results_root``."""
+    import pickle
+
+    from . import sweep
+
+    run_dir = sweep.shared_run() if swept else None  # measured before asv started: read it, no CUDA here
+    if run_dir is not None and (run_dir / SWEEP_DATA_FILE).is_file():
+        with open(run_dir / SWEEP_DATA_FILE, "rb") as f:
+            shared = pickle.load(f)
+    else:
+        if run_dir is None:
+            run_dir = sweep_direction(cases, backend, direction, results_root)
+        shared = read_sweeps(run_dir)
+    return shared.get((backend, direction)) or SweepData({TIME: {}, NUMERICS: {}, STABILITY: {}})
+
+
+def share_sweeps(run_dir: Path) -> dict[tuple[str, str], SweepData]:
+    """Read the run's journal once for `convbench bench`: the selection uses it, and asv's setup_cache loads it
+    from the run directory instead of reading the journal again."""
+    import pickle
+
+    sweeps = read_sweeps(run_dir)
+    with open(run_dir / SWEEP_DATA_FILE, "wb") as f:
+        pickle.dump(sweeps, f, protocol=pickle.HIGHEST_PROTOCOL)
+    return sweeps
 
 
 def param_key(rec: dict) -> tuple:
