@@ -46,6 +46,7 @@ if not os.environ.get("CONVBENCH_TEST_HOME_SET"):
 # fast lane stays within 2 minutes. A module name alone marks every test in it.
 SLOW = {
     "test_report_browser.py",  # Chromium: 5-130 s a test
+    "test_report_pages.py",  # the fixtures' report (95 s) and every page of it in Chromium
     "test_hostile_corpus.py",  # builds the hostile corpus (29 s) before its first test
     "test_ort_isolation.py",  # onnxruntime sessions in crashing, hanging processes: 11-37 s a test
     "test_models.py",  # builds the ONNX models (22 s)

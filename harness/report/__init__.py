@@ -40,6 +40,7 @@ from .judging import finish
 from .machine import machine_page
 from .model import MAX_ROWS, MachineInfo, Model, gather
 from .morning import morning, overview
+from .paging import Parts
 from .regressions import machine_pages, regressions
 from .upgrade import upgrade
 
@@ -66,19 +67,27 @@ def _runs(g: Model, machine: MachineInfo | None = None) -> dict[str, Any]:
             "n_runs": len(everything), "one_page": RUNS_ON_ONE_PAGE, "machine": machine}
 
 
+def _parted(folder: str, title: str, *args: Any) -> dict[str, Any]:
+    """A page's context (``args``: the page's file if not the folder's name, then the context's maker, given the
+    Parts) with the Parts its long tables registered (their pages are written after it)."""
+    *page, make = args
+    parts = Parts(folder, title, *page)
+    return {**make(parts), "parts": parts}
+
+
 # (page id, file, title in the navigation, template, context of the model); the order is the navigation's
 PAGES: list[tuple[str, str, str, str, Callable[[dict[str, Any]], dict[str, Any]]]] = [
     ("index", "index.html", "Last night", "index.html",
      lambda g: {"mo": morning(g), "ov": overview(g), "fl": fleet(g)}),
     ("investigations", "investigations.html", "Investigations", "investigations.html",
      lambda g: {"fd": findings(g)}),
-    ("ort", "ort.html", "onnxruntime search", "ort.html", lambda g: {"o": ort(g)}),
-    ("rankings", "rankings.html", "cuDNN's choices", "rankings.html", lambda g: {"rk": rankings(g)}),
+    ("ort", "ort.html", "onnxruntime search", "ort.html", lambda g: _parted("ort", "onnxruntime search", lambda p: {"o": ort(g, p)})),
+    ("rankings", "rankings.html", "cuDNN's choices", "rankings.html", lambda g: _parted("rankings", "cuDNN's choices", lambda p: {"rk": rankings(g, p)})),
     ("upgrade", "upgrade.html", "Stack upgrades", "upgrade.html", lambda g: {"up": upgrade(g)}),
-    ("determinism", "determinism.html", "Determinism", "determinism.html", lambda g: {"det": determinism(g)}),
+    ("determinism", "determinism.html", "Determinism", "determinism.html", lambda g: _parted("determinism", "Determinism", lambda p: {"det": determinism(g, p)})),
     ("architecture", "architecture.html", "Across hardware", "architecture.html",
-     lambda g: {"arch": architecture(g)}),
-    ("regressions", "regressions.html", "Between images", "regressions.html", lambda g: {"reg": regressions(g)}),
+     lambda g: _parted("architecture", "Across hardware", lambda p: {"arch": architecture(g, p)})),
+    ("regressions", "regressions.html", "Between images", "regressions.html", lambda g: _parted("regressions-steps", "Between images", "regressions.html", lambda p: {"reg": regressions(g, p)})),
     ("fingerprints", "fingerprints.html", "Fingerprints", "fingerprints.html", lambda g: {"fp": fingerprints(g)}),
     ("runs", "runs.html", "All runs", "runs.html", _runs),
 ]
@@ -202,6 +211,12 @@ def _build(store: Store, out: Path, title: str, workers: int | None = None, mete
             path.write_text(html, encoding="utf-8")
             written.append((rank, path))
             bar.step(1, path.name)
+            parts = ctx.get("parts")
+            for k, (file, pt) in enumerate(parts.pages() if parts is not None else ()):  # its long tables' pages
+                (out / file).parent.mkdir(exist_ok=True)
+                html = env.get_template("parts.html").render(**common, root="../", page_id=ctx["page_id"], pt=pt)
+                (out / file).write_text(html, encoding="utf-8")
+                written.append(((*rank, k), out / file))
 
         for i, (page_id, file, _, template, context) in enumerate(PAGES):
             if page_id in NEEDS_NO_JUDGEMENT:
@@ -217,8 +232,13 @@ def _build(store: Store, out: Path, title: str, workers: int | None = None, mete
         if pool is not None:  # a judge killed holding a queue's lock, or a signal: its workers killed, not waited on
             children.shut(pool, hard=not ended)
     for i, m in enumerate(g.machines):  # after the judgements: the history picker offers what they found first
-        page((2, i), "machine.html", out / "machines" / f"{m.slug}.html", "../", page_id="machine",
-             mp=machine_page(g, m))
+        mp = machine_page(g, m)
+        page((2, i), "machine.html", out / "machines" / f"{m.slug}.html", "../", page_id="machine", mp=mp)
+        for tp in mp["map_pages"]:
+            path = out / "machines" / tp["file"]
+            path.write_text(env.get_template("machine_maps.html").render(**common, root="../", page_id="machine",
+                                                                           tp=tp), encoding="utf-8")
+            written.append(((2, i, tp["page"]), path))
     _last: dict[str, Any] = {}  # the regressions page's context: its machines' own pages list what it caps
     for i, (page_id, file, _, template, context) in enumerate(PAGES):
         if page_id not in NEEDS_NO_JUDGEMENT:

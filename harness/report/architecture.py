@@ -11,9 +11,10 @@ from ..core.records import OK
 from ..measurement import fingerprint
 from .fmt import fmt_time, settings_str
 from .model import Model
+from .paging import Parts
 
 MAX_SIDE = 4  # machines of one GPU model side by side (the newest nights first)
-MAX_PAIRED_ROWS = 400  # combinations per section, the most different first
+PAIRED_INLINE = 25  # combinations per section on the page, the most different first; all on pages of their own
 MAX_PICK_MACHINES = 40  # columns of the machine picker (the machines with the newest runs)
 MAX_PICK_ROWS = 100  # combinations of the machine picker: those the most machines measured first
 
@@ -42,8 +43,10 @@ def same_model(g: Model) -> list[tuple[None, list[dict[str, Any]], str]]:
     return out
 
 
-def architecture(g: Model) -> dict[str, Any]:
-    """Cross-machine sections: per image, one representative machine per hardware label (its newest run)."""
+def architecture(g: Model, parts: Parts | None = None) -> dict[str, Any]:
+    """Cross-machine sections: per image, one representative machine per hardware label (its newest run); each
+    section's combinations are registered with ``parts`` (the build writes their pages)."""
+    parts = parts or Parts("architecture", "Across hardware")
     sections = []
     by_image: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
     for (machine, img), r in g.latest.items():
@@ -75,7 +78,10 @@ def architecture(g: Model) -> dict[str, Any]:
             disjoint = "; ".join(f"{m} ran case groups {', '.join(v)}" for m, v in sets.items())
         both.sort(key=interest)
         sections.append({"image": img, "title": title, "runs": reps, "labels": [g.minfo[r["machine"]].label for r in reps],
-                         "rows": both[:MAX_PAIRED_ROWS], "left_out": max(0, len(both) - MAX_PAIRED_ROWS),
+                         "t": parts.table(f"arch{len(sections) + 1}", both, "side_by_side",
+                                          "combinations measured on at least two of "
+                                          + ", ".join(r["machine"] for r in reps) + ", the most different first",
+                                          inline=PAIRED_INLINE, runs=reps),
                          "only_one": len(rows) - len(both), "disjoint": disjoint,
                          "n_identical": sum(1 for x in both if x["bitwise_identical"]),
                          "n_class_differs": sum(1 for x in both if x["class_differs"])})
@@ -127,8 +133,8 @@ def picker(g: Model) -> dict[str, Any]:
             if x is None:
                 cells.append(None)
             elif x["status"] == OK and x["median_ms"] is not None:
-                cells.append({"v": x["median_ms"], "text": fmt_time(x["median_ms"]),
-                              "title": f"{x['precision_class'] or '-'}, output {str(x['hash'] or '-')[:16]}"})
+                cells.append({"v": f"{x['median_ms']:.4g}", "text": fmt_time(x["median_ms"]),
+                              "title": f"{x['precision_class'] or '-'}, bits {str(x['hash'] or '-')[:8]}"})
             else:
                 cells.append({"v": None, "text": x["status"], "title": x.get("reason") or x["status"]})
         rows.append({"combo": " ".join((rec["case"], rec["backend"], rec["direction"], rec["algo"], rec["math"],

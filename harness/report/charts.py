@@ -117,6 +117,7 @@ def heatmaps(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         maths = sorted({r["math"] for r in rs})
         cell_w, cell_h, left, top = 92, 26, 230, 60
         cells = []
+        notes: dict[str, int] = {}  # a record's explanation, told once below the map: a cell names its number
         for i, a in enumerate(algos):
             for j, mth in enumerate(maths):
                 sel = [r for r in rs if r["algo"] == a and r["math"] == mth]
@@ -132,15 +133,18 @@ def heatmaps(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                         else next(iter(statuses)).replace("CUDNN_STATUS_", "").replace("NOT_SUPPORTED",
                                                                                        "unsupported")[:13])
                 expl = next((r["explanation"] for r in sel if r.get("explanation")), None)
-                cells.append({"x": left + j * cell_w, "y": top + i * cell_h, "w": cell_w - 2, "h": cell_h - 2,
+                note = notes.setdefault(expl, len(notes) + 1) if expl else None
+                cells.append({"x": left + j * cell_w, "y": top + i * cell_h,
                               "fill": "#cfd8e3" if ok and metric is None else
                               err_color(None if broken else worst, bool(ok)), "text": text,
                               "dark": bool(ok) and (broken or (worst is not None and worst > 1e-4)),
-                              "title": (f"{a} / {mth} / {dtype} / {direction}: {len(sel)} records, "
-                                        f"{dict(statuses)}; classes {dict(classes)}; worst {METRIC_NAMES[metric]} "
-                                        f"{fmt_err(worst)}" + (f". {expl}" if expl else ""))})
+                              "title": (f"{a} / {mth}: {len(sel)} records ("
+                                        + ", ".join(f"{k} {n}" for k, n in statuses.items()) + ")"
+                                        + "".join(f", {k} {n}" for k, n in classes.items())
+                                        + (f"; worst {fmt_err(worst)}" if worst is not None else "")
+                                        + (f"; note {note}" if note else ""))})
         out.append({"dtype": dtype, "direction": direction, "rows": algos, "cols": maths, "cells": cells,
-                    "metric": METRIC_NAMES[metric],
+                    "metric": METRIC_NAMES[metric], "notes": list(notes), "left_out": 0,
                     "width": left + cell_w * len(maths) + 10, "height": top + cell_h * len(algos) + 10,
                     "left": left, "top": top, "cell_w": cell_w, "cell_h": cell_h})
     return out
@@ -178,13 +182,11 @@ def time_heatmaps(recs: list[dict[str, Any]], max_rows: int = 60) -> list[dict[s
                 if r is None:
                     continue
                 ratio = r["median_ms"] / fastest[c]
-                cells.append({"x": left + j * cell_w, "y": top + i * cell_h, "w": cell_w - 2, "h": cell_h - 2,
+                cells.append({"x": left + j * cell_w, "y": top + i * cell_h,
                               "fill": time_color(ratio), "text": fmt_time(r["median_ms"]), "dark": ratio > 4,
-                              "title": f"{c} / {a} / {backend} {dtype} {direction}: median "
-                                       f"{fmt_time(r['median_ms'])} ({ratio:.3g}x the case's fastest), math "
-                                       f"{r['math']}, layout {r['layout']}"})
+                              "title": f"{c} / {a}: {ratio:.3g}x the case's fastest ({r['math']}, {r['layout']})"})
         out.append({"backend": backend, "dtype": dtype, "direction": direction, "rows": cases, "cols": algos,
-                    "cells": cells, "left_out": max(0, len({c for c, _ in best}) - max_rows),
+                    "cells": cells, "left_out": max(0, len({c for c, _ in best}) - max_rows), "notes": [],
                     "width": left + cell_w * len(algos) + 10, "height": top + cell_h * len(cases) + 10,
                     "left": left, "top": top, "cell_w": cell_w, "cell_h": cell_h})
     return out

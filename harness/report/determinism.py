@@ -13,9 +13,10 @@ from ..core.explain import nondeterminism_cause
 from ..core.records import OK
 from .fmt import settings_str
 from .investigations import findings
-from .model import MAX_ROWS, Model, _combo_label, _distinct_per_column
+from .model import Model, _combo_label, _distinct_per_column
+from .paging import Parts
 
-MAX_EXPECTED = 200  # rows per documented cause: the same explanation again and again says nothing new
+GROUP_INLINE = 10  # rows of a documented cause's group on the page itself
 
 
 def documented_cause(rec: dict[str, Any]) -> str | None:
@@ -31,14 +32,16 @@ def _same_problem(x: dict[str, Any]) -> tuple:
             settings_str(settings))
 
 
-def _grouped(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows with a documented cause, a group per cause (largest first), each capped at MAX_EXPECTED rows."""
+def _grouped(rows: list[dict[str, Any]], parts: Parts, tid: str, macro: str, what: str,
+             **args: Any) -> list[dict[str, Any]]:
+    """Rows with a documented cause, a group per cause (largest first): its first rows on the page, all of them
+    on pages of their own (the same explanation again and again says nothing new on the page itself)."""
     by_cause: dict[str, list[dict[str, Any]]] = {}
     for w in rows:
         by_cause.setdefault(w["cause"], []).append(w)
     return [{"cause": cause, "n": len(ws), "machines": sorted({w["machine"] for w in ws}),
-             "rows": ws[:MAX_EXPECTED], "left_out": max(0, len(ws) - MAX_EXPECTED)}
-            for cause, ws in sorted(by_cause.items(), key=lambda kv: -len(kv[1]))]
+             "t": parts.table(f"{tid}-{i}", ws, macro, f"{what}: {cause}", inline=GROUP_INLINE, **args)}
+            for i, (cause, ws) in enumerate(sorted(by_cause.items(), key=lambda kv: -len(kv[1])), 1)]
 
 
 def _most_common(values: np.ndarray) -> list[tuple[int, int]]:
@@ -49,7 +52,12 @@ def _most_common(values: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(u[order].tolist(), n[order].tolist(), strict=True))
 
 
-def determinism(g: Model) -> dict[str, Any]:
+INLINE = 50  # rows of a table of what nothing documents shown on the page itself; all on pages of their own
+
+
+def determinism(g: Model, parts: Parts | None = None) -> dict[str, Any]:
+    """The page's context; its long tables are registered with ``parts`` (the build writes their pages)."""
+    parts = parts or Parts("determinism", "Determinism")
     within = []  # newest record of each combination per (machine, image) whose repeats / fresh handles differ
     summary = []
     repro_diff = []
@@ -119,13 +127,22 @@ def determinism(g: Model) -> dict[str, Any]:
         row["stands_out"] = bool(row["unexpected"] or row["repro_differs"])
     summary.sort(key=lambda row: not row["stands_out"])  # stable: machine and image order within each group
     return {"summary": summary, "standing_out": [row for row in summary if row["stands_out"]],
-            "n_expected": sum(row["expected"] for row in summary), "within": unexpected[:MAX_ROWS], "within_left_out": max(0, len(unexpected) - MAX_ROWS),
-            "expected": _grouped([w for w in within if w["cause"] is not None]),
-            "across": across_unexpected[:MAX_ROWS], "across_left_out": max(0, len(across_unexpected) - MAX_ROWS),
-            "across_expected": _grouped([a for a in across if a["cause"] is not None]),
-            "autotune": autotune[:MAX_ROWS], "autotune_left_out": max(0, len(autotune) - MAX_ROWS),
+            "n_expected": sum(row["expected"] for row in summary),
+            "within": parts.table("within", unexpected, "records", "records not bitwise reproducible with nothing "
+                                  "documenting why", inline=INLINE, cols="within"),
+            "expected": _grouped([w for w in within if w["cause"] is not None], parts, "expected", "records",
+                                 "records not bitwise reproducible, as documented", cols="expected"),
+            "across": parts.table("across", across_unexpected, "across", "combinations with different bits on "
+                                  "different nights", inline=INLINE),
+            "across_expected": _grouped([a for a in across if a["cause"] is not None], parts, "across-expected",
+                                        "across", "combinations with different bits on different nights, as "
+                                        "documented"),
+            "autotune": parts.table("autotune", autotune, "chosen", "combinations with a chosen algorithm",
+                                    inline=INLINE),
             "n_autotune_unstable": sum(1 for a in autotune if a["distinct"] > 1), "n_series": n_series,
-            "repro_diff": repro_unexpected[:MAX_ROWS],
-            "repro_diff_left_out": max(0, len(repro_unexpected) - MAX_ROWS),
-            "repro_expected": _grouped([w for w in repro_diff if w["cause"] is not None]),
+            "repro_diff": parts.table("reprodiff", repro_unexpected, "records", "repro records with other bits "
+                                      "than the sweep and nothing documenting why", inline=INLINE, cols="repro"),
+            "repro_expected": _grouped([w for w in repro_diff if w["cause"] is not None], parts, "repro-expected",
+                                       "records", "repro records with other bits than the sweep, as documented",
+                                       cols="repro_expected"),
             "sessions": findings(g)}

@@ -10,7 +10,8 @@ from ..analysis.rankings import NOTICEABLE, compare_rankings, summarise
 from ..core.cases import SEARCH_MODES as ORT_MODES
 from ..core.records import OK  # noqa: F401  (kept for page modules that filter by status)
 from .fmt import settings_str
-from .model import MAX_ROWS, Model
+from .model import Model
+from .paging import Parts
 
 
 def _sm_family(sm: str | None) -> str | None:
@@ -82,7 +83,12 @@ def findings(g: Model) -> dict[str, Any]:
             "n_near": sum(1 for t in tune if t["rank"] == 3)}
 
 
-def ort(g: Model) -> dict[str, Any]:
+ORT_INLINE = 400  # rows of each onnxruntime table on the page; all on pages of their own
+
+
+def ort(g: Model, parts: Parts | None = None) -> dict[str, Any]:
+    """The page's context; its two tables are registered with ``parts`` (the build writes their pages)."""
+    parts = parts or Parts("ort", "onnxruntime search")
     rows = []
     pivot: dict[tuple, dict[str, Any]] = {}
     for (machine, img), cur in sorted(g.current.items()):
@@ -119,8 +125,10 @@ def ort(g: Model) -> dict[str, Any]:
             runs.add(r["rec"]["run"]["id"])
             ort_runs.append(r["rec"]["run"])
     notes = sorted({r["rec"]["explanation"] for r in rows if r["rec"]["explanation"]})
-    return {"rows": rows[:MAX_ROWS], "left_out": max(0, len(rows) - MAX_ROWS), "modes": modes,
-            "pivot": table[:MAX_ROWS], "pivot_left_out": max(0, len(table) - MAX_ROWS), "runs": ort_runs,
+    return {"rows": parts.table("ort", rows, "ort_records", "onnxruntime records", inline=ORT_INLINE),
+            "modes": modes, "runs": ort_runs,
+            "pivot": parts.table("ortmodes", table, "ort_modes", "model/dtype/settings rows, the search modes side "
+                                 "by side", inline=ORT_INLINE, modes=modes),
             "notes": notes[:20]}
 
 
@@ -134,10 +142,13 @@ def ort(g: Model) -> dict[str, Any]:
 # against the rankings of the runs they came from, so that a ranking is only ever compared with a measurement of
 # its own run; the summary; and the problems where a choice cost most.
 
-SHOWN = 200  # problems per section, worst heuristic cost first; the summary counts them all
+SHOWN = 25  # problems per section on the page, worst heuristic cost first; all on the section's own pages
 
 
-def rankings(g: Model) -> dict[str, Any]:
+def rankings(g: Model, parts: Parts | None = None) -> dict[str, Any]:
+    """The page's context: a section per machine and image; each section's problems are registered with ``parts``
+    (the build writes their pages)."""
+    parts = parts or Parts("rankings", "cuDNN's choices")
     sections = []
     store = g.store
     for (machine, image), current in sorted(g.current.items()):
@@ -155,9 +166,10 @@ def rankings(g: Model) -> dict[str, Any]:
         if not rows:
             continue
         rows.sort(key=lambda x: (-(x["heuristic_cost"] or 0), -(x["find_cost"] or 0), x["case"]))
-        shown = min(SHOWN, MAX_ROWS)
         sections.append({"machine": machine, "label": g.minfo[machine].label if machine in g.minfo else machine,
                          "image": image, "runs": [r["run_id"] for r in runs],
-                         "summary": summarise(rows), "rows": rows[:shown],
-                         "left_out": max(0, len(rows) - shown)})
+                         "summary": summarise(rows),
+                         "t": parts.table(f"rankings-table-{len(sections) + 1}", rows, "rankings",
+                                          f"problems of {machine}, image {image}, the heuristic's worst first",
+                                          inline=SHOWN, noticeable=NOTICEABLE)})
     return {"sections": sections, "noticeable": NOTICEABLE}

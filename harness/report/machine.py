@@ -16,8 +16,37 @@ from .fingerprints import link as fingerprint_link
 from .fmt import flatten, history_key
 from .model import MAX_CHARTS, MAX_ROWS, MachineInfo, Model, Series, _combo_label
 
-MAX_FINGERPRINTS = 20  # newest runs shown with their whole fingerprint; every run keeps its stack and its diff
+# newest runs shown with their whole fingerprint (~7 KB each); every run keeps its stack, its diff to the run before
+# and a link to both fingerprints side by side
+MAX_FINGERPRINTS = 8
+# timing heatmaps per page of their own (whole maps): a cell is ~0.2 KB, so a page stays near 200 KB
+TIMING_CELLS = 900
 
+
+def _paged(m: MachineInfo, kind: str, maps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Heatmaps on pages of their own, whole maps in order, TIMING_CELLS cells or fewer a page (a larger map
+    alone on its page): machines/<slug>.<kind>-<k>.html."""
+    pages: list[list[dict[str, Any]]] = []
+    cells = 0
+    for h in maps:
+        if not pages or cells + len(h["cells"]) > TIMING_CELLS:
+            pages.append([])
+            cells = 0
+        pages[-1].append(h)
+        cells += len(h["cells"])
+    files = [f"{m.slug}.{kind}-{k}.html" for k in range(1, len(pages) + 1)]
+    return [{"m": m, "kind": kind, "maps": ms, "page": k, "files": files, "file": files[k - 1],
+             "n_maps": len(maps)} for k, ms in enumerate(pages, 1)]
+
+
+def map_pages(g: Model, m: MachineInfo) -> list[dict[str, Any]]:
+    """The timing heatmaps of what the machine runs now (its newest image of each source), and the accuracy
+    heatmaps of its older images, on pages of their own; the machine page keeps its newest images' accuracy."""
+    newest = {g.latest[(m.name, img)]["source"]: img for img in m.images}
+    timing = [{**h, "image": img} for img in newest.values() for h in time_heatmaps(g.current[(m.name, img)])]
+    older = [{**h, "image": img} for img in m.images if img not in newest.values()
+             for h in heatmaps(g.current[(m.name, img)])]
+    return _paged(m, "timing", timing) + _paged(m, "accuracy", older)
 
 def history(series: list[Series], info: dict[int, dict[str, Any]]) -> dict[str, Any]:
     """A machine's image series joined on one time axis: its runs by start, medians over the union of their
@@ -110,7 +139,8 @@ def picker_data(g: Model, h: dict[str, Any], found: set[str] = frozenset()) -> d
 
 def machine_page(g: Model, m: MachineInfo) -> dict[str, Any]:
     maps = []
-    for img in m.images:
+    newest = {g.latest[(m.name, img)]["source"]: img for img in m.images}
+    for img in newest.values():
         recs = g.current[(m.name, img)]
         from_runs = list(dict.fromkeys(x["run"]["run_id"] for x in recs))
         maps.append({"image": img, "run": g.latest[(m.name, img)], "from_runs": from_runs,
@@ -158,9 +188,11 @@ def machine_page(g: Model, m: MachineInfo) -> dict[str, Any]:
                      "fp_link": fingerprint_link(g, shown[i - 1]["id"], r["id"], "../") if i else None,
                      "diff": None if before is None else [(k, "-" if a is None else str(a), "-" if b is None else str(b))
                                                           for k, a, b in fingerprint_diff(before, fp)]})
-    # timing of what the machine runs now: its newest image of each source (older images are in the history)
-    newest = {g.latest[(m.name, img)]["source"]: img for img in m.images}
-    times = [{"image": img, "maps": time_heatmaps(g.current[(m.name, img)])} for img in newest.values()]
-    return {"m": m, "maps": maps, "times": times, "charts": charts, "overview_charts": overview_charts, "runs": runs,
+    pages = map_pages(g, m)
+    links = [{"file": t["file"], "kind": t["kind"], "images": sorted({h["image"] for h in t["maps"]}),
+              "n": len(t["maps"]), "what": ", ".join(f"{h.get('backend', '')} {h['dtype']} {h['direction']}".strip()
+                                                     for h in t["maps"])} for t in pages]
+    return {"m": m, "maps": maps, "times": [x for x in links if x["kind"] == "timing"],
+            "older": [x for x in links if x["kind"] == "accuracy"], "map_pages": pages, "charts": charts, "overview_charts": overview_charts, "runs": runs,
             "pick": pick,
             "runs_left_out": max(0, len(m.runs) - MAX_ROWS)}

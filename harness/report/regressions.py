@@ -14,8 +14,9 @@ from .fingerprints import link as fingerprint_link
 from .fmt import settings_str
 from .model import Model, _combo_label
 from .morning import anchor
+from .paging import Parts
 
-MAX_STEPS = 500  # nightly change points listed, the largest first
+STEPS_INLINE = 100  # nightly change points on the page, the largest first; all on pages of their own
 # regressions listed of a machine's newest image transition, and of each earlier one (folded history: a fleet's page
 # had 9,911 rows and took 0.52 s to load); every one of them is on the machine's own pages (machine_pages)
 MAX_PER_PAIR = 25
@@ -54,9 +55,11 @@ def _worst_first(f: Any) -> tuple:
     return (f.kind == "time", -(f.ratio or 0.0))
 
 
-def regressions(g: Model) -> dict[str, Any]:
+def regressions(g: Model, parts: Parts | None = None) -> dict[str, Any]:
     """regressions.html: the image transitions grouped per machine, the machines whose newest transition
-    regressed first (a fleet of 50 machines x 3 transitions was 71 108 px tall with every transition open)."""
+    regressed first (a fleet of 50 machines x 3 transitions was 71 108 px tall with every transition open); the
+    change points are registered with ``parts`` (the build writes their pages)."""
+    parts = parts or Parts("regressions-steps", "Between images", "regressions.html")
     per_machine: dict[str, list[dict[str, Any]]] = {}
     for i, t in enumerate(g.transitions, 1):
         regs = sorted((f for f in t["findings"] if f.verdict == "regression"), key=_worst_first)
@@ -119,5 +122,5 @@ def regressions(g: Model) -> dict[str, Any]:
                               "score": ch.score, "n": len(s.runs)})
     steps.sort(key=lambda x: -abs(math.log(x["ratio"])))
     return {"groups": groups, "n_pairs": len(g.transitions), "n_regs": sum(x["n_regs"] for x in groups),
-            "n_bad": sum(1 for x in groups if x["n_newest"]), "top": TOP_PER_MACHINE, "steps": steps[:MAX_STEPS],
-            "steps_left_out": max(0, len(steps) - MAX_STEPS), "n_steps": len(steps), "thresholds": Thresholds()}
+            "n_bad": sum(1 for x in groups if x["n_newest"]), "top": TOP_PER_MACHINE, "steps": parts.table("steps", steps, "steps", "change points across nights, the largest first",
+                                 inline=STEPS_INLINE), "n_steps": len(steps), "thresholds": Thresholds()}
