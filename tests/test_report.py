@@ -560,12 +560,15 @@ def test_one_name_on_two_gpus_is_two_machines_on_every_page(tmp_path):
     src = [FIXTURES / "h200x2-aa2-fwd.tar.gz", FIXTURES / "h200x2-repeat8-fwd.tar.gz"]
     assert cli.main(["collect", *map(str, src), "--store", str(db)]) == 0
     assert cli.main(["report", "--store", str(db), "--out", str(tmp_path / "site")]) == 0
-    pages = {p.name: p.read_text() for p in (tmp_path / "site" / "machines").glob("*.html")}
+    every = {p.name: p.read_text() for p in (tmp_path / "site" / "machines").glob("*.html")}
+    pages = {n: text for n, text in every.items() if n.count(".") == 1}  # a machine's page, not its map pages
     gpus = {"GPU-abd0dca1": "GPU-c77e9498", "GPU-c77e9498": "GPU-abd0dca1"}
     for gpu, other in gpus.items():
         (name,) = [n for n in pages if n.startswith(f"h200x2-lent-{gpu}-")]
         assert f"h200x2-lent ({gpu})" in html.unescape(pages[name])
         assert gpu in pages[name] and other not in pages[name]
+        maps = [n for n in every if n.startswith(name[:-len(".html")] + ".")]
+        assert maps and all(other not in every[n] for n in maps)
     (single,) = [n for n in pages if n.startswith("h200x2-lent-gpu1-")]  # one GPU under its own name
     assert "GPU-990e118d" in pages[single] and "(GPU-990e118d)" not in html.unescape(pages[single])
     assert len(pages) == 3
