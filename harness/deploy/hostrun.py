@@ -140,7 +140,8 @@ class Runner:
 
     def say(self, label: str, line: str) -> None:
         with self._lock:
-            self.log(f"[{label}] {line}")
+            if not self.stopping:  # once stopped, the command's own line is the last
+                self.log(f"[{label}] {line}")
 
     def record(self, outcome: Outcome) -> None:
         with self._lock:
@@ -155,7 +156,7 @@ class Runner:
             for t in threads:
                 while t.is_alive():
                     t.join(0.5)
-        except KeyboardInterrupt:
+        except BaseException:  # Ctrl-C, or SIGTERM and SIGHUP's SystemExit (core/children.py)
             self.stopping = True
             self.stop()
             raise
@@ -166,12 +167,23 @@ class Runner:
         except Exception as exc:  # one worker's failure must not end the others
             self.record(Outcome(worker.label, "?", 1, f"{type(exc).__name__}: {exc}"))
 
-    def stop(self) -> None:
-        for item in list(self._live):
+    def stop(self, grace_s: float = 5.0) -> None:
+        """End every worker now: a process is asked to stop (SIGTERM: its own cleanup ends its worker and keeps
+        its journal), killed after ``grace_s`` and reaped; a container is killed."""
+        live = list(self._live)
+        for item in live:
             try:
-                item.kill()
+                item.terminate() if isinstance(item, subprocess.Popen) else item.kill()
             except Exception:
                 pass
+        deadline = time.monotonic() + grace_s
+        for item in live:
+            if isinstance(item, subprocess.Popen):
+                try:
+                    item.wait(max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    item.kill()
+                    item.wait()
 
 
 def docker_worker(client, results: Path, command: list[str], node: str = ""):
@@ -239,9 +251,13 @@ def native_worker(results: Path, command: list[str], stacks: list | None = None,
             env = stack.env(base)
             started = time.monotonic()
             label = worker.label if stacks is None else f"{worker.label} {stack.name}"
+            # a session of its own: a terminal's Ctrl-C or hang-up reaches this command alone, which stops each
+            # worker (Runner.stop), so a stop is said once
             proc = subprocess.Popen([sys.executable, "-m", "harness.cli", *command], env=env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True, errors="replace")
+                                    stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
             runner._live.append(proc)
+            if runner.stopping:  # stopped while it started: Runner.stop did not see it
+                proc.kill()
             tail: list[str] = []
             try:
                 for line in proc.stdout:

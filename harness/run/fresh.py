@@ -20,6 +20,7 @@ each) when the backend asks for ``parallel`` processes at a time.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -37,17 +38,24 @@ class FreshProcesses:
 
     def __call__(self, runs: list[Any], parallel: int, timeout_s: float = DEFAULT_TIMEOUT_S,
                  on_done: Callable[[Any], None] | None = None) -> None:
+        live: set[WorkerPool] = set()  # the pools whose process runs now: a stop (Ctrl-C, SIGTERM) ends them
+        stopped = threading.Event()
+
         def one(run: Any) -> None:
+            if stopped.is_set():
+                return
             pool = WorkerPool(None, timeout_s=timeout_s, env=run.env, log=self.log)
+            live.add(pool)
             run.started = time.monotonic()
             try:
                 run.result, run.failure = pool.call(run.function, run.job, name=run.name)
             except Exception as exc:  # noqa: BLE001 - a process that could not even start is a failed run too
                 run.failure = raised(exc)
             finally:
+                live.discard(pool)
                 pool.close()
                 run.ended = time.monotonic()
-            if on_done:
+            if on_done and not stopped.is_set():
                 on_done(run)
 
         if max(1, parallel) == 1:
@@ -55,5 +63,15 @@ class FreshProcesses:
                 one(run)
             return
         with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="fresh") as threads:
-            for future in [threads.submit(one, run) for run in runs]:
-                future.result()
+            futures = [threads.submit(one, run) for run in runs]
+            try:
+                for future in futures:
+                    future.result()
+            except BaseException:
+                # the threads wait on their processes, not on this signal: end the processes, start no more
+                stopped.set()
+                for future in futures:
+                    future.cancel()
+                for pool in list(live):
+                    pool.abort()
+                raise

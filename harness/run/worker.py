@@ -91,9 +91,20 @@ class WorkerPool:
         self.failures: list[tuple[str, str, str]] = []  # (slice, status, reason), for the summary
 
     def close(self) -> None:
+        """Let the worker finish and end; on the way out of a stop (Ctrl-C, or the SystemExit of SIGTERM and
+        SIGHUP: core/children.py) end it at once, as ``abort`` does: what it finished is journaled already, and
+        the slice it is in may run for minutes."""
+        if isinstance(sys.exc_info()[1], (KeyboardInterrupt, SystemExit)):
+            self.abort()
         if self.child is not None:
             self.child.stop()
             self.child = None
+
+    def abort(self) -> None:
+        """End the worker now (SIGKILL, reaped), whatever it is running; the pool says nothing more (a stopped
+        command's last line is its own)."""
+        self.log = lambda msg: None
+        self._discard()
 
     def __enter__(self) -> WorkerPool:
         return self
