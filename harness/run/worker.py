@@ -101,10 +101,12 @@ class WorkerPool:
             self.child = None
 
     def abort(self) -> None:
-        """End the worker now (SIGKILL, reaped), whatever it is running; the pool says nothing more (a stopped
-        command's last line is its own)."""
+        """End the worker now (SIGKILL), whatever it is running; the pool says nothing more (a stopped command's
+        last line is its own). Safe from another thread: the one watching the worker sees it die and reaps it."""
         self.log = lambda msg: None
-        self._discard()
+        child = self.child
+        if child is not None and child.proc.poll() is None:
+            child.proc.kill()
 
     def __enter__(self) -> WorkerPool:
         return self
