@@ -23,9 +23,28 @@ ENDS_S = 10  # "within seconds": the command's own cleanup, not a watchdog or th
 SIGNALS = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
 
 
+_STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outlives_a_test():
+    """A test that fails half way still ends what it started (each worker is in a session of its own)."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        for pid in [proc.pid, *_descendants(proc.pid)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        proc.communicate()
+
+
 def _start(args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "harness.cli", *args], env=ENV, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", *args], env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _STARTED.append(proc)
+    return proc
 
 
 def _descendants(pid: int) -> set[int]:
@@ -172,6 +191,22 @@ def test_a_killed_run_worker_costs_its_slot_only(tmp_path):
     for j in _journals(tmp_path):
         assert all(json.loads(line) for line in _lines(j) if line.endswith(b"\n"))
     assert not [p for p in family if _alive(p)]
+
+
+def test_a_killed_run_takes_its_workers_with_it(tmp_path):
+    proc = _start(["run", "--no-docker", "--gpus", "0,1", "--job", "sweep", "--cases", "quick.seed",
+                   "--backends", "faulty", "--results", str(tmp_path), "--", "--isolate"])
+    _wait_for(lambda: _measured(tmp_path, 2, 2), "journaled two slots", proc)
+    family = _descendants(proc.pid)
+    before = {j: _lines(j) for j in _journals(tmp_path)}
+    os.kill(proc.pid, signal.SIGKILL)  # nothing of the command runs: its workers end by themselves
+    proc.communicate()
+    deadline = time.monotonic() + ENDS_S
+    while any(_alive(p) for p in family) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in family if _alive(p)], "a worker outlived its killed run"
+    for path, lines in before.items():
+        assert _lines(path)[:len(lines)] == lines
 
 
 # FreshProcesses (run/fresh.py) as onnxruntime's backend drives it, in threads, with a stop handled as a command's

@@ -235,6 +235,15 @@ def docker_worker(client, results: Path, command: list[str], node: str = ""):
     return work
 
 
+# a native worker: `convbench COMMAND...` that gets SIGTERM when the thread that started it ends (PR_SET_PDEATHSIG;
+# that thread waits for it), and does not start when its parent is already gone
+_NATIVE_CHILD = ("import os, signal, sys\n"
+                 "try:\n    import ctypes; ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)\n"
+                 "except (OSError, AttributeError):\n    pass\n"
+                 "if os.getppid() != int(sys.argv[1]):\n    sys.exit(1)\n"
+                 "from harness.cli import main\nsys.exit(main(sys.argv[2:]))")
+
+
 def native_worker(results: Path, command: list[str], stacks: list | None = None, node: str = ""):
     """Processes of this interpreter, one GPU each; with ``stacks`` (stacks.Stack) each GPU runs them in turn,
     each process in its stack's environment (its libraries first on LD_LIBRARY_PATH, its wheels on PYTHONPATH)."""
@@ -252,9 +261,10 @@ def native_worker(results: Path, command: list[str], stacks: list | None = None,
             started = time.monotonic()
             label = worker.label if stacks is None else f"{worker.label} {stack.name}"
             # a session of its own: a terminal's Ctrl-C or hang-up reaches this command alone, which stops each
-            # worker (Runner.stop), so a stop is said once
-            proc = subprocess.Popen([sys.executable, "-m", "harness.cli", *command], env=env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
+            # worker (Runner.stop), so a stop is said once; and it ends with this command, even a SIGKILLed one
+            proc = subprocess.Popen([sys.executable, "-c", _NATIVE_CHILD, str(os.getpid()), *command], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                                    start_new_session=True)
             runner._live.append(proc)
             if runner.stopping:  # stopped while it started: Runner.stop did not see it
                 proc.kill()
