@@ -4,8 +4,8 @@
 
 At ``--scale 1`` each input sits at a documented limit (core/intake.py, core/schema.py, collect/asv_results.py):
 a 1 GiB journal of small records, a 1 GiB journal of records holding 100,000 timing samples each, a journal of
-lines just under and just over the 16 MiB line limit, runs whose run.json is a 16 MiB fingerprint, an asv results
-file of 100,000 parameter combinations, and JSON nested 100,000 deep in each file collect reads. Each command runs
+lines just under and just over the 16 MiB line limit, 400 runs with 256 KiB fingerprints and one with 15 MiB, an
+asv results file of 100,000 parameter combinations, and JSON nested 100,000 deep in each file collect reads. Each command runs
 as a child of this script and its peak resident set is read from ``wait4`` (its own and its waited children's
 ``ru_maxrss``), with an 8 GiB address-space cap so that a regression fails instead of taking the host. A
 smaller ``--scale`` shrinks the sizes (not the per-line limits) for tests (tests/test_memory_bounds.py).
@@ -60,6 +60,8 @@ def _journal(d: Path, size: int, samples: int) -> int:
     with open(d / "records.jsonl", "w") as f:
         while written < size:
             chunk = "".join(_line(n + k, samples) for k in range(1000 if samples < 100 else 1))
+            if written + len(chunk) > size:  # the limit is the journal's size: stay at or under it
+                break
             f.write(chunk)
             written += len(chunk)
             n += 1000 if samples < 100 else 1
@@ -102,15 +104,17 @@ def build(out: Path, scale: float) -> list[dict]:
     cases[-1]["what"] = f"a journal of {lines} lines of ~16 MiB (reason text past its 64 KiB bound; one past 16 MiB)"
 
     src = case("huge-fingerprints", "", True)
-    runs = max(2, int(48 * scale))
-    blob = {f"k{k}": ["y" * 1000] * 4000 for k in range(4)}  # ~16 MB of JSON: under the 16 MiB run.json limit
-    for r in range(runs):
+    runs = max(2, int(400 * scale))
+    fp = {"hostname": "vm", "gpu": {"name": "NVIDIA H200", "sm": "9.0", "index": 0}, "image": "m", "cpu": "x86_64",
+          "software": {"python": "3.11"}}
+    for r in range(runs + 1):  # each just under the 256 KiB a fingerprint may hold; the last one 15 MiB
+        blob = {f"k{k}": [f"{r:04d}" + "y" * 996] * (62 if r < runs else 4000) for k in range(4)}
         d = src / "vm" / f"run-{r:03d}"
-        _run_json(d, f"run-{r:03d}", {"hostname": "vm", "gpu": {"name": "NVIDIA H200", "sm": "9.0", "index": 0},
-                                     "image": "m", "cpu": "x86_64", "software": {"python": "3.11"}, "blob": blob})
+        _run_json(d, f"run-{r:03d}", dict(fp, blob=blob))
         (d / "records.jsonl").write_text("".join(_line(i) for i in range(10)))
-    size_fp = len((src / "vm" / "run-000" / "run.json").read_bytes())
-    cases[-1]["what"] = f"{runs} runs, each with a {size_fp / (1 << 20):.1f} MiB fingerprint"
+    kib = [len((src / "vm" / f"run-{r:03d}" / "run.json").read_bytes()) >> 10 for r in (0, runs)]
+    cases[-1]["what"] = (f"{runs} runs, each with a different {kib[0]} KiB fingerprint, and one with a "
+                         f"{kib[1] >> 10} MiB fingerprint")
 
     src = case("big-asv", "", True)
     combos, mib = _asv_tree(src, scale)

@@ -155,12 +155,25 @@ def parse_journal(raw: RawRun, meta: dict[str, Any] | None = None) -> ParsedRun:
         return _parse_journal(raw, meta, True)
 
 
+LINES_CHUNK = 64 << 20
+
+
+def _lines(data: bytes, end: int, chunk: int = LINES_CHUNK):
+    """``data[:end].splitlines()``, split 64 MiB at a time: as fast, without a second copy of a 1 GiB journal
+    (which took collect past 2 GiB)."""
+    start = 0
+    while start < end:
+        cut = data.find(b"\n", min(start + chunk, end) - 1, end) + 1 or end
+        yield from data[start:cut].splitlines()
+        start = cut
+
+
 def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
     combos, rows, rankings, extras = [], [], [], []
-    data = raw.records
+    data, end = raw.records, len(raw.records)
     if data and not data.endswith(b"\n") and raw.end_json is None:
-        data = data[:data.rfind(b"\n") + 1]  # a torn last line: the run was killed mid-write
-    if _BLANK.match(data):
+        end = data.rfind(b"\n") + 1  # a torn last line: the run was killed mid-write
+    if _BLANK.match(data, 0, end):
         raise Refused(f"{raw.origin}: records.jsonl is missing or holds no record (whitespace or nothing)")
     empty: dict[str, Any] = {}
     loads, combo, blob, memo, get_rec = _loads, _combo, samples_blob, _COMBO_MEMO, _GET_REC
@@ -175,7 +188,7 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
     dets: list[tuple] = []
     reductions: list[Any] = []
     optional: defaultdict[str, list] = defaultdict(list)
-    for lineno, line in enumerate(data.splitlines(), 1):
+    for lineno, line in enumerate(_lines(data, end), 1):
         try:
             if len(line) > max_line:
                 raise ValueError(f"line is over {max_line >> 20} MiB")

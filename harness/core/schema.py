@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
+import json
 import math
 import re
 import types
@@ -38,6 +39,9 @@ MAX_LONG_TEXT = 64 << 10  # a reason or an explanation (an exception's message)
 MAX_SAMPLES = 100_000  # timing samples of one record (compare's statistics hold both sides in memory)
 MAX_ITEMS = 4096  # entries of any other list or object
 MAX_DEPTH = 8  # nesting inside an open-ended object (extra)
+# run.json's fingerprint and options, each as JSON: real ones are 5-50 KiB; every page of a report holds each
+# run's (48 runs of 15 MiB fingerprints took a report to 1.1 GiB), so a store keeps none larger
+MAX_RUN_PART_BYTES = 256 << 10
 MAX_INT = (1 << 63) - 1
 KINDS = ("measurement", "autotune", "crosscheck", "repro")
 _LONG_TEXTS = frozenset(("reason", "explanation"))
@@ -339,6 +343,9 @@ def check_run_header(meta: Any) -> dict[str, Any]:
         if meta.get(k) is not None and type(meta[k]) is not dict:
             raise SchemaError(k, f"is {_type_name(meta[k])}, not an object")
         _json_value(meta.get(k), k)
+        size = len(json.dumps(meta.get(k), ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        if size > MAX_RUN_PART_BYTES:
+            raise SchemaError(k, f"is {size >> 10} KiB of JSON (at most {MAX_RUN_PART_BYTES >> 10} KiB)")
     return meta
 
 
