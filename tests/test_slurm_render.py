@@ -269,3 +269,25 @@ def test_generated_hostile_values(tmp_path_factory):
         _night_with(tmp_path_factory.mktemp("h"), value)
 
     night()
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_hostile_values_in_a_docker_night_never_run(tmp_path, value):
+    """The Docker variant: the images folder (given to `docker load`) and the cases hold the value; the images
+    are loaded from exactly that folder and nothing injected runs."""
+    canary = tmp_path / "canary"
+    value = value.replace("{canary}", str(canary))
+    images = tmp_path / ("images " + value.replace("/", "_"))
+    (tmp_path / "outbox").mkdir()
+    env, cb = stubs(tmp_path)
+    docker_log = tmp_path / "docker.log"
+    (tmp_path / "bin" / "docker").write_text(  # no image is there yet: each node loads it
+        '#!/bin/bash\n[ "$1" = image ] && exit 1\nprintf "%s\\n" "$@" >> "$DOCKER_LOG"\n')
+    env["DOCKER_LOG"] = str(docker_log)
+    out = run_script(tmp_path, render(tmp_path, docker=True, convbench=str(cb), images_dir=str(images),
+                                      cases=value), env)
+    assert not canary.exists(), f"the value {value!r} ran a command"
+    assert out.returncode == 0, out.stderr
+    row = "cu130-cudnn919-torch211"
+    assert docker_log.read_text().splitlines() == ["load", "-i", f"{images}/{row}.tar"] * 2
+    assert all(f"--cases={value}" in a and a[a.index("--rows") + 1] == row for a in argv_seen(tmp_path))
