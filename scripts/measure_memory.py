@@ -3,7 +3,7 @@
     python scripts/measure_memory.py OUT [--scale 1.0] [--json OUT/memory.json]
 
 At ``--scale 1`` each input sits at a documented limit (core/intake.py, core/schema.py, collect/asv_results.py):
-a 1 GiB journal of small records, a 1 GiB journal of records holding 100,000 timing samples each, a journal of
+a 256 MiB journal of small records, one of records holding 100,000 timing samples each, a journal of
 lines just under and just over the 16 MiB line limit, 400 runs with 256 KiB fingerprints and one with 15 MiB, an
 asv results file of 100,000 parameter combinations, and JSON nested 100,000 deep in each file collect reads. Each command runs
 as a child of this script and its peak resident set is read from ``wait4`` (its own and its waited children's
@@ -20,10 +20,12 @@ import resource
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's harness, not an installed one
 GiB = 1 << 30
 CAP = 8 * GiB  # address space of each command: a runaway fails here rather than on the host
 STARTED = "2026-12-03T01:00:00+00:00"
@@ -79,25 +81,31 @@ def build(out: Path, scale: float) -> list[dict]:
         cases.append({"name": name, "what": what, "src": src, "accept": accept, "compare": compare})
         return src
 
-    size = int(GiB * scale)
+    from harness.core.intake import MAX_JOURNAL_BYTES
+
+    size = int(MAX_JOURNAL_BYTES * scale)
     src = case("many-records", "", True, compare=True)
     n = _journal(src / "vm" / "run-a", size, 9)
     _run_json(src / "vm" / "run-a", "run-a")
     _run_json(src / "vm" / "run-b", "run-b")
     os.link(src / "vm" / "run-a" / "records.jsonl", src / "vm" / "run-b" / "records.jsonl")
-    cases[-1]["what"] = f"2 runs sharing one {size / GiB:.2f} GiB journal of {n:,} records"
+    cases[-1]["what"] = f"2 runs sharing one {size >> 20} MiB journal of {n:,} records"
+    tar_src = case("tarball", f"a gzip tarball of one run with a {size >> 20} MiB journal of {n:,} records", True)
+    tar_src.mkdir(parents=True)
+    with tarfile.open(tar_src / "runs.tar.gz", "w:gz", compresslevel=1) as tar:
+        tar.add(src / "vm" / "run-a", arcname="vm/run-a")
 
     src = case("many-samples", "", True, compare=True)
     n = _journal(src / "vm" / "run-a", size, 100_000)
     _run_json(src / "vm" / "run-a", "run-a")
     _run_json(src / "vm" / "run-b", "run-b")
     os.link(src / "vm" / "run-a" / "records.jsonl", src / "vm" / "run-b" / "records.jsonl")
-    cases[-1]["what"] = f"2 runs sharing one {size / GiB:.2f} GiB journal of {n} records of 100,000 samples"
+    cases[-1]["what"] = f"2 runs sharing one {size >> 20} MiB journal of {n} records of 100,000 samples"
 
     src = case("huge-lines", "", False)
     d = src / "vm" / "run-a"
     _run_json(d, "run-a")
-    lines = max(2, int(64 * scale))
+    lines = max(2, int(size / (16 << 20)))
     with open(d / "records.jsonl", "w") as f:
         for i in range(lines):  # just under the 16 MiB line limit (a 16 MiB reason), the last one over it
             f.write(_line(i, reason="x" * ((16 << 20) - 2048 + (4096 if i == lines - 1 else 0))))

@@ -34,12 +34,12 @@ def _script():
 
 @pytest.mark.slow
 def test_hostile_sizes_stay_bounded_and_refusals_are_one_line(tmp_path):
-    """At 1/32 of the documented sizes (32 MiB journals, 2 lines of 16 MiB, 12 runs of 250 KiB fingerprints and
+    """At 1/32 of the documented sizes (8 MiB journals, 2 lines of 16 MiB, 12 runs of 250 KiB fingerprints and
     one of 15 MiB, 3,136 asv combinations): no command past 600 MiB (Python, numpy and the store's pages are about 100 MiB),
     none ends in a traceback, a refused input is refused in one line per item, an accepted one is stored."""
     rows = _script().run_all(tmp_path, 1 / 32)
-    assert {r["name"] for r in rows} == {"many-records", "many-samples", "huge-lines", "huge-fingerprints",
-                                         "big-asv", "deep-json"}
+    assert {r["name"] for r in rows} == {"many-records", "tarball", "many-samples", "huge-lines",
+                                         "huge-fingerprints", "big-asv", "deep-json"}
     for r in rows:
         for command, m in r.items():
             if not isinstance(m, dict):

@@ -50,9 +50,12 @@ class UserError(Exception):
 # --- Untrusted input: what collect may open, how much it may read, and what JSON it accepts ---
 
 MAX_META_BYTES = 16 << 20  # run.json, end.json, asv machine/benchmarks files: a few KiB in practice
-MAX_JOURNAL_BYTES = int(os.environ.get("CONVBENCH_MAX_JOURNAL_BYTES", 1 << 30))  # one run's records.jsonl
+# one run's records.jsonl. collect holds about 4.5x a journal of small records while it parses it (their rows),
+# so 256 MiB is what keeps collect and compare under 2 GiB (scripts/measure_memory.py); a real night's journal is
+# 20-35 MiB (22,000 records with their samples)
+MAX_JOURNAL_BYTES = int(os.environ.get("CONVBENCH_MAX_JOURNAL_BYTES", 256 << 20))
 # decompressed bytes collect holds from one tarball (the runs of an archive are stored together, so in memory)
-MAX_ARCHIVE_BYTES = int(os.environ.get("CONVBENCH_MAX_ARCHIVE_BYTES", 2 << 30))
+MAX_ARCHIVE_BYTES = int(os.environ.get("CONVBENCH_MAX_ARCHIVE_BYTES", 256 << 20))
 MAX_LINE_BYTES = 16 << 20  # one record (a record with 10^5 timing samples is about 1 MiB)
 MAX_TAR_MEMBERS = 100_000
 
