@@ -3,12 +3,12 @@
     python scripts/measure_memory.py OUT [--scale 1.0] [--json OUT/memory.json]
 
 At ``--scale 1`` each input sits at a documented limit (core/intake.py, core/schema.py, collect/asv_results.py):
-a 256 MiB journal of small records, one of records holding 100,000 timing samples each, a journal of
-lines just under and just over the 16 MiB line limit, 400 runs with 256 KiB fingerprints and one with 15 MiB, an
-asv results file of 100,000 parameter combinations, and JSON nested 100,000 deep in each file collect reads. Each command runs
-as a child of this script and its peak resident set is read from ``wait4`` (its own and its waited children's
-``ru_maxrss``), with an 8 GiB address-space cap so that a regression fails instead of taking the host. A
-smaller ``--scale`` shrinks the sizes (not the per-line limits) for tests (tests/test_memory_bounds.py).
+100,000 records in a run (and a 256 MiB journal of more), a 256 MiB journal of 100,000-sample records, a journal
+of lines just under and just over the 16 MiB line limit, 400 runs with 256 KiB fingerprints and one with 15 MiB,
+an asv results file of 100,000 parameter combinations, and JSON nested 100,000 deep in each file collect reads.
+Each command runs as a child of this script and its peak resident set is read from ``wait4`` (its own and its
+waited children's ``ru_maxrss``), with an 8 GiB address-space cap so that a regression fails instead of taking the
+host. A smaller ``--scale`` shrinks the sizes (not the per-line limits) for tests (tests/test_memory_bounds.py).
 """
 
 from __future__ import annotations
@@ -55,12 +55,12 @@ def _line(i: int, samples: int = 9, reason: str | None = None) -> str:
     return json.dumps(rec, separators=(",", ":")) + "\n"
 
 
-def _journal(d: Path, size: int, samples: int) -> int:
-    """records.jsonl of about ``size`` bytes; returns the records written."""
+def _journal(d: Path, size: int, samples: int, records: int | None = None) -> int:
+    """records.jsonl of about ``size`` bytes (or of ``records`` records); returns the records written."""
     d.mkdir(parents=True, exist_ok=True)
     n, written = 0, 0
     with open(d / "records.jsonl", "w") as f:
-        while written < size:
+        while written < size and (records is None or n < records):
             chunk = "".join(_line(n + k, samples) for k in range(1000 if samples < 100 else 1))
             if written + len(chunk) > size:  # the limit is the journal's size: stay at or under it
                 break
@@ -81,16 +81,22 @@ def build(out: Path, scale: float) -> list[dict]:
         cases.append({"name": name, "what": what, "src": src, "accept": accept, "compare": compare})
         return src
 
-    from harness.core.intake import MAX_JOURNAL_BYTES
+    from harness.core.intake import MAX_JOURNAL_BYTES, MAX_RUN_RECORDS
 
     size = int(MAX_JOURNAL_BYTES * scale)
-    src = case("many-records", "", True, compare=True)
+    src = case("too-many-records", "", False)
     n = _journal(src / "vm" / "run-a", size, 9)
+    _run_json(src / "vm" / "run-a", "run-a")
+    cases[-1]["what"] = f"a {size >> 20} MiB journal of {n:,} records (over the {MAX_RUN_RECORDS:,} a run holds)"
+
+    src = case("many-records", "", True, compare=True)
+    n = _journal(src / "vm" / "run-a", size, 9, records=int(MAX_RUN_RECORDS * scale) // 1000 * 1000)
     _run_json(src / "vm" / "run-a", "run-a")
     _run_json(src / "vm" / "run-b", "run-b")
     os.link(src / "vm" / "run-a" / "records.jsonl", src / "vm" / "run-b" / "records.jsonl")
-    cases[-1]["what"] = f"2 runs sharing one {size >> 20} MiB journal of {n:,} records"
-    tar_src = case("tarball", f"a gzip tarball of one run with a {size >> 20} MiB journal of {n:,} records", True)
+    mib = (src / "vm" / "run-a" / "records.jsonl").stat().st_size / (1 << 20)
+    cases[-1]["what"] = f"2 runs sharing one {mib:.0f} MiB journal of {n:,} records"
+    tar_src = case("tarball", f"a gzip tarball of one run with a {mib:.0f} MiB journal of {n:,} records", True)
     tar_src.mkdir(parents=True)
     with tarfile.open(tar_src / "runs.tar.gz", "w:gz", compresslevel=1) as tar:
         tar.add(src / "vm" / "run-a", arcname="vm/run-a")

@@ -175,6 +175,9 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
         end = data.rfind(b"\n") + 1  # a torn last line: the run was killed mid-write
     if _BLANK.match(data, 0, end):
         raise Refused(f"{raw.origin}: records.jsonl is missing or holds no record (whitespace or nothing)")
+    if data.count(b"\n", 0, end) > intake.MAX_RUN_RECORDS:
+        raise Refused(f"{raw.origin}: records.jsonl holds over {intake.MAX_RUN_RECORDS:,} lines (a run holds at most "
+                      f"{intake.MAX_RUN_RECORDS:,} records)")
     empty: dict[str, Any] = {}
     loads, combo, blob, memo, get_rec = _loads, _combo, samples_blob, _COMBO_MEMO, _GET_REC
     get_time, get_acc, get_det, get_top = _GET_TIME, _GET_ACC, _GET_DET, _GET_TOP

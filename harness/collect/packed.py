@@ -166,6 +166,8 @@ def _decode(raw: RawRun, meta: dict[str, Any]) -> ParsedRun:
             raise Unusable("its sections do not match their crc32 (damaged)")
         if n > head["journal_lines"] + 1:
             raise Unusable(f"{n} records from a journal of {head['journal_lines']} lines")
+        if head["journal_lines"] > intake.MAX_RUN_RECORDS:  # the journal is read, and refused, instead
+            raise Unusable(f"its journal holds over {intake.MAX_RUN_RECORDS:,} lines")
         if hashlib.sha256(journal).hexdigest() != head["journal_sha256"]:
             raise Unusable("its journal's sha256 is not the one it was packed from")
     except (ValueError, KeyError, TypeError) as exc:

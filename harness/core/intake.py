@@ -54,6 +54,9 @@ MAX_META_BYTES = 16 << 20  # run.json, end.json, asv machine/benchmarks files: a
 # so 256 MiB is what keeps collect and compare under 2 GiB (scripts/measure_memory.py); a real night's journal is
 # 20-35 MiB (22,000 records with their samples)
 MAX_JOURNAL_BYTES = int(os.environ.get("CONVBENCH_MAX_JOURNAL_BYTES", 256 << 20))
+# records of one run: a report and compare hold a run's combinations (394,000 in a 256 MiB journal of small records
+# took each past 2 GiB), so a run holds as many as an asv results file may (a real night: 22,000)
+MAX_RUN_RECORDS = 100_000
 # decompressed bytes collect holds from one tarball (the runs of an archive are stored together, so in memory)
 MAX_ARCHIVE_BYTES = int(os.environ.get("CONVBENCH_MAX_ARCHIVE_BYTES", 256 << 20))
 MAX_LINE_BYTES = 16 << 20  # one record (a record with 10^5 timing samples is about 1 MiB)
