@@ -84,10 +84,12 @@ def build(out: Path, scale: float) -> list[dict]:
     from harness.core.intake import MAX_JOURNAL_BYTES, MAX_RUN_RECORDS
 
     size = int(MAX_JOURNAL_BYTES * scale)
-    src = case("too-many-records", "", False)
-    n = _journal(src / "vm" / "run-a", size, 9)
+    src = case("too-many-records", "", False)  # over the record bound at any scale
+    n = _journal(src / "vm" / "run-a", max(size, 1 << 30) if scale < 1 else size, 9,
+                 records=MAX_RUN_RECORDS + 1000 if scale < 1 else None)
+    size_over = (src / "vm" / "run-a" / "records.jsonl").stat().st_size
     _run_json(src / "vm" / "run-a", "run-a")
-    cases[-1]["what"] = f"a {size >> 20} MiB journal of {n:,} records (over the {MAX_RUN_RECORDS:,} a run holds)"
+    cases[-1]["what"] = f"a {size_over >> 20} MiB journal of {n:,} records (over the {MAX_RUN_RECORDS:,} a run holds)"
 
     src = case("many-records", "", True, compare=True)
     n = _journal(src / "vm" / "run-a", size, 9, records=int(MAX_RUN_RECORDS * scale) // 1000 * 1000)
