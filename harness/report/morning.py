@@ -15,7 +15,7 @@ from typing import Any
 
 from ..analysis import pairing, rollup
 from ..analysis.compare import BITS_CHANGED, _field, gate
-from ..analysis.impact import impact
+from ..analysis.workload import workload
 from ..analysis.timechange import Thresholds
 from ..core.records import OK, SKIPPED
 from .fmt import minute, settings_str, slug
@@ -100,7 +100,7 @@ def comparison(c: NightlyComparison, th: Thresholds) -> dict[str, Any]:
             "top": [{"f": f, "label": label(f), "gated": id(f) in failing, "settings": variants_str(vs),
                      "anchor": anchor(f)} for f, vs in top],
             "groups": rollup.groups(c.findings)[:TOP_GROUPS], "net": n, "net_line": rollup.net_line(n),
-            "impact": impact(c.base_records, c.head_records, gpu),
+            "impact": workload(c.base_records, c.head_records, gpu),
             "lost": lost(c), "stack_change": pairing.stack_change(c.comparison.base, c.comparison.head)}
 
 
