@@ -91,19 +91,21 @@ def impact(base: list[dict[str, Any]] | dict[str, dict[str, Any]], head: list[di
     rng = np.random.default_rng(0)
     for name, directions in passes:
         for dtype, layout in sorted({(t, lay) for _, d, t, lay in have if d in directions}):
-            terms, calls, total, measured = [], 0, 0, set()
+            terms, calls, total, measured, per = [], 0, 0, set(), {}
             for d in directions:
+                per[d] = [0, sum(_weights(d).values())]
                 for case, n in _weights(d).items():
                     total += n
                     b, h = pick.get(("base", d, dtype, layout, case)), pick.get(("head", d, dtype, layout, case))
                     if b is not None and h is not None:
                         terms.append((n, b, h))
                         calls += n
+                        per[d][0] += n
                         measured.add(d)
             row = {"model": "ResNet-50", "batch": 32, "framework": "PyTorch", "choice": choice, "pass": name,
                    "dtype": dtype, "layout": layout, "gpu": gpu, "basis": "per-layer", "calls": calls,
                    "all_calls": total, "shapes": len({b["case"] for _, b, _ in terms}),
-                   "all_shapes": len(resnet50_calls(32))}
+                   "all_shapes": len(resnet50_calls(32)), "coverage": {d: tuple(v) for d, v in per.items()}}
             if measured != set(directions):
                 if gaps:
                     got = {(s, d) for s, d, t, lay in have if (t, lay) == (dtype, layout)}
@@ -133,6 +135,8 @@ def impact_line(row: dict[str, Any]) -> str:
     text = (f"{head}{row['change'] * 100:+.1f} % ({row['low'] * 100:+.1f} to {row['high'] * 100:+.1f} %)"
             f", {row['base_ms']:.3g} → {row['head_ms']:.3g} ms a {UNIT[row['pass']]}; {row['tail']}")
     if row["calls"] < row["all_calls"]:
+        each = ", ".join(f"{d} {n} of {m}" for d, (n, m) in row["coverage"].items()) if len(row["coverage"]) > 1 else ""
         text += (f"; partial: {row['calls']} of the {UNIT[row['pass']]}'s {row['all_calls']} convolution calls "
-                 f"measured on both sides ({row['shapes']} of {row['all_shapes']} layer shapes)")
+                 f"measured on both sides ({each + '; ' if each else ''}{row['shapes']} of {row['all_shapes']} layer "
+                 f"shapes)")
     return text

@@ -84,7 +84,7 @@ def ort_impact(base: list[dict[str, Any]] | dict[str, dict[str, Any]],
             row = {"model": NAMES[model], "batch": batch, "framework": "onnxruntime", "choice": mode,
                    "pass": "whole model", "dtype": dtype, "layout": layout, "gpu": gpu, "basis": "whole-model",
                    "calls": sum(shapes.values()), "all_calls": sum(shapes.values()), "all_shapes": len(shapes),
-                   "shapes": _layer_cases(model, batch, recs["base"], recs["head"])}
+                   "shapes": _layer_cases(model, batch, recs["base"], recs["head"]), "coverage": {}}
             if b is None or h is None:
                 sides = [s for s, x in (("base", b), ("head", h)) if x is None]
                 row.update(change=None, low=None, high=None, base_ms=None, head_ms=None,

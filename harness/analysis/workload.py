@@ -34,8 +34,9 @@ def _id(r: dict[str, Any]) -> tuple:
 
 def over_gpus(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """workload's rows of every GPU of a stack pair, one per model, choice, pass, dtype and layout: the median change
-    over the GPUs with a number, their range, on how many the 95 % interval excludes no change in the median's
-    direction, and on how many GPUs the row has no number (what is missing, when none has one)."""
+    over the GPUs with a number, their range (one GPU: its own 95 % interval), on how many the 95 % interval
+    excludes no change in the median's direction, and on how many GPUs the row has no number (what is missing, when
+    none has one)."""
     by: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
         by.setdefault(_id(r), []).append(r)
@@ -55,13 +56,21 @@ def over_gpus(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ch = sorted(r["change"] for r in num)
         mid = statistics.median(ch)
         sure = sum(1 for r in num if (r["low"] > 0 if mid > 0 else r["high"] < 0))
-        notes = ["partial: not every layer timed on both stacks"] if any(r["calls"] < r["all_calls"] for r in num) else []
+        least = min(num, key=lambda r: r["calls"])
+        notes = [f"partial: not every layer timed on both stacks (least covered GPU: "
+                 f"{', '.join(f'{d} {n} of {m}' for d, (n, m) in least['coverage'].items())} calls)"] \
+            if least["calls"] < least["all_calls"] else []
         if len(num) < len(rs):
             notes.append(f"no number on {len(rs) - len(num)} more GPU(s): {next(r for r in rs if r['change'] is None)['missing']}")
-        line = (f"{first['subject']}, {gpu}: {mid * 100:+.1f} % (median of {len(num)} GPU{'s' if len(num) != 1 else ''}, "
-                f"{ch[0] * 100:+.1f} to {ch[-1] * 100:+.1f} %); the 95 % interval excludes no change on {sure} of "
-                f"{len(num)}" + "".join(f"; {n}" for n in notes) + f"; {first['tail']}")
-        out.append({**keep, "change": mid, "low": ch[0], "high": ch[-1], "confirmed": sure, "n": len(num),
+        if len(num) == 1:  # one GPU: its own interval
+            lo, hi = num[0]["low"], num[0]["high"]
+            said = f"{mid * 100:+.1f} % ({lo * 100:+.1f} to {hi * 100:+.1f} %, 95 % interval, one GPU)"
+        else:  # the spread between GPUs, and on how many each GPU's own interval excludes no change
+            lo, hi = ch[0], ch[-1]
+            said = (f"{mid * 100:+.1f} % (median of {len(num)} GPUs, {lo * 100:+.1f} to {hi * 100:+.1f} %); the 95 % "
+                    f"interval excludes no change on {sure} of {len(num)}")
+        line = f"{first['subject']}, {gpu}: {said}" + "".join(f"; {n}" for n in notes) + f"; {first['tail']}"
+        out.append({**keep, "change": mid, "low": lo, "high": hi, "confirmed": sure, "n": len(num),
                     "missing": None, "line": line})
     out.sort(key=lambda r: (r["change"] is None, -abs(r["change"] or 0)))
     return out
