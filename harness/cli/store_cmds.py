@@ -171,8 +171,8 @@ def _describe(run: dict[str, Any]) -> str:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ..analysis.compare import _field, compare_records, fingerprint_diff, gate, machine_identity
-    from ..analysis.workload import workload
     from ..analysis.timechange import ABS_FLOOR_US, Thresholds, bounds_problem
+    from ..analysis.workload import workload
 
     th = Thresholds(time_ratio=args.time_threshold, alpha=args.alpha, error_growth=args.error_growth,
                     bitwise=args.bitwise, ignore=tuple(args.ignore), across_hardware=args.across_hardware,

@@ -15,8 +15,8 @@ from typing import Any
 
 from ..analysis import pairing, rollup
 from ..analysis.compare import BITS_CHANGED, _field, gate
-from ..analysis.workload import workload
 from ..analysis.timechange import Thresholds
+from ..analysis.workload import workload
 from ..core.records import OK, SKIPPED
 from .fmt import minute, settings_str, slug
 from .judging import NightlyComparison

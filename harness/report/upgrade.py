@@ -15,8 +15,8 @@ from typing import Any
 
 from ..analysis import rollup
 from ..analysis.compare import PRECISION_RANK, _field
-from ..analysis.workload import over_gpus, workload
 from ..analysis.pairing import fields_change, stack_fields, stack_line
+from ..analysis.workload import over_gpus, workload
 from ..run import paired
 from .model import Model
 
