@@ -7,7 +7,8 @@ not the models' layers. So the impact is the end-to-end latency, which counts ev
 and the BatchNorm, activations, pooling and classifier around them) and says so, with how many of the model's
 conv shapes the store has per-layer records of. The layer list comes from the architecture the ONNX graph is
 built from (architectures.conv_layers). What onnxruntime runs when left alone: the CUDA execution provider with
-its defaults use_tf32=1 and cudnn_conv_use_max_workspace=1, I/O bound on the device (the host copies are the
+its defaults use_tf32=1 and cudnn_conv_use_max_workspace=1 (CUDAExecutionProviderInfo in onnxruntime's
+cuda_execution_provider_info.h), I/O bound on the device (the host copies are the
 application's, not the library's), under each search mode a user picks.
 """
 
