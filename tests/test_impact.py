@@ -56,7 +56,8 @@ def test_a_layer_made_10_percent_slower_moves_the_impact_by_its_weighted_share(t
     capsys.readouterr()
     cli.main(["compare", *ids, "--store", str(db), "--json"])
     out = json.loads(capsys.readouterr().out)
-    [got] = [r for r in out["impact"] if (r["pass"], r["dtype"], r["layout"]) == ("forward", "fp32", "NCHW")]
+    [got] = [r for r in out["impact"] if (r["pass"], r["dtype"], r["layout"], r["choice"])
+             == ("forward", "fp32", "NCHW", "cudnn.benchmark")]
     assert got["change"] == pytest.approx(row["change"]) and got["line"].split(": ", 1)[1] == row["line"].split(": ", 1)[1]
     with Store(db) as s:
         build(s, tmp_path / "site")

@@ -171,8 +171,8 @@ def _describe(run: dict[str, Any]) -> str:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ..analysis.compare import _field, compare_records, fingerprint_diff, gate, machine_identity
-    from ..analysis.impact import impact
     from ..analysis.timechange import ABS_FLOOR_US, Thresholds, bounds_problem
+    from ..analysis.workload import workload
 
     th = Thresholds(time_ratio=args.time_threshold, alpha=args.alpha, error_growth=args.error_growth,
                     bitwise=args.bitwise, ignore=tuple(args.ignore), across_hardware=args.across_hardware,
@@ -185,7 +185,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     sh, head_runs = resolve(args.head, args.store)
     findings = []
     notes = []
-    impacts: list[dict[str, Any]] = []
+    pooled: dict[str, dict[str, Any]] = {}  # per head machine, its runs' records: a night's fwd and bwd runs
     in_common = 0
     matched = pairs(base_runs, head_runs)
     same = [rb["run_id"] for rb, rh in matched if _same_run(args, sb, sh, rb, rh)]
@@ -206,8 +206,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
                                                   if diff else "nothing but clocks, power and temperature"))
         base_recs, head_recs = sb.records(rb["id"]), sh.records(rh["id"])
         in_common += len({r["key"] for r in base_recs} & {r["key"] for r in head_recs})
-        impacts += [{**row, "machine": rh["machine"]} for row in
-                    impact(base_recs, head_recs, str(_field(fh, "gpu.name") or rh["machine"]))]
+        side = pooled.setdefault(rh["machine"], {"gpu": str(_field(fh, "gpu.name") or rh["machine"]), "base": {},
+                                                 "head": {}})
+        side["base"].update((r["key"], r) for r in base_recs)
+        side["head"].update((r["key"], r) for r in head_recs)
         for f in compare_records(base_recs, head_recs, th, history(sb, rb, fb)):
             f.machine, f.base_run, f.head_run = rh["machine"], rb["run_id"], rh["run_id"]
             f.extra["across_hardware"] = across
@@ -216,14 +218,29 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise UserError(f"BASE and HEAD have no combination in common ({len(findings)} finding(s), all of "
                         "availability): nothing to compare", EXIT_NO_DATA)
     failing = gate(findings, th)
+    impacts = [{**row, "machine": m} for m, p in pooled.items() for row in workload(p["base"], p["head"], p["gpu"])]
     if args.json:
         print(strict_json({"schema": SCHEMA, "pairs": notes, "thresholds": th.__dict__, "regressions": len(failing),
                            "impact": impacts, "findings": [f.to_dict() for f in findings]}))
     else:
         shown = findings if args.all else [f for f in findings if f.verdict in ("regression", "ambiguous")]
-        print(printable_lines(render_table(shown, notes + [f"impact: {row['line']}" for row in impacts],
+        print(printable_lines(render_table(shown, notes + impact_notes(impacts),
                                            len(failing))))
     return EXIT_REGRESSION if failing else 0
+
+
+def impact_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """The workload impact as the table's notes: each row with a number, and the rows without one once per model,
+    pass and what is missing."""
+    out = [f"impact: {r['line']}" for r in rows if r["change"] is not None]
+    gaps: dict[tuple, int] = {}
+    for r in rows:
+        if r["change"] is None:
+            key = (r["model"], r["framework"], r["pass"], r["missing"])
+            gaps[key] = gaps.get(key, 0) + 1
+    out += [f"impact: {m} ({fw}) {p}: no number for {n} dtype/layout/choice row(s): {why}"
+            for (m, fw, p, why), n in gaps.items()]
+    return out
 
 
 def strict_json(doc: dict[str, Any]) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 
 import jinja2
 
+from ..analysis import workload
 from ..analysis.compare import Finding
 from ..collect.store import Store, StoreError
 from ..collect.store_schema import error_line
@@ -111,7 +112,7 @@ class _Environment(jinja2.Environment):
 def environment() -> jinja2.Environment:
     env = _Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
                        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(ms=fmt_time, time=fmt_time, err=fmt_err, settings=settings_str, minute=minute,
+    env.filters.update(impact_table=workload.table, ms=fmt_time, time=fmt_time, err=fmt_err, settings=settings_str, minute=minute,
                        micro=lambda text: str(text).replace(" us", " µs"))  # compare's values, with the µ sign
     return env
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from ..analysis import pairing, rollup
 from ..analysis.compare import BITS_CHANGED, _field, gate
-from ..analysis.impact import impact
 from ..analysis.timechange import Thresholds
+from ..analysis.workload import workload
 from ..core.records import OK, SKIPPED
 from .fmt import minute, settings_str, slug
 from .judging import NightlyComparison
@@ -90,6 +90,7 @@ def comparison(c: NightlyComparison, th: Thresholds) -> dict[str, Any]:
     shared = len(c.base_records.keys() & c.head_records.keys())
     n = rollup.net(c.findings, c.base_records, c.head_records, len(failing))
     gpu = str(_field(c.head_fp, "gpu.name") or c.machine.name) if c.head_fp else c.machine.name
+    wl = workload(c.base_records, c.head_records, gpu)
     return {"what": c.comparison.what, "base": c.comparison.base, "head": c.comparison.head, "shared": shared,
             "n_base": len(c.base_records), "n_head": len(c.head_records),
             "n_failing": len(failing), "n": len(c.findings),
@@ -100,7 +101,10 @@ def comparison(c: NightlyComparison, th: Thresholds) -> dict[str, Any]:
             "top": [{"f": f, "label": label(f), "gated": id(f) in failing, "settings": variants_str(vs),
                      "anchor": anchor(f)} for f, vs in top],
             "groups": rollup.groups(c.findings)[:TOP_GROUPS], "net": n, "net_line": rollup.net_line(n),
-            "impact": impact(c.base_records, c.head_records, gpu),
+            "impact": wl,
+            # rows whose 95 % interval excludes no change, largest first: a quiet machine's index row names them
+            "moved": sorted((r for r in wl if r["change"] is not None and (r["low"] > 0 or r["high"] < 0)),
+                            key=lambda r: -abs(r["change"])),
             "lost": lost(c), "stack_change": pairing.stack_change(c.comparison.base, c.comparison.head)}
 
 

@@ -1,6 +1,6 @@
 """The upgrade page: whether to take stack B over stack A, from the paired studies (`convbench upgrade`).
 
-First screen: one verdict per stack pair over all its studies and GPUs (the workload impact on ResNet-50, the
+First screen: one verdict per stack pair over all its studies and GPUs (the workload impact on ResNet-50 and onnxruntime's models, the
 slower / faster / unchanged counts, output bits changed, less accurate, status changes, how many findings a second
 GPU confirmed, the worst changes grouped); then each study. A/A studies (one stack on both sides) prove the judge
 quiet and are folded under "calibration". The judgement is paired.judge, which is the gate's compare: the page,
@@ -10,14 +10,13 @@ quiet and are folded under "calibration". The judgement is paired.judge, which i
 from __future__ import annotations
 
 import math
-import statistics
 from collections import Counter
 from typing import Any
 
 from ..analysis import rollup
 from ..analysis.compare import PRECISION_RANK, _field
-from ..analysis.impact import impact
 from ..analysis.pairing import fields_change, stack_fields, stack_line
+from ..analysis.workload import over_gpus, workload
 from ..run import paired
 from .model import Model
 
@@ -61,48 +60,29 @@ def verdict(pair: tuple[str, str], studies: list[dict[str, Any]]) -> dict[str, A
     """One stack pair over its studies and GPUs: counts summed, findings confirmed, the workload impact per GPU,
     the worst changes grouped."""
     counts: Counter = Counter()
-    findings, impacts = [], []
+    findings = []
     confirmed = checked = 0
-    gpus = set()
+    # each GPU's records of every study of the pair pooled (studies come newest first; a combination timed by two
+    # studies: the newer study's): a forward study and a backward study on one GPU make its training step
+    pooled: dict[str, dict[str, Any]] = {}
     for s in studies:
         for gpu, leg in s["legs"].items():
             counts.update(leg["counts"])
             findings += leg["findings"]
-            gpus.add(leg["A"]["fingerprint"].get("gpu", {}).get("uuid") or f"{s['study']}/{gpu}")
-            recs = leg.get("records") or {}
-            if recs:
-                impacts += [{**row, "study": s["study"], "leg": gpu}
-                            for row in impact(recs["A"], recs["B"], f"{_gpu_name(leg)} GPU {gpu}")]
+            uuid = leg["A"]["fingerprint"].get("gpu", {}).get("uuid") or f"{s['study']}/{gpu}"
+            side = pooled.setdefault(uuid, {"name": f"{_gpu_name(leg)} GPU {gpu}", "A": {}, "B": {}})
+            for role in ("A", "B"):
+                recs = (leg.get("records") or {}).get(role) or ()
+                for r in (recs.values() if isinstance(recs, dict) else recs):
+                    side[role].setdefault(r["key"], r)
         if s["agreement"]["confirmed"] is not None:
             confirmed += s["agreement"]["confirmed"]
             checked += s["agreement"]["findings"]
-    return {"A": pair[0], "B": pair[1], "n_studies": len(studies), "n_gpus": len(gpus),
+    impacts = [row for p in pooled.values() for row in workload(p["A"], p["B"], p["name"])]
+    return {"A": pair[0], "B": pair[1], "n_studies": len(studies), "n_gpus": len(pooled),
             "counts": [(label, sum(counts.get(k, 0) for k in keys), bad) for label, keys, bad in VERDICT],
-            "confirmed": confirmed, "checked": checked, "impact": impact_over_gpus(impacts),
+            "confirmed": confirmed, "checked": checked, "impact": over_gpus(impacts),
             "groups": rollup.groups(findings)[:TOP_GROUPS]}
-
-
-def impact_over_gpus(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """impact's rows of every GPU of a stack pair, one per pass, dtype and layout: the median change over the GPUs,
-    their range, and on how many the 95 % interval excludes no change in the median's direction."""
-    by: dict[tuple, list[dict[str, Any]]] = {}
-    for r in rows:
-        by.setdefault((r["pass"], r["dtype"], r["layout"]), []).append(r)
-    out = []
-    for (name, dtype, layout), rs in by.items():
-        ch = sorted(r["change"] for r in rs)
-        mid = statistics.median(ch)
-        sure = sum(1 for r in rs if (r["low"] > 0 if mid > 0 else r["high"] < 0))
-        gpu = rs[0]["gpu"].split(" GPU ")[0]
-        partial = "" if all(r["calls"] == r["all_calls"] for r in rs) else "; partial: not every layer timed on both stacks"
-        line = (f"ResNet-50 convolutions (batch 32, PyTorch defaults), {name} {dtype} {layout}, {gpu}: "
-                f"{mid * 100:+.1f} % (median of {len(rs)} GPU{'s' if len(rs) != 1 else ''}, "
-                f"{ch[0] * 100:+.1f} to {ch[-1] * 100:+.1f} %); the 95 % interval excludes no change on {sure} of "
-                f"{len(rs)}{partial}")
-        out.append({"pass": name, "dtype": dtype, "layout": layout, "change": mid, "low": ch[0], "high": ch[-1],
-                    "confirmed": sure, "n": len(rs), "line": line})
-    out.sort(key=lambda r: -abs(r["change"]))
-    return out
 
 
 def upgrade(g: Model) -> dict[str, Any]:

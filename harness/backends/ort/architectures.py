@@ -243,6 +243,48 @@ class OnnxBuilder:
 
 
 
+class ShapeBuilder:
+    """Walks an architecture on shapes alone, listing every conv as it is called: the layer list a workload's
+    weights come from, from the same description the ONNX graph and the PyTorch reference are built from."""
+
+    def __init__(self):
+        self.convs: list[tuple[str, tuple[int, ...]]] = []
+
+    def conv(self, x, name, cin, cout, k, stride, pad, groups=1):
+        n, _, h, w = x
+        self.convs.append((name, (n, cin, h, w, cout, k, k, pad, stride, groups)))
+        return (n, cout, (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1)
+
+    def bn(self, x, name, c, last=False):
+        return x
+
+    def relu(self, x):
+        return x
+
+    relu6 = relu
+
+    def add(self, a, b):
+        return a
+
+    def maxpool(self, x):
+        n, c, h, w = x
+        return (n, c, (h + 1) // 2, (w + 1) // 2)
+
+    def gap(self, x):
+        return (x[0], x[1])
+
+    def linear(self, x, name, cin, cout):
+        return (x[0], cout)
+
+
+def conv_layers(model_id: str, batch: int) -> list[tuple[str, tuple[int, ...]]]:
+    """Every conv one forward pass of the model calls, in order: (name, (N, C, H, W, K, R, S, pad, stride,
+    groups)) at ``batch``."""
+    b = ShapeBuilder()
+    ARCHITECTURES[check_model(model_id)](b, (batch, 3, IMAGE_SIZE, IMAGE_SIZE))
+    return b.convs
+
+
 def calibration_batch(model_id: str) -> np.ndarray:
     """The seeded batch BatchNorm statistics are calibrated on (make_params)."""
     return seeded_rng(model_id, "calibration").standard_normal((2, 3, IMAGE_SIZE, IMAGE_SIZE), dtype=np.float32)
