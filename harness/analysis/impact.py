@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..core.cases import resnet50_calls
-from ..core.records import OK
+from ..core.records import OK, RecordKind
 
 PASSES = (("forward", ("fwd",)), ("backward", ("bwd_data", "bwd_filter")))
 STEM = "resnet50.conv1.n32"
@@ -26,7 +26,7 @@ def framework_default(rec: dict[str, Any]) -> bool:
     """A record of what PyTorch runs when a model calls a convolution with the settings left alone (and
     cudnn.benchmark on, as training scripts set it)."""
     s = rec.get("settings") or {}
-    return (rec.get("backend") == "torch" and rec.get("kind", "measurement") == "measurement"
+    return (rec.get("backend") == "torch" and rec.get("kind", RecordKind.MEASUREMENT) == RecordKind.MEASUREMENT
             and s.get("benchmark") is True and s.get("deterministic") is False and s.get("tf32") in (True, None))
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..collect.store import DEFAULT_STORE, Store, StoreError
 from ..core.intake import EXIT_NO_DATA, UserError, printable
+from .gateflags import add_gate_arguments, thresholds
 from .helptext import command
 from .jsonout import SCHEMA, add_json
 
@@ -48,22 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("head", help="what is judged against it, in the same forms")
     p.add_argument("--store", default=DEFAULT_STORE, help="SQLite store for ids and names (default: %(default)s)")
     add_json(p)
-    p.add_argument("--time-threshold", type=float, default=None,
-                   help="one median ratio for every call at or above which a significant slowdown fails "
-                        "(default: the calibrated thresholds by call length, harness/analysis/timechange.py TIME_BANDS)")
-    p.add_argument("--abs-us", type=float, default=None,
-                   help="absolute floor of a time finding in microseconds (default: calibrated ABS_FLOOR_US)")
-    p.add_argument("--across-hardware", action="store_true",
-                   help="also fail on regressions between two different machines (default: report them only)")
-    p.add_argument("--alpha", type=float, default=0.01, help="Mann-Whitney U level (default 0.01)")
-    p.add_argument("--error-growth", type=float, default=4.0,
-                   help="growth of max normalised error that fails (default 4)")
-    p.add_argument("--bitwise", action="store_true", help="fail when outputs are no longer bitwise equal")
-    p.add_argument("--ignore", action="append", default=[], choices=("time", "accuracy", "determinism",
-                                                                     "availability", "search"),
-                   help="a kind of finding that never fails the gate (repeatable)")
-    p.add_argument("--allow-lost-coverage", action="store_true",
-                   help="pass combinations ok in BASE and not measured in HEAD (default: each fails the gate)")
+    add_gate_arguments(p, lost_coverage=True)
     p.add_argument("--all", action="store_true", help="also list improvements and changes")
     p.set_defaults(handler=cmd_compare)
 
@@ -74,6 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--store", default=DEFAULT_STORE, help="SQLite store to render (default: %(default)s)")
     p.add_argument("--out", default="reports/site", help="output folder (default: reports/site, git-ignored)")
     p.add_argument("--title", default="convbench fleet report", help="the pages' title (default: %(default)s)")
+    add_gate_arguments(p)
     p.set_defaults(handler=cmd_report)
 
 
@@ -170,17 +157,10 @@ def _describe(run: dict[str, Any]) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from ..analysis.compare import _field, compare_records, fingerprint_diff, gate, machine_identity
+    from ..analysis.compare import _field, compare_runs, fingerprint_diff, gate, machine_identity
     from ..analysis.impact import impact
-    from ..analysis.timechange import ABS_FLOOR_US, Thresholds, bounds_problem
 
-    th = Thresholds(time_ratio=args.time_threshold, alpha=args.alpha, error_growth=args.error_growth,
-                    bitwise=args.bitwise, ignore=tuple(args.ignore), across_hardware=args.across_hardware,
-                    abs_us=ABS_FLOOR_US if args.abs_us is None else args.abs_us,
-                    lost_coverage_fails=not args.allow_lost_coverage)
-    problem = bounds_problem(th.time_ratio, th.alpha, th.error_growth, th.abs_us)
-    if problem:  # checked before any store is read
-        raise UserError(problem)
+    th = thresholds(args, lost_coverage_fails=True)  # checked before any store is read
     sb, base_runs = resolve(args.base, args.store)
     sh, head_runs = resolve(args.head, args.store)
     findings = []
@@ -208,7 +188,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         in_common += len({r["key"] for r in base_recs} & {r["key"] for r in head_recs})
         impacts += [{**row, "machine": rh["machine"]} for row in
                     impact(base_recs, head_recs, str(_field(fh, "gpu.name") or rh["machine"]))]
-        for f in compare_records(base_recs, head_recs, th, history(sb, rb, fb)):
+        for f in compare_runs(base_recs, head_recs, th, history(sb, rb, fb)):
             f.machine, f.base_run, f.head_run = rh["machine"], rb["run_id"], rh["run_id"]
             f.extra["across_hardware"] = across
             findings.append(f)
@@ -284,9 +264,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     from ..report import build, output
 
     output.check(args.out)  # an empty or dangerous --out is refused before the store is read
+    th = thresholds(args)
     store = _open_store(args.store, verify=False)  # build checks every page beside its work
     try:
-        pages = build(store, args.out, title=args.title, meter=True)
+        pages = build(store, args.out, title=args.title, meter=True, thresholds=th)
     except StoreError as exc:
         raise UserError(str(exc)) from None
     finally:

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.records import Timing
+from ..core.records import RecordKind, Timing
 from ..core.schema import (
     _CONTROL,
     _ENUMS,
@@ -64,7 +64,7 @@ def identity_signature(d: dict[str, Any]) -> tuple | None:
 
 def remember(d: dict[str, Any]) -> None:
     """After check_record(d) passed: its identity is one a plain line may reuse without a second walk."""
-    if d.get("kind", "measurement") == "ranking" or len(VERIFIED_IDS) >= _MAX_VERIFIED:
+    if d.get("kind", RecordKind.MEASUREMENT) == RecordKind.RANKING or len(VERIFIED_IDS) >= _MAX_VERIFIED:
         return
     sig = identity_signature(d)
     if sig is not None:

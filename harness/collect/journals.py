@@ -20,7 +20,17 @@ from typing import Any
 import numpy as np
 
 from ..core import intake
-from ..core.records import OK, SCHEMA_VERSION, Accuracy, Determinism, Ranking, Record, Timing
+from ..core.records import (
+    OK,
+    RECORD_KINDS,
+    SCHEMA_VERSION,
+    Accuracy,
+    Determinism,
+    Ranking,
+    Record,
+    RecordKind,
+    Timing,
+)
 from ..core.schema import SchemaError, check_record, check_run_header
 from . import columns as column_checks
 from .discovery import RawRun, Refused, sha1_16
@@ -40,7 +50,8 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 
 _COMBO_MEMO: dict[tuple, tuple] = {}
-_KINDS = frozenset(("measurement", "autotune", "crosscheck", "repro"))
+_KINDS = frozenset(RECORD_KINDS)
+_RANKING = RecordKind.RANKING.value  # a plain str: compared on every line
 
 
 def _combo(d: dict[str, Any]) -> tuple:
@@ -185,7 +196,7 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
                 if not line.strip():
                     raise ValueError("the line is empty (a journal has one record per line)") from None
                 raise
-            if not full and d.__class__ is dict and d.get("kind") == "ranking":
+            if not full and d.__class__ is dict and d.get("kind") == _RANKING:
                 r = plain_ranking(d)
                 if r is not None:
                     rankings.append(r)
@@ -196,7 +207,7 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
             try:  # fast path: every field there, combination seen before; anything else takes the full path
                 (schema, kind, case, backend, direction, algo, math_, dtype, layout, settings, t, a, h, status,
                  reason, device, workspace, chosen_algo, explanation, extra) = get_rec(d)
-                fast = schema == SCHEMA_VERSION and schema is not True and kind != "ranking"
+                fast = schema == SCHEMA_VERSION and schema is not True and kind != _RANKING
                 if fast:
                     sig = (case, backend, direction, algo, math_, dtype, layout,
                            column_checks.settings_signature(settings), kind)
@@ -236,7 +247,7 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
                 if d["schema"] != SCHEMA_VERSION or d["schema"] is True:
                     raise Refused(f"{raw.origin}: records.jsonl line {lineno} has schema {d.get('schema')!r}; "
                                   f"this convbench reads schema {SCHEMA_VERSION}")
-                if d["kind"] == "ranking":
+                if d["kind"] == _RANKING:
                     rankings.append(_GET_RANK(d))
                     continue
                 c = combo(d)

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ..core.records import RecordKind
 from .store_packing import (
     COMBO_COLUMNS,
     INTEGER_COLUMNS,
@@ -75,6 +76,47 @@ def _number_values(col: np.ndarray, integer: bool) -> list:
     return vals
 
 
+def listed_settings(settings_json: str, kind: str) -> dict[str, Any]:
+    """A combination's settings as a record read back carries them: a study's kind shown among them (``record``)
+    wherever a record is listed."""
+    settings = json.loads(settings_json)
+    return settings if kind == RecordKind.MEASUREMENT else {"record": kind, **settings}
+
+
+def unpack_records(n: int, combo_ids: list[int], combos: dict[int, tuple[tuple, dict[str, Any]]], numbers: bytes,
+                   texts: bytes, counts_blob: bytes, samples_blob_: bytes, *, with_samples: bool = True,
+                   bases: dict[int, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """A packed run_records row (store_packing.pack_records) as the records a reader gets, each joined with its
+    combination (``combos``: id -> (COMBO_COLUMNS values, listed_settings)): the one decoding of a run's records,
+    of the store's rows and of a run read straight from its directory (runread.py)."""
+    num = numbers_array(numbers, n)
+    columns = [_number_values(num[j], c in INTEGER_COLUMNS) for j, c in enumerate(NUMBER_COLUMNS)]
+    text_cols = text_columns(texts, n)
+    if with_samples:
+        counts = np.frombuffer(counts_blob, "<i4")
+        allsamples = floats(samples_blob_, int(counts.sum()))
+        ends = np.cumsum(counts).tolist()
+        samples = [allsamples[a:b] for a, b in zip([0, *ends][:n], ends, strict=True)]
+    else:
+        samples = [None] * n
+    # a record is its combination's dict (made once per combination) copied, then its texts and numbers
+    bases = {} if bases is None else bases
+    names = (*TEXT_COLUMNS, *NUMBER_COLUMNS)
+    out = []
+    for cid, smp, *values_ in zip(combo_ids, samples, *text_cols, *columns, strict=True):
+        base = bases.get(cid)
+        if base is None:
+            base = bases[cid] = dict(zip((*_model_names(COMBO_COLUMNS), "combo"), (*combos[cid][0], cid),
+                                         strict=True))
+        d = base.copy()
+        d.update(zip(names, values_, strict=True))
+        d["settings"] = dict(combos[cid][1])
+        d["extra"] = d["extra"] or {}
+        d["samples"] = smp
+        out.append(d)
+    return out
+
+
 class StoreReads:
     """Store's reading half (store.Store): ``db``, ``readonly`` and the combination cache are the store's."""
 
@@ -135,33 +177,8 @@ class StoreReads:
             return []
         n, combo_blob, numbers, texts, counts_blob, samples_blob_ = row
         combo_ids = np.frombuffer(combo_blob, "<i4").tolist()
-        combos = self._combo_rows(combo_ids)
-        num = numbers_array(numbers, n)
-        columns = [_number_values(num[j], c in INTEGER_COLUMNS) for j, c in enumerate(NUMBER_COLUMNS)]
-        text_cols = text_columns(texts, n)
-        if with_samples:
-            counts = np.frombuffer(counts_blob, "<i4")
-            allsamples = floats(samples_blob_, int(counts.sum()))
-            ends = np.cumsum(counts).tolist()
-            samples = [allsamples[a:b] for a, b in zip([0, *ends][:n], ends, strict=True)]
-        else:
-            samples = [None] * n
-        # a record is its combination's dict (made once per combination) copied, then its texts and numbers
-        bases = self._combo_bases if self.readonly else {}
-        names = (*TEXT_COLUMNS, *NUMBER_COLUMNS)
-        out = []
-        for cid, smp, *values_ in zip(combo_ids, samples, *text_cols, *columns, strict=True):
-            base = bases.get(cid)
-            if base is None:
-                base = bases[cid] = dict(zip((*_model_names(COMBO_COLUMNS), "combo"), (*combos[cid][0], cid),
-                                             strict=True))
-            d = base.copy()
-            d.update(zip(names, values_, strict=True))
-            d["settings"] = dict(combos[cid][1])
-            d["extra"] = d["extra"] or {}
-            d["samples"] = smp
-            out.append(d)
-        return out
+        return unpack_records(n, combo_ids, self._combo_rows(combo_ids), numbers, texts, counts_blob, samples_blob_,
+                              with_samples=with_samples, bases=self._combo_bases if self.readonly else {})
 
     def _combo_rows(self, combo_ids: list[int]) -> dict[int, tuple[tuple, dict[str, Any]]]:
         """(values of COMBO_COLUMNS, parsed settings) of the given combinations; a read-only store keeps them
@@ -172,10 +189,7 @@ class StoreReads:
             chunk = wanted[i:i + 500]
             for r in self.db.execute(f"SELECT id, {','.join(COMBO_COLUMNS)} FROM combos WHERE id IN "
                                      f"({','.join('?' * len(chunk))})", chunk):
-                settings = json.loads(r[9])
-                if r[10] != "measurement":  # shown with the settings wherever a record is listed
-                    settings = {"record": r[10], **settings}
-                cache[r[0]] = (r[1:], settings)
+                cache[r[0]] = (r[1:], listed_settings(r[9], r[10]))
         return cache
 
     @_damage_is_a_store_error

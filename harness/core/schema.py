@@ -26,11 +26,13 @@ from .cases import DIRECTIONS, DTYPES, LAYOUTS
 from .records import (
     IDENTITY_FIELDS,
     KEY_SEPARATOR,
+    RECORD_KINDS,
     SCHEMA_VERSION,
     SETTING_EQUALS,
     SETTING_SEPARATOR,
     Ranking,
     Record,
+    RecordKind,
 )
 
 MAX_TEXT = 1024  # an identity field, a status, a hash, a setting's value
@@ -39,7 +41,7 @@ MAX_SAMPLES = 100_000  # timing samples of one record (compare's statistics hold
 MAX_ITEMS = 4096  # entries of any other list or object
 MAX_DEPTH = 8  # nesting inside an open-ended object (extra)
 MAX_INT = (1 << 63) - 1
-KINDS = ("measurement", "autotune", "crosscheck", "repro")
+KINDS = RECORD_KINDS  # the kinds of Record a journal line may be (a Ranking is checked apart)
 _LONG_TEXTS = frozenset(("reason", "explanation"))
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # a name that becomes one path component (a machine, a run id): no separators, no dot-dot, no control characters
@@ -269,8 +271,8 @@ def check_record(d: Any) -> None:
         raise SchemaError("record", f"is {_type_name(d)}, not an object")
     if d.get("schema") != SCHEMA_VERSION or type(d.get("schema")) is not int:
         raise SchemaError("schema", f"is {str(d.get('schema'))[:40]!r}; this convbench reads schema {SCHEMA_VERSION}")
-    kind = d.get("kind", "measurement")
-    if kind == "ranking":
+    kind = d.get("kind", RecordKind.MEASUREMENT)
+    if kind == RecordKind.RANKING:
         _ranking_checker(d, "record")
         return
     if kind not in KINDS:
