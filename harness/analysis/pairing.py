@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,6 +136,22 @@ class MachineNights:
     @property
     def latest(self) -> Night:
         return self.nights[-1]
+
+
+def latest_pairs(base_runs: list[dict[str, Any]], head_runs: list[dict[str, Any]], base_fp: Callable[[dict], dict],
+                 head_fp: Callable[[dict], dict]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(base, head) for each machine (``machine_key``: its GPU on its node) that both sides ran on, the latest run
+    of each side (runs oldest first); with one machine a side and none in common, those two (a comparison across
+    hardware); [] where the sides share no machine and are not one each. ``base_fp`` / ``head_fp`` give a run's
+    fingerprint (the two sides may come from two stores)."""
+    b = {machine_key(r, base_fp(r) or {}): r for r in base_runs}
+    h = {machine_key(r, head_fp(r) or {}): r for r in head_runs}
+    common = sorted(b.keys() & h.keys())
+    if common:
+        return [(b[m], h[m]) for m in common]
+    if len(b) == 1 and len(h) == 1:
+        return [(next(iter(b.values())), next(iter(h.values())))]
+    return []
 
 
 HISTORY_RUNS = 5  # earlier runs whose spread widens a combination's time threshold (timechange.HISTORY_FACTOR)

@@ -124,22 +124,17 @@ def resolve(selector: str, store_path: str) -> tuple[Store, list[dict[str, Any]]
     return store, runs
 
 
-def _latest_per_machine(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for r in runs:  # runs come oldest first
-        out[r["machine"]] = r
-    return out
+def pairs(sb: Store, base_runs: list[dict[str, Any]], sh: Store,
+          head_runs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The runs compared: the report's pairing (analysis/pairing.latest_pairs: by GPU on node)."""
+    from ..analysis.pairing import latest_pairs
 
-
-def pairs(base_runs, head_runs) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    b, h = _latest_per_machine(base_runs), _latest_per_machine(head_runs)
-    common = sorted(b.keys() & h.keys())
-    if common:
-        return [(b[m], h[m]) for m in common]
-    if len(b) == 1 and len(h) == 1:
-        return [(next(iter(b.values())), next(iter(h.values())))]
-    raise UserError(f"no machine in common between BASE ({', '.join(sorted(b))}) and HEAD ({', '.join(sorted(h))})",
-                    EXIT_NO_DATA)
+    matched = latest_pairs(base_runs, head_runs, lambda r: sb.run_json(r["id"])["fingerprint"],
+                           lambda r: sh.run_json(r["id"])["fingerprint"])
+    if not matched:
+        b, h = sorted({r["machine"] for r in base_runs}), sorted({r["machine"] for r in head_runs})
+        raise UserError(f"no machine in common between BASE ({', '.join(b)}) and HEAD ({', '.join(h)})", EXIT_NO_DATA)
+    return matched
 
 
 def history(store: Store, base: dict[str, Any], base_fp: dict[str, Any]) -> list[list[dict[str, Any]]]:
@@ -167,7 +162,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     notes = []
     impacts: list[dict[str, Any]] = []
     in_common = 0
-    matched = pairs(base_runs, head_runs)
+    matched = pairs(sb, base_runs, sh, head_runs)
     same = [rb["run_id"] for rb, rh in matched if _same_run(args, sb, sh, rb, rh)]
     if same:  # a run against itself finds nothing and would pass the gate
         raise UserError(f"BASE and HEAD are the same run ({same[0]}" + (f" and {len(same) - 1} more" if len(same) > 1
