@@ -196,7 +196,7 @@ IDENTITY_FIELDS = (
 )
 
 
-def _field(fp: dict[str, Any], dotted: str) -> Any:
+def fingerprint_field(fp: dict[str, Any], dotted: str) -> Any:
     value: Any = fp
     for part in dotted.split("."):
         value = value.get(part) if isinstance(value, dict) else None
@@ -208,7 +208,7 @@ def machine_identity(fp: dict[str, Any]) -> str:
     older runs: their hostname) and the GPU's UUID; a CPU run is its node's slot, else its node. Two GPUs under
     one machine name are two machines; one GPU in a new container, pod or image is still one."""
     host = fingerprint.node_name(fp)
-    uuid = _field(fp, "gpu.uuid")
+    uuid = fingerprint_field(fp, "gpu.uuid")
     if uuid:
         return f"{host}/{uuid}"
     slot = fp.get("slot")
@@ -220,7 +220,7 @@ def fingerprint_diff(base: dict[str, Any], head: dict[str, Any]) -> list[tuple[s
     mapped libraries by file name when both sides recorded them (runs before 2026-11-30 did not)."""
     if base is head:  # one fingerprint object for equal texts (Store.run_jsons): a machine's nights mostly
         return []
-    out = [(f, _field(base, f), _field(head, f)) for f in IDENTITY_FIELDS if _field(base, f) != _field(head, f)]
+    out = [(f, fingerprint_field(base, f), fingerprint_field(head, f)) for f in IDENTITY_FIELDS if fingerprint_field(base, f) != fingerprint_field(head, f)]
     mb, mh = base.get("mapped") or {}, head.get("mapped") or {}
     for name in sorted(set(mb) | set(mh)) if (mb and mh) else ():
         if mb.get(name) != mh.get(name):

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .compare import _field, machine_identity
+from .compare import fingerprint_field, machine_identity
 
 # (label, dotted fingerprint field) in the order a person reads a stack
 STACK_FIELDS = (
@@ -56,12 +56,12 @@ def _scalar(value: Any) -> Any:
 def _stack_fields(fp: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     out = []
     for label, dotted in STACK_FIELDS:
-        v = _scalar(_field(fp, dotted))
-        if label == "cuDNN" and v is None and isinstance(_field(fp, "software.torch_cudnn"), int):
-            n = _field(fp, "software.torch_cudnn")
+        v = _scalar(fingerprint_field(fp, dotted))
+        if label == "cuDNN" and v is None and isinstance(fingerprint_field(fp, "software.torch_cudnn"), int):
+            n = fingerprint_field(fp, "software.torch_cudnn")
             v = f"{n // 10000}.{n // 100 % 100}.{n % 100}" if n >= 10000 else str(n)
         out.append((label, v))
-    providers = _field(fp, "software.onnxruntime_providers")
+    providers = fingerprint_field(fp, "software.onnxruntime_providers")
     if providers is not None:
         names = [str(p).replace("ExecutionProvider", "") for p in providers] if isinstance(providers, list) \
             else [str(_scalar(providers))]
@@ -90,7 +90,7 @@ def stack_key(fp: dict[str, Any]) -> tuple:
 
 def machine_key(run: dict[str, Any], fp: dict[str, Any]) -> str:
     """The machine a run belongs to: its GPU on its host, else its machine name."""
-    return machine_identity(fp) if _field(fp, "gpu.uuid") else f"machine:{run['machine']}"
+    return machine_identity(fp) if fingerprint_field(fp, "gpu.uuid") else f"machine:{run['machine']}"
 
 
 @dataclass

@@ -152,7 +152,7 @@ def _describe(run: dict[str, Any]) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from ..analysis.compare import _field, compare_runs, fingerprint_diff, gate, machine_identity
+    from ..analysis.compare import compare_runs, fingerprint_diff, fingerprint_field, gate, machine_identity
     from ..analysis.impact import impact
 
     th = thresholds(args, lost_coverage_fails=True)  # checked before any store is read
@@ -182,7 +182,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         base_recs, head_recs = sb.records(rb["id"]), sh.records(rh["id"])
         in_common += len({r["key"] for r in base_recs} & {r["key"] for r in head_recs})
         impacts += [{**row, "machine": rh["machine"]} for row in
-                    impact(base_recs, head_recs, str(_field(fh, "gpu.name") or rh["machine"]))]
+                    impact(base_recs, head_recs, str(fingerprint_field(fh, "gpu.name") or rh["machine"]))]
         for f in compare_runs(base_recs, head_recs, th, history(sb, rb, fb)):
             f.machine, f.base_run, f.head_run = rh["machine"], rb["run_id"], rh["run_id"]
             f.extra["across_hardware"] = across

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.schema import _NUMBER_TYPES
+from ..core.schema import RULES
 from .store_schema import REBUILD, StoreError
 
 try:  # packing a run's texts is on collect's hot path; the standard library is the fallback
@@ -202,7 +202,7 @@ def encode_values(values: list, area: Area | None = None) -> Any:
         width = len(first)
         if all(v.__class__ is list and len(v) == width for v in values):
             flat = list(itertools.chain.from_iterable(values))
-            if set(map(type, flat)) <= _NUMBER_TYPES:  # never a bool: True is not a number here
+            if set(map(type, flat)) <= RULES.number_types:  # never a bool: True is not a number here
                 return {"width": width, "flat": (area is not None and flat and area.ref(flat)) or flat}
     elif area is not None and (first.__class__ is float or first.__class__ is int):
         return area.ref(values) or values

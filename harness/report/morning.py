@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Any
 
 from ..analysis import pairing, rollup
-from ..analysis.compare import BITS_CHANGED, _field, gate
+from ..analysis.compare import BITS_CHANGED, fingerprint_field, gate
 from ..analysis.impact import impact
 from ..analysis.thresholds import Thresholds, settings_lines
 from ..core.records import OK, SKIPPED
@@ -89,7 +89,7 @@ def comparison(c: NightlyComparison, th: Thresholds) -> dict[str, Any]:
                           c.base_records, c.head_records)[:TOP]
     shared = len(c.base_records.keys() & c.head_records.keys())
     n = rollup.net(c.findings, c.base_records, c.head_records, len(failing))
-    gpu = str(_field(c.head_fp, "gpu.name") or c.machine.name) if c.head_fp else c.machine.name
+    gpu = str(fingerprint_field(c.head_fp, "gpu.name") or c.machine.name) if c.head_fp else c.machine.name
     return {"what": c.comparison.what, "base": c.comparison.base, "head": c.comparison.head, "shared": shared,
             "n_base": len(c.base_records), "n_head": len(c.head_records),
             "n_failing": len(failing), "n": len(c.findings),

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..analysis import paired_judgement as judgement
 from ..analysis import rollup
-from ..analysis.compare import PRECISION_RANK, _field
+from ..analysis.compare import PRECISION_RANK, fingerprint_field
 from ..analysis.impact import impact
 from ..analysis.pairing import fields_change, stack_fields, stack_line
 from .model import Model
@@ -54,7 +54,7 @@ def accuracy_order(f) -> tuple:
 
 
 def _gpu_name(leg: dict[str, Any]) -> str:
-    return str(_field(leg["B"]["fingerprint"], "gpu.name") or "")
+    return str(fingerprint_field(leg["B"]["fingerprint"], "gpu.name") or "")
 
 
 def verdict(pair: tuple[str, str], studies: list[dict[str, Any]]) -> dict[str, Any]:
