@@ -35,7 +35,7 @@ from ..core.schema import SchemaError, check_record, check_run_header
 from . import columns as column_checks
 from .discovery import RawRun, Refused, sha1_16
 from .rows import ACC_FIELDS, DET_FIELDS, TIME_FIELDS, TOP_FIELDS, combo_row, hash64s, night
-from .store_packing import ParsedRun, samples_blob
+from .store_packing import ParsedRun, RecordColumns, samples_blob
 
 try:  # three times faster on the fleet's ten million lines; the standard library is the fallback
     import orjson as _fastjson
@@ -284,13 +284,13 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
         last = {c[0]: i for i, c in enumerate(combos)}
         keep = sorted(last.values())
         combos, rows = [combos[i] for i in keep], [rows[i] for i in keep]
-    cols = list(zip(*rows, strict=True)) if rows else [()] * 27
+    cols = RecordColumns._make(zip(*rows, strict=True) if rows else [()] * len(RecordColumns._fields))
     try:
-        med = np.array(cols[3], dtype=np.float64)  # None becomes NaN
-        err = np.array(cols[13], dtype=np.float64)
+        med = np.array(cols.median_ms, dtype=np.float64)  # None becomes NaN
+        err = np.array(cols.max_norm_err, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise Refused(f"{raw.origin}: records.jsonl has text where a number belongs ({exc})") from None
-    run, vectors = run_row(raw, meta, cols[0], med, err, cols[18], cols[24], len(rankings))
+    run, vectors = run_row(raw, meta, cols.status, med, err, cols.hash, cols.chosen_algo, len(rankings))
     return ParsedRun(run, combos, rows, rankings, vectors)
 
 

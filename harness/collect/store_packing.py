@@ -8,6 +8,7 @@ record cost more than parsing it, and a 10^7-record collect has to fit two cores
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import operator
@@ -49,6 +50,9 @@ INTEGER_COLUMNS = frozenset(("n", "workspace_bytes", "nan", "inf", "unwritten", 
                              "fresh_handle_equal", "distinct_outputs"))
 TEXT_COLUMNS = ("status", "reason", "device", "timer", "mode", "precision_class", "hash", "hash_algo",
                 "chosen_algo", "explanation", "extra")
+# a run's record rows column by column, each column by its name (a row is a plain tuple in this order: the parsers
+# build millions of them; a run's columns are named once)
+RecordColumns = collections.namedtuple("RecordColumns", RECORD_COLUMNS[2:])
 _POS = {c: i for i, c in enumerate(RECORD_COLUMNS[2:])}
 _NUM_POS = [_POS[c] for c in NUMBER_COLUMNS]
 _TXT_POS = [_POS[c] for c in TEXT_COLUMNS]

@@ -25,7 +25,7 @@ from .store_packing import (
     numbers_array,
     text_columns,
 )
-from .store_schema import REBUILD, StoreError, error_line
+from .store_schema import REBUILD, StoreError, StoreFile, error_line
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -117,121 +117,123 @@ def unpack_records(n: int, combo_ids: list[int], combos: dict[int, tuple[tuple, 
     return out
 
 
-class StoreReads:
-    """Store's reading half (store.Store): ``db``, ``readonly`` and the combination cache are the store's."""
+@_damage_is_a_store_error
+def runs(store: StoreFile, where: str = "", params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    """Run rows (without the bulky JSON columns) as dicts, oldest first."""
+    cols = ("id", "run_id", "machine", "image", "image_id", "started", "night", "suite_revision", "hardware",
+            "gpu_model", "sm", "source", "origin", "complete", "n_records", "n_ok", "n_rankings", "counts")
+    sql = f"SELECT {','.join(cols)} FROM runs {('WHERE ' + where) if where else ''} ORDER BY started, id"
+    out = []
+    for row in store.db.execute(sql, params):
+        d = dict(zip(cols, row, strict=True))
+        d["counts"] = json.loads(d["counts"])
+        out.append(d)
+    return out
 
-    db: sqlite3.Connection
-    readonly: bool
-    _combo_cache: dict[int, tuple[tuple, dict[str, Any]]]
-    _combo_bases: dict[int, dict[str, Any]]
 
-    @_damage_is_a_store_error
-    def runs(self, where: str = "", params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        """Run rows (without the bulky JSON columns) as dicts, oldest first."""
-        cols = ("id", "run_id", "machine", "image", "image_id", "started", "night", "suite_revision", "hardware",
-                "gpu_model", "sm", "source", "origin", "complete", "n_records", "n_ok", "n_rankings", "counts")
-        sql = f"SELECT {','.join(cols)} FROM runs {('WHERE ' + where) if where else ''} ORDER BY started, id"
-        out = []
-        for row in self.db.execute(sql, params):
-            d = dict(zip(cols, row, strict=True))
-            d["counts"] = json.loads(d["counts"])
-            out.append(d)
-        return out
+@_damage_is_a_store_error
+def run_json(store: StoreFile, run_pk: int) -> dict[str, Any]:
+    fp, opts, end = store.db.execute("SELECT fingerprint, options, end_info FROM runs WHERE id=?",
+                                    (run_pk,)).fetchone()
+    return {"fingerprint": json.loads(fp), "options": json.loads(opts), "end": json.loads(end) if end else None}
 
-    @_damage_is_a_store_error
-    def run_json(self, run_pk: int) -> dict[str, Any]:
-        fp, opts, end = self.db.execute("SELECT fingerprint, options, end_info FROM runs WHERE id=?",
-                                        (run_pk,)).fetchone()
-        return {"fingerprint": json.loads(fp), "options": json.loads(opts), "end": json.loads(end) if end else None}
 
-    @_damage_is_a_store_error
-    def run_jsons(self) -> dict[int, dict[str, Any]]:
-        """``run_json`` of every run, in one query (a fleet's report reads all 18 250 of them). Equal texts give
-        one shared object (a machine's nights share their fingerprint): read-only, and what is derived from a
-        fingerprint is then computed once per object (pairing.stack_fields)."""
-        parsed: dict[str, Any] = {}
+@_damage_is_a_store_error
+def run_jsons(store: StoreFile) -> dict[int, dict[str, Any]]:
+    """``run_json`` of every run, in one query (a fleet's report reads all 18 250 of them). Equal texts give
+    one shared object (a machine's nights share their fingerprint): read-only, and what is derived from a
+    fingerprint is then computed once per object (pairing.stack_fields)."""
+    parsed: dict[str, Any] = {}
 
-        def load(text: str) -> Any:
-            v = parsed.get(text)
-            if v is None:
-                try:
-                    v = loads_texts(text)
-                except ValueError:  # what orjson does not read (beyond 1e308): as run_json reads it
-                    v = json.loads(text)
-                parsed[text] = v
-            return v
+    def load(text: str) -> Any:
+        v = parsed.get(text)
+        if v is None:
+            try:
+                v = loads_texts(text)
+            except ValueError:  # what orjson does not read (beyond 1e308): as run_json reads it
+                v = json.loads(text)
+            parsed[text] = v
+        return v
 
-        return {pk: {"fingerprint": load(fp), "options": load(opts), "end": load(end) if end else None}
-                for pk, fp, opts, end in self.db.execute("SELECT id, fingerprint, options, end_info FROM runs")}
+    return {pk: {"fingerprint": load(fp), "options": load(opts), "end": load(end) if end else None}
+            for pk, fp, opts, end in store.db.execute("SELECT id, fingerprint, options, end_info FROM runs")}
 
-    @_damage_is_a_store_error
-    def record_count(self) -> int:
-        return self.db.execute("SELECT coalesce(sum(n), 0) FROM run_records").fetchone()[0]
 
-    @_damage_is_a_store_error
-    def records(self, run_pk: int, *, with_samples: bool = True) -> list[dict[str, Any]]:
-        """Records of one run joined with their combination, as dicts (samples as float64 arrays)."""
-        row = self.db.execute("SELECT n, combo, numbers, texts, sample_counts, samples FROM run_records WHERE run=?",
-                              (run_pk,)).fetchone()
-        if row is None:
-            return []
-        n, combo_blob, numbers, texts, counts_blob, samples_blob_ = row
-        combo_ids = np.frombuffer(combo_blob, "<i4").tolist()
-        return unpack_records(n, combo_ids, self._combo_rows(combo_ids), numbers, texts, counts_blob, samples_blob_,
-                              with_samples=with_samples, bases=self._combo_bases if self.readonly else {})
+@_damage_is_a_store_error
+def record_count(store: StoreFile) -> int:
+    return store.db.execute("SELECT coalesce(sum(n), 0) FROM run_records").fetchone()[0]
 
-    def _combo_rows(self, combo_ids: list[int]) -> dict[int, tuple[tuple, dict[str, Any]]]:
-        """(values of COMBO_COLUMNS, parsed settings) of the given combinations; a read-only store keeps them
-        (its snapshot cannot change), a store being written reads them again (a rolled-back id may be reused)."""
-        cache = self._combo_cache if self.readonly else {}
-        wanted = sorted(set(combo_ids) - cache.keys())
-        for i in range(0, len(wanted), 500):
-            chunk = wanted[i:i + 500]
-            for r in self.db.execute(f"SELECT id, {','.join(COMBO_COLUMNS)} FROM combos WHERE id IN "
-                                     f"({','.join('?' * len(chunk))})", chunk):
-                cache[r[0]] = (r[1:], listed_settings(r[9], r[10]))
-        return cache
 
-    @_damage_is_a_store_error
-    def rankings(self, run_pk: int) -> list[dict[str, Any]]:
-        cols = RANKING_COLUMNS[1:]
-        return [dict(zip(_model_names(cols), r, strict=True)) for r in
-                self.db.execute(f"SELECT {','.join(cols)} FROM rankings WHERE run=? ORDER BY case_id, direction,"
-                                " dtype, layout, math, source, rank", (run_pk,))]
+@_damage_is_a_store_error
+def records(store: StoreFile, run_pk: int, *, with_samples: bool = True) -> list[dict[str, Any]]:
+    """Records of one run joined with their combination, as dicts (samples as float64 arrays)."""
+    row = store.db.execute("SELECT n, combo, numbers, texts, sample_counts, samples FROM run_records WHERE run=?",
+                          (run_pk,)).fetchone()
+    if row is None:
+        return []
+    n, combo_blob, numbers, texts, counts_blob, samples_blob_ = row
+    combo_ids = np.frombuffer(combo_blob, "<i4").tolist()
+    return unpack_records(n, combo_ids, combo_rows(store, combo_ids), numbers, texts, counts_blob, samples_blob_,
+                          with_samples=with_samples, bases=store.combo_bases if store.readonly else {})
 
-    @_damage_is_a_store_error
-    def combos(self) -> dict[int, dict[str, Any]]:
-        cols = ("id", *COMBO_COLUMNS)
-        return {r[0]: dict(zip(_model_names(cols), r, strict=True))
-                for r in self.db.execute(f"SELECT {','.join(cols)} FROM combos")}
 
-    @_damage_is_a_store_error
-    def names(self) -> dict[int, str]:
-        return dict(self.db.execute("SELECT id, name FROM names"))
+def combo_rows(store: StoreFile, combo_ids: list[int]) -> dict[int, tuple[tuple, dict[str, Any]]]:
+    """(values of COMBO_COLUMNS, parsed settings) of the given combinations; a read-only store keeps them
+    (its snapshot cannot change), a store being written reads them again (a rolled-back id may be reused)."""
+    cache = store.combo_cache if store.readonly else {}
+    wanted = sorted(set(combo_ids) - cache.keys())
+    for i in range(0, len(wanted), 500):
+        chunk = wanted[i:i + 500]
+        for r in store.db.execute(f"SELECT id, {','.join(COMBO_COLUMNS)} FROM combos WHERE id IN "
+                                 f"({','.join('?' * len(chunk))})", chunk):
+            cache[r[0]] = (r[1:], listed_settings(r[9], r[10]))
+    return cache
 
-    @_damage_is_a_store_error
-    def medians(self, run_pk: int) -> tuple[list[int], list[float | None]]:
-        """(combination ids, medians in ms as the records hold them, None where not timed) of one run's records:
-        what a compare's history reads, without decoding a text or a sample."""
-        row = self.db.execute("SELECT n, combo, numbers FROM run_records WHERE run=?", (run_pk,)).fetchone()
-        if row is None:
-            return [], []
-        n, combo_blob, numbers = row
-        med = numbers_array(numbers, n)[NUMBER_COLUMNS.index("median_ms")]
-        return np.frombuffer(combo_blob, "<i4").tolist(), [None if m != m else m for m in med.tolist()]
 
-    @_damage_is_a_store_error
-    def vectors(self, run_pks: Sequence[int]) -> dict[int, dict[str, np.ndarray]]:
-        """Columnar per-run values (see ``run_vectors``) for the given runs."""
-        out: dict[int, dict[str, np.ndarray]] = {}
-        for i in range(0, len(run_pks), 500):
-            chunk = list(run_pks[i:i + 500])
-            marks = ",".join("?" * len(chunk))
-            for run, combo, ok, med, err, h, chosen in self.db.execute(
-                    f"SELECT run, combo, ok, median, norm_err, hash, chosen FROM run_vectors WHERE run IN ({marks})",
-                    chunk):
-                n = len(combo) // 4
-                out[run] = {"combo": np.frombuffer(combo, "<i4"), "ok": np.frombuffer(ok, "u1").astype(bool),
-                            "median": floats(med, n), "norm_err": floats(err, n),
-                            "hash": np.frombuffer(h, "<i8"), "chosen": np.frombuffer(chosen, "<i4")}
-        return out
+@_damage_is_a_store_error
+def rankings(store: StoreFile, run_pk: int) -> list[dict[str, Any]]:
+    cols = RANKING_COLUMNS[1:]
+    return [dict(zip(_model_names(cols), r, strict=True)) for r in
+            store.db.execute(f"SELECT {','.join(cols)} FROM rankings WHERE run=? ORDER BY case_id, direction,"
+                            " dtype, layout, math, source, rank", (run_pk,))]
+
+
+@_damage_is_a_store_error
+def combos(store: StoreFile) -> dict[int, dict[str, Any]]:
+    cols = ("id", *COMBO_COLUMNS)
+    return {r[0]: dict(zip(_model_names(cols), r, strict=True))
+            for r in store.db.execute(f"SELECT {','.join(cols)} FROM combos")}
+
+
+@_damage_is_a_store_error
+def names(store: StoreFile) -> dict[int, str]:
+    return dict(store.db.execute("SELECT id, name FROM names"))
+
+
+@_damage_is_a_store_error
+def medians(store: StoreFile, run_pk: int) -> tuple[list[int], list[float | None]]:
+    """(combination ids, medians in ms as the records hold them, None where not timed) of one run's records:
+    what a compare's history reads, without decoding a text or a sample."""
+    row = store.db.execute("SELECT n, combo, numbers FROM run_records WHERE run=?", (run_pk,)).fetchone()
+    if row is None:
+        return [], []
+    n, combo_blob, numbers = row
+    med = numbers_array(numbers, n)[NUMBER_COLUMNS.index("median_ms")]
+    return np.frombuffer(combo_blob, "<i4").tolist(), [None if m != m else m for m in med.tolist()]
+
+
+@_damage_is_a_store_error
+def vectors(store: StoreFile, run_pks: Sequence[int]) -> dict[int, dict[str, np.ndarray]]:
+    """Columnar per-run values (see ``run_vectors``) for the given runs."""
+    out: dict[int, dict[str, np.ndarray]] = {}
+    for i in range(0, len(run_pks), 500):
+        chunk = list(run_pks[i:i + 500])
+        marks = ",".join("?" * len(chunk))
+        for run, combo, ok, med, err, h, chosen in store.db.execute(
+                f"SELECT run, combo, ok, median, norm_err, hash, chosen FROM run_vectors WHERE run IN ({marks})",
+                chunk):
+            n = len(combo) // 4
+            out[run] = {"combo": np.frombuffer(combo, "<i4"), "ok": np.frombuffer(ok, "u1").astype(bool),
+                        "median": floats(med, n), "norm_err": floats(err, n),
+                        "hash": np.frombuffer(h, "<i8"), "chosen": np.frombuffer(chosen, "<i4")}
+    return out
