@@ -1,8 +1,8 @@
 """The index: what changed last night, machine by machine, in the gate's own verdicts and words.
 
 For each machine (a GPU on a host) its latest night against its previous night on the same stack and against its
-previous stack (pairing.py), judged by ``compare.compare_runs`` and ``compare.gate`` with the calibrated
-``Thresholds()``: the counts first, then the top findings with their explanation, then what the machine stopped
+previous stack (pairing.py), judged by ``compare.compare_runs`` and ``compare.gate`` with the report's gate
+settings (``Model.thresholds``, named on the index): the counts first, then the top findings with their explanation, then what the machine stopped
 running and why. Verdict words come from the findings themselves, so a new verdict shows up without a change here.
 """
 
