@@ -22,9 +22,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.analysis import timechange  # noqa: E402
+from harness.analysis import thresholds  # noqa: E402
 from harness.analysis.compare import machine_identity  # noqa: E402
-from harness.analysis.timechange import Thresholds, own_noise, time_verdict  # noqa: E402
+from harness.analysis.thresholds import Thresholds  # noqa: E402
+from harness.analysis.timechange import own_noise, time_verdict  # noqa: E402
 from harness.collect.ingest import read_runs_into  # noqa: E402
 from harness.collect.store import Store  # noqa: E402
 
@@ -133,12 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.power:
         opener = lzma.open if args.power.suffix == ".xz" else open
         power = json.load(opener(args.power))["rows"]
-    default = timechange.TIME_BANDS
+    default = thresholds.TIME_BANDS
     for mid, big in CANDIDATES:
-        timechange.TIME_BANDS = ((default[0][0], default[0][1]), (default[1][0], mid), (default[2][0], big))
+        thresholds.TIME_BANDS = ((default[0][0], default[0][1]), (default[1][0], mid), (default[2][0], big))
         th = Thresholds()
         failing, ambiguous, rows = judge_pairs(runs, th)
-        mark = " (the defaults)" if timechange.TIME_BANDS == default else ""
+        mark = " (the defaults)" if thresholds.TIME_BANDS == default else ""
         line = (f"20-50 us {mid:.0%}, >=50 us {big:.0%}, floor {th.abs_us:g} us{mark}: A/A failing findings "
                 f"<20us {failing[0]}, 20-50us {failing[1]}, >=50us {failing[2]}; ambiguous {ambiguous}")
         if power:
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             if sum(cross) or cross_amb:
                 print(f"   across machines (reported, not gated by default): beyond the thresholds <20us {cross[0]}, "
                       f"20-50us {cross[1]}, >=50us {cross[2]}; ambiguous {cross_amb}")
-    timechange.TIME_BANDS = default
+    thresholds.TIME_BANDS = default
     if args.nightly_power:
         for name, (n, with_h, without) in nightly_power(runs, Thresholds()).items():
             print(f"night over night, {name} injected into the head's samples: {n} calls; called slower "

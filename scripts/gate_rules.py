@@ -2,7 +2,7 @@
 tried on 2026-12-01 (docs/evidence/2026-12-01-session12-gate.md), on the committed H200 data:
 
   (a) failing findings in each committed A/A pair (tests/fixtures/runs/*aa*.tar.gz, judged as tests/test_paired.py
-      judges them: harness.run.paired.judge), and the pairs of the two committed eight-night series that fail
+      judges them: harness.run.judgement.judge), and the pairs of the two committed eight-night series that fail
       (`compare --store` with five nights of history, as tests/test_gate_history.py);
   (b) device-injected detection power of both detection-power studies (scripts/gpu/detection_power.py --judge:
       03:59 UTC without placement medians, 12:20 UTC with them), and the 03:59 study's calls under 50 us with
@@ -36,13 +36,13 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts"), str(ROOT / "scripts" / "gpu")]
 import calibrate_gate  # noqa: E402
 import detection_power  # noqa: E402
 
+from harness.analysis import paired_judgement as judgement  # noqa: E402
 from harness.analysis import timechange  # noqa: E402
-from harness.analysis.compare import compare_records, gate  # noqa: E402
+from harness.analysis.compare import compare_runs, gate  # noqa: E402
 from harness.analysis.timechange import Thresholds  # noqa: E402
 from harness.collect.ingest import read_runs_into  # noqa: E402
 from harness.collect.store import Store  # noqa: E402
 from harness.measurement.timing import median_rel_stderr  # noqa: E402
-from harness.run import paired  # noqa: E402
 
 RUNS = ROOT / "tests" / "fixtures" / "runs"
 EVIDENCE = ROOT / "docs" / "evidence"
@@ -243,14 +243,14 @@ def main(argv: list[str] | None = None) -> int:
         try:
             failing = {}
             for pair, a, b in aa:
-                failing[pair] = sum(f.verdict in ("regression", "improvement") for f in paired.judge(a, b)["findings"])
+                failing[pair] = sum(f.verdict in ("regression", "improvement") for f in judgement.judge(a, b)["findings"])
             power = {}
             for study, ps in studies.items():
                 s = detection_power.judge(ps)["summary"]
                 power[study] = (s["20-50us +10%"]["detected"], s["20-50us +10%"]["calls"],
                                 s["50-infus +5%"]["detected"], s["50-infus +5%"]["calls"],
                                 s["aa_false_alarms"]["regressions"] + s["aa_false_alarms"]["improvements"])
-            night_pairs = {n: sum(bool(gate(compare_records(r[i], r[j], th, r[max(0, i - 5):i]), th))
+            night_pairs = {n: sum(bool(gate(compare_runs(r[i], r[j], th, r[max(0, i - 5):i]), th))
                                   for i, j in itertools.combinations(range(len(r)), 2)) for n, r in nights.items()}
             nightly = calibrate_gate.nightly_power(nightly_runs, th)
         finally:

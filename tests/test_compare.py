@@ -9,7 +9,7 @@ import pytest
 from _fleet_data import noisy, record, write_run
 
 from harness import cli
-from harness.analysis.compare import compare_records, cross_machine
+from harness.analysis.compare import compare_runs, cross_machine
 from harness.analysis.timechange import Thresholds, bootstrap_median_ratio, mann_whitney_greater, time_verdict
 from harness.collect.ingest import collect
 from harness.collect.store import Store
@@ -143,7 +143,7 @@ def test_findings_for_each_kind(tmp_path):
             record("bits", hash_="bb" * 16),
             record("ort", backend="ort", settings={"cudnn_conv_algo_search": "EXHAUSTIVE"}, chosen="FFT")]
     with _store_with(tmp_path, base, head) as s:
-        found = {(f.case, f.kind): f for f in compare_records(_recs(s, "base"), _recs(s, "head"))}
+        found = {(f.case, f.kind): f for f in compare_runs(_recs(s, "base"), _recs(s, "head"))}
     assert found[("t", "time")].verdict == "regression" and found[("t", "time")].ratio == pytest.approx(1.3, 0.05)
     assert found[("acc", "accuracy")].verdict == "regression" and "fp32 -> tf32" in found[("acc", "accuracy")].evidence
     assert found[("acc", "accuracy")].explanation == "TF32 tensor-core math"
@@ -162,7 +162,7 @@ def test_a_time_finding_says_when_the_gpu_was_power_capped(tmp_path):
     base = [record("t", samples=noisy(1.0, seed=1), median=1.0, clock=steady), record("u", samples=noisy(1.0))]
     head = [record("t", samples=noisy(1.1, seed=2), median=1.1, clock=capped), record("u", samples=noisy(1.2, seed=3), median=1.2)]
     with _store_with(tmp_path, base, head) as s:
-        found = {f.case: f for f in compare_records(_recs(s, "base"), _recs(s, "head")) if f.kind == "time"}
+        found = {f.case: f for f in compare_runs(_recs(s, "base"), _recs(s, "head")) if f.kind == "time"}
     assert found["t"].evidence.endswith("; head timed while the GPU reported sw_power_cap (SM clock 1860-1980 MHz)")
     assert "GPU reported" not in found["u"].evidence  # no clock recorded (older records): nothing said
 
@@ -171,7 +171,7 @@ def test_distinct_outputs_matter_only_when_a_stable_call_becomes_unstable(tmp_pa
     base = [record("was_stable"), record("unstable", repeat_equal=False, distinct=4)]
     head = [record("was_stable", repeat_equal=False, distinct=3), record("unstable", repeat_equal=False, distinct=9)]
     with _store_with(tmp_path, base, head) as s:
-        found = [(f.case, f.evidence) for f in compare_records(_recs(s, "base"), _recs(s, "head"))
+        found = [(f.case, f.evidence) for f in compare_runs(_recs(s, "base"), _recs(s, "head"))
                  if f.kind == "determinism"]
     assert ("was_stable", "distinct outputs 1 -> 3") in found
     assert not any(case == "unstable" for case, _ in found)  # 4 -> 9 is the same instability counted again
@@ -306,14 +306,14 @@ def test_autotuner_flips_between_stacks_are_changes_not_regressions():
     (they made 18 gate failures on the sample report's front page before)."""
     from _fleet_data import FIXTURES
 
-    from harness.analysis.compare import AUTOTUNE_CHANCE, compare_records, gate
+    from harness.analysis.compare import AUTOTUNE_CHANCE, compare_runs, gate
     from harness.collect.ingest import read_runs_into
     from harness.collect.store import Store
 
     store = Store(":memory:")
     read_runs_into(store, [FIXTURES / "h200x2-autotune-cudnn927.tar.gz"])
     by = {(r["machine"], r["image"]): store.records(r["id"]) for r in store.runs()}
-    found = compare_records(by[("h200-lent-gpu0-at0", "native")], by[("h200-lent-gpu0-at0", "cudnn927")],
+    found = compare_runs(by[("h200-lent-gpu0-at0", "native")], by[("h200-lent-gpu0-at0", "cudnn927")],
                             Thresholds())
     tuned = [f for f in found if f.kind == "determinism" and f.key.endswith("kind=autotune")]
     assert tuned and all(f.verdict == "change" and AUTOTUNE_CHANCE in f.evidence for f in tuned)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.analysis import timechange
-from harness.analysis.compare import compare_records, gate
+from harness.analysis.compare import compare_runs, gate
 from harness.analysis.timechange import Thresholds
 from harness.collect.ingest import read_runs_into
 from harness.collect.store import Store
@@ -38,7 +38,7 @@ def later_nights():
 def failing_pairs(nights) -> list[tuple[int, int, list[str]]]:
     out = []
     for i, j in itertools.combinations(range(len(nights)), 2):
-        found = gate(compare_records(nights[i], nights[j], Thresholds(), nights[max(0, i - 5):i]), Thresholds())
+        found = gate(compare_runs(nights[i], nights[j], Thresholds(), nights[max(0, i - 5):i]), Thresholds())
         if found:
             out.append((i, j, sorted({f"{f.case} {f.algo} {f.math} {f.dtype}" for f in found})))
     return out

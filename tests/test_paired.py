@@ -7,6 +7,7 @@ import pytest
 from _fleet_data import FIXTURES
 
 from harness import cli
+from harness.analysis import paired_judgement as judgement
 from harness.collect.ingest import read_runs_into
 from harness.collect.store import Store
 from harness.core.cases import select
@@ -34,7 +35,7 @@ def test_h200_aa_study_finds_nothing_but_time_noise():
     """The host stack against itself, ABBA, on one H200 (2026-11-30): no bits, accuracy, status or determinism
     finding at all; time findings are the placement-dependent levels of docs/performance.md, each under 12 %."""
     legs = _study("h200-aa-fwd")
-    judged = paired.judge(legs["A"], legs["B"])
+    judged = judgement.judge(legs["A"], legs["B"])
     assert judged["combinations"] == 5824 and judged["both_ok"] == 2788
     kinds = {f.kind for f in judged["findings"]}
     assert kinds == {"time"}
@@ -48,11 +49,11 @@ def test_h200_cudnn_upgrade_names_what_changed():
     """cuDNN 9.19 -> 9.27 on the H200, forward: 121 outputs changed bits (as the issue's own run found), no status
     changed; backward: seed.c8's backward-data ALGO_1 became TF32-class under DEFAULT and TENSOR_OP math, and
     the documented non-deterministic algorithms' flips are changes, not regressions."""
-    fwd = paired.judge(*_study("h200-upgrade-cudnn927-fwd").values())
+    fwd = judgement.judge(*_study("h200-upgrade-cudnn927-fwd").values())
     assert fwd["counts"]["bits:change"] == 121
     assert not any(f.kind == "availability" for f in fwd["findings"])
     legs = _study("h200-upgrade-cudnn927-bwd")
-    bwd = paired.judge(legs["A"], legs["B"])
+    bwd = judgement.judge(legs["A"], legs["B"])
     tf32 = {(f.case, f.direction, f.algo, f.math) for f in bwd["findings"]
             if f.kind == "accuracy" and f.base == "fp32" and f.head == "tf32" and f.backend == "cudnn"}
     assert tf32 == {("seed.c8", "bwd_data", "ALGO_1", m) for m in ("DEFAULT", "TENSOR_OP",
@@ -106,12 +107,12 @@ def test_each_side_of_a_study_names_the_cudnn_it_mapped(name):
 def test_studies_in_a_store_are_found_and_judged():
     store = Store(":memory:")
     read_runs_into(store, [FIXTURES / "h200-aa-fwd.tar.gz", FIXTURES / "h200-upgrade-cudnn927-fwd.tar.gz"])
-    found = paired.studies(store)
+    found = judgement.studies(store)
     assert [s["stacks"] for s in found] == [{"A": "host", "B": "cudnn927"}, {"A": "host", "B": "host"}]
     upgrade = found[0]
     (leg,) = upgrade["legs"].values()
     assert leg["counts"]["bits:change"] == 121 and leg["B"]["fingerprint"]["libraries"]["cudnn"]["version"] == "9.27.0"
-    assert upgrade["agreement"] == {"legs": 1, "findings": len({(f.key, paired._kind(f)) for f in leg["findings"]}),
+    assert upgrade["agreement"] == {"legs": 1, "findings": len({(f.key, f.judged_kind) for f in leg["findings"]}),
                                     "confirmed": None}
 
 
@@ -135,7 +136,7 @@ def test_two_gpu_aa_studies_fail_on_nothing_but_a_few_process_levels():
         legs = _legs(name)
         assert sorted(legs) == ["0", "1"]
         for sides in legs.values():
-            judged = paired.judge(sides["A"], sides["B"])
+            judged = judgement.judge(sides["A"], sides["B"])
             failing = [f for f in judged["findings"] if f.verdict in ("regression", "improvement")]
             assert len(failing) <= most and all(f.kind == "time" for f in failing), (name, len(failing))
             assert all(f.ratio < 1.08 and 1 / f.ratio < 1.08 for f in failing)
@@ -149,9 +150,9 @@ def test_two_gpu_upgrade_is_confirmed_by_the_swap():
     """cuDNN 9.19 -> 9.27 on both H200s of one host, each GPU running both stacks ABBA: the same 121 outputs
     changed bits on each, and most verdicts agree across the GPUs."""
     legs = _legs("h200x2-upgrade-cudnn927-fwd")
-    judged = {gpu: paired.judge(s["A"], s["B"]) for gpu, s in legs.items()}
+    judged = {gpu: judgement.judge(s["A"], s["B"]) for gpu, s in legs.items()}
     assert [j["counts"]["bits:change"] for j in judged.values()] == [121, 121]
-    agreement = paired.confirm(judged)
+    agreement = judgement.confirm(judged)
     assert agreement["legs"] == 2 and agreement["confirmed"] / agreement["findings"] > 0.9
 
 
@@ -177,7 +178,7 @@ def test_two_gpu_backward_upgrade_in_full():
     tf32 = {"0": set(), "1": set()}
     for legs in studies.values():
         assert sorted(legs) == ["0", "1"]
-        judged = {gpu: paired.judge(s["A"], s["B"]) for gpu, s in legs.items()}
+        judged = {gpu: judgement.judge(s["A"], s["B"]) for gpu, s in legs.items()}
         for gpu, j in judged.items():
             assert not any(f.kind == "availability" for f in j["findings"])
             assert not any(f.kind == "determinism" and f.verdict == "regression" for f in j["findings"])
@@ -185,7 +186,7 @@ def test_two_gpu_backward_upgrade_in_full():
             both += j["both_ok"]
             tf32[gpu] |= {(f.case, f.direction, f.algo, f.math) for f in j["findings"] if f.kind == "accuracy"
                           and f.backend == "cudnn" and f.base == "fp32" and f.head == "tf32"}
-        agreement = paired.confirm(judged)
+        agreement = judgement.confirm(judged)
         confirmed += agreement["confirmed"]
         findings += agreement["findings"]
     assert bits == {"0": 250, "1": 250} and both == 2 * 5080
@@ -201,7 +202,7 @@ def test_cudnn8_on_the_h200_reproduces_the_fconv2d_report():
     fp64 reference, as on the RTX 3090, while FMA math stays fp32-class."""
     (legs,) = _studies("h200x2-upgrade-cudnn89-fwd").values()
     for sides in legs.values():
-        judged = paired.judge(sides["A"], sides["B"])
+        judged = judgement.judge(sides["A"], sides["B"])
         assert judged["combinations"] == 4992 and judged["both_ok"] == 1956
         assert not any(f.kind == "availability" for f in judged["findings"])
         assert {(f.case, f.math, f.base, f.head) for f in judged["findings"] if f.kind == "accuracy"} == {
@@ -238,7 +239,7 @@ def test_aa_pairs_timed_in_two_processes_fail_on_at_most_one_kernel():
     in one process (its search landed 12 % slower in one), none once it was replicated; the backward pairs: none
     (one kernel, backward-data ALGO_1 fp32 NHWC, failed at 1.04x until timechange.placements_close)."""
     legs = {name: _study(f"h200-aa2-{name}") for name in ("fwd-1", "fwd-2", "bwd-1", "bwd-2")}
-    judged = {name: paired.judge(sides["A"], sides["B"]) for name, sides in legs.items()}
+    judged = {name: judgement.judge(sides["A"], sides["B"]) for name, sides in legs.items()}
     assert [len(_failing(judged[n])) for n in ("fwd-1", "fwd-2", "bwd-1", "bwd-2")] == [1, 0, 0, 0]
     (torch_search,) = _failing(judged["fwd-1"])
     assert torch_search.backend == "torch" and torch_search.settings["benchmark"] is True
@@ -265,7 +266,7 @@ def test_aa_pairs_timed_in_two_processes_fail_on_at_most_one_kernel():
 def test_a_call_whose_processes_disagree_is_ambiguous_with_their_levels():
     """`resnet50.layer4.1.conv1.n32` GEMM TENSOR_OP fp32 NCHW ran 351.5 and 333.2 us in the two processes of one
     side (2026-12-01): the other side's 1.04x is within them, so it is ambiguous, not an improvement."""
-    judged = paired.judge(*_study("h200-aa2-fwd-1").values())
+    judged = judgement.judge(*_study("h200-aa2-fwd-1").values())
     (f,) = [f for f in judged["findings"] if f.case == "resnet50.layer4.1.conv1.n32" and f.algo == "GEMM"
             and f.math == "TENSOR_OP" and f.dtype == "fp32"]
     assert f.verdict == "ambiguous" and "between two processes of one run (351.5 and 333.2 µs)" in f.evidence
@@ -276,7 +277,7 @@ def test_aa_pairs_after_the_capped_batch_discard_fail_on_nothing():
     batches discarded): the forward default catalogue and the six backward cases, 0 failing findings each; the
     backward outputs that differ are all documented non-deterministic algorithms."""
     for name, both in (("fwd", 2788), ("bwd", 1184)):
-        judged = paired.judge(*_study(f"h200-aa3-{name}").values())
+        judged = judgement.judge(*_study(f"h200-aa3-{name}").values())
         assert _failing(judged) == [], name
         assert judged["counts"].get("time:same", 0) + judged["counts"].get("time:ambiguous", 0) == both, name
         assert "bits:change" not in judged["counts"], name
@@ -292,8 +293,8 @@ def test_two_gpu_aa_studies_in_two_processes_on_one_host():
     sides' placements overlap. No bits, accuracy, status or determinism regression anywhere."""
     fwd, bwd = _legs("h200x2-aa2-fwd"), _legs("h200x2-aa2-bwd")
     assert sorted(fwd) == sorted(bwd) == ["0", "1"]
-    fwd_j = {g: paired.judge(s["A"], s["B"]) for g, s in fwd.items()}
-    bwd_j = {g: paired.judge(s["A"], s["B"]) for g, s in bwd.items()}
+    fwd_j = {g: judgement.judge(s["A"], s["B"]) for g, s in fwd.items()}
+    bwd_j = {g: judgement.judge(s["A"], s["B"]) for g, s in bwd.items()}
     assert [[f.verdict for f in _failing(fwd_j[g])] for g in ("0", "1")] == [[], []]
     # the multi-level GEMM failed as 1.06x faster until placements apart by less than half their spread were vetoed
     (gemm,) = [f for f in fwd_j["1"]["findings"] if f.kind == "time" and f.case == "resnet50.layer3.0.conv2.n32"
@@ -341,7 +342,7 @@ def test_backward_aa_timed_in_two_processes_reads_their_levels():
     """The six backward cases timed in two processes (`--processes 2`, GPU-285623c9, 2026-12-01 10:12 UTC, suite
     463a0ef): 0 failing; four 1.04-1.05x differences, each within the 4.7-6.6 % between the two processes of one
     side, are ambiguous instead of slower or faster, levels that a one-process backward run cannot see."""
-    judged = paired.judge(*_study("h200-aa4-bwd").values())
+    judged = judgement.judge(*_study("h200-aa4-bwd").values())
     assert _failing(judged) == [] and judged["both_ok"] == 1184
     levels = [f for f in judged["findings"] if f.verdict == "ambiguous" and "between two processes" in f.evidence]
     assert len(levels) == 4 and all(1.035 < max(f.ratio, 1 / f.ratio) < 1.06 for f in levels)
@@ -355,11 +356,11 @@ def test_split_placements_aa_studies_on_one_h200():
     one process (the backward default), 3 failing: `seed.c4` backward-data FFT_TILING fp16 NCHW at 1.04-1.05x
     under three math types, 13 samples a side, the seed cases' per-process FFT_TILING levels (issue 13), which
     one process a side cannot show."""
-    fwd = paired.judge(*_study("h200-aa5-fwd").values())
+    fwd = judgement.judge(*_study("h200-aa5-fwd").values())
     assert fwd["both_ok"] == 2788 and _failing(fwd) == []
     ambiguous = [f for f in fwd["findings"] if f.verdict == "ambiguous"]
     assert len(ambiguous) == 3 and all("between two processes" in f.evidence for f in ambiguous)
-    bwd = paired.judge(*_study("h200-aa5-bwd").values())
+    bwd = judgement.judge(*_study("h200-aa5-bwd").values())
     assert bwd["both_ok"] == 1184
     assert {(f.case, f.direction, f.algo, f.dtype, f.layout) for f in _failing(bwd)} == {
         ("seed.c4", "bwd_data", "FFT_TILING", "fp16", "NCHW")}
@@ -377,7 +378,7 @@ def test_backward_aa_with_the_cheaper_sweep():
     placement's first call as the warm-up): 0 failing, 3 ambiguous (two placements overlapping, one wide pair of
     one process a side); every output that changed is a documented non-deterministic algorithm's, and the only
     determinism changes are one such algorithm found stable in one run."""
-    judged = paired.judge(*_study("h200-aa6-bwd").values())
+    judged = judgement.judge(*_study("h200-aa6-bwd").values())
     assert judged["both_ok"] == 1184 and _failing(judged) == []
     ambiguous = [f for f in judged["findings"] if f.verdict == "ambiguous"]
     assert len(ambiguous) == 3 and all(1.04 < max(f.ratio, 1 / f.ratio) < 1.05 for f in ambiguous)
@@ -394,7 +395,7 @@ def test_two_process_aa_pairs_of_the_evening_fail_on_nothing():
     the other's, but by less than half one side's own placement spread) until timechange.placements_close; now
     none fails. PyTorch's backward is timed as aten.convolution_backward alone since this suite: every record of
     both backends holds two processes' medians."""
-    judged = {name: paired.judge(*_study(name).values()) for name in ("h200-aa7-bwd", "h200-aa8-fwd", "h200-aa8-bwd")}
+    judged = {name: judgement.judge(*_study(name).values()) for name in ("h200-aa7-bwd", "h200-aa8-fwd", "h200-aa8-bwd")}
     assert [(j["both_ok"], len(_failing(j))) for j in judged.values()] == [(1184, 0), (2788, 0), (1184, 0)]
     close = {name: [f for f in j["findings"] if f.kind == "time" and "placements are only" in f.evidence]
              for name, j in judged.items()}

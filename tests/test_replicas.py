@@ -7,7 +7,7 @@ import statistics
 
 import numpy as np
 
-from harness.analysis.compare import compare_records
+from harness.analysis.compare import compare_runs
 from harness.analysis.timechange import Thresholds, time_verdict
 from harness.backends import SweepOptions
 from harness.backends.cudnn import PLACEMENTS, placements
@@ -100,7 +100,7 @@ def test_a_change_within_the_levels_of_one_runs_processes_is_ambiguous_not_a_reg
     assert time_verdict(_stored([0.420, 0.421], rng), _stored([0.442, 0.443], rng), th)[0] == "regression"
     # a level two processes of an earlier run showed counts too (compare's history)
     past = [[_stored([0.40, 0.44], rng)]]
-    found = compare_records([_stored([0.40, 0.401], rng)], [_stored([0.44, 0.441], rng)], th, history=past)
+    found = compare_runs([_stored([0.40, 0.401], rng)], [_stored([0.44, 0.441], rng)], th, history=past)
     assert [(f.kind, f.verdict) for f in found] == [("time", "ambiguous")]
     # a change larger than the levels is decided
     assert time_verdict(_stored([0.40, 0.41], rng), _stored([0.46, 0.461], rng), th)[0] == "regression"

@@ -239,7 +239,7 @@ def test_pairing_a_machine_is_a_gpu_on_a_host_and_nights_pair_by_stack():
 
 def test_index_counts_are_the_gates(tmp_path, capsys):
     """The index's per-machine counts are what `convbench compare` finds on the same nights (the same
-    compare_records, thresholds and history): the image step on the h200 fails the gate in both."""
+    compare_runs, thresholds and history): the image step on the h200 fails the gate in both."""
     import json
 
     db = _fleet(tmp_path)
@@ -502,8 +502,8 @@ def test_judges_in_a_pool_give_the_same_pages(tmp_path, monkeypatch):
     db = _fleet(tmp_path)
     pages = {}
     judged_here = []
-    real = judging.compare_records
-    monkeypatch.setattr(judging, "compare_records", lambda *a, **k: judged_here.append(1) or real(*a, **k))
+    real = judging.compare_runs
+    monkeypatch.setattr(judging, "compare_runs", lambda *a, **k: judged_here.append(1) or real(*a, **k))
     for workers in (0, 2):
         judged_here.clear()
         with Store(db, create=False) as s:
@@ -536,7 +536,7 @@ def test_a_failed_pool_leaves_the_judging_to_the_report(tmp_path, monkeypatch):
 
 def test_the_gates_history_is_read_light_and_equal_to_the_records(tmp_path):
     """reading.history_records (key and median of the ok records, from the packed numbers and the vectors) gives
-    compare_records what the whole records give it, on every run of the fixtures (journals, asv results, records
+    compare_runs what the whole records give it, on every run of the fixtures (journals, asv results, records
     not ok, untimed ones) and of the hand-built fleet."""
     from harness.report.reading import combo_keys, current_records, history_records
 

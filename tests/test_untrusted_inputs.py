@@ -484,7 +484,7 @@ def _within(flag: str, v: float) -> bool:
     st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([1e-300, 1e300, 0.0, 1.0, 10.0, 0.2, 1e-6, 1000.0,
                                                                        10_000.0, 10_000.5, 1.0000001, -0.0])))
 def test_no_threshold_outside_its_bounds_is_accepted(flag, value):
-    from harness.analysis.timechange import bounds_problem
+    from harness.analysis.thresholds import bounds_problem
 
     th = {"time_ratio": None, "alpha": 0.01, "error_growth": 4.0, "abs_us": 1.0, _FLAGS[flag]: value}
     problem = bounds_problem(**th)

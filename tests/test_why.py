@@ -6,11 +6,11 @@ import json
 import pytest
 from _fleet_data import FIXTURES
 
-from harness.analysis.compare import compare_records
+from harness.analysis import paired_judgement as judgement
+from harness.analysis.compare import compare_runs
 from harness.analysis.why import time_cause
 from harness.collect.ingest import collect
 from harness.collect.store import Store
-from harness.run import paired
 
 
 def _rec(**kw):
@@ -50,7 +50,7 @@ def upgrade_store(tmp_path_factory):
 def test_no_time_finding_of_a_real_upgrade_quotes_an_accuracy_note(upgrade_store):
     """cuDNN 9.19 -> 9.27 on an H200: the TF32 note of an fp32 record is no cause of its slowdown."""
     with Store(upgrade_store) as s:
-        [study] = paired.studies(s)
+        [study] = judgement.studies(s)
     times = [f for leg in study["legs"].values() for f in leg["findings"] if f.kind == "time"]
     assert times
     assert not any("TF32 tensor-core" in (f.explanation or "") for f in times)
@@ -77,6 +77,6 @@ def test_compare_prints_the_cause(tmp_path, capsys):
     assert "why: same kernel (output bits unchanged): the library made it slower" in out
     with Store(db) as s:
         runs = s.runs()
-        fs = compare_records(s.records(runs[0]["id"]), s.records(runs[1]["id"]))
+        fs = compare_runs(s.records(runs[0]["id"]), s.records(runs[1]["id"]))
     [f] = [f for f in fs if f.kind == "time" and f.verdict == "regression"]
     assert f.case == changed["case"] and f.explanation.startswith("same kernel")

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.compare import compare_records
+from harness.analysis import paired_judgement as judgement
+from harness.analysis.compare import compare_runs
 from harness.analysis.timechange import Thresholds, placements_apart, time_verdict, untrusted
 from harness.collect.ingest import read_runs_into
 from harness.collect.store import Store
 from harness.core.records import Timing
-from harness.run import paired
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
@@ -94,7 +94,7 @@ def test_one_process_a_side_stays_vetoed():
     assert len(base["extra"]["placement_medians_ms"]) == 5 and not base["extra"].get("process_medians_ms")
     verdict, evidence, _ = time_verdict(base, head, Thresholds())
     assert verdict == "ambiguous" and "head wide" in evidence
-    assert not [f for f in paired.judge(sides["A"], sides["B"])["findings"] if f.verdict in ("regression",
+    assert not [f for f in judgement.judge(sides["A"], sides["B"])["findings"] if f.verdict in ("regression",
                                                                                             "improvement")]
 
 
@@ -115,7 +115,7 @@ def test_no_wide_pair_of_eight_nights_has_its_placements_apart():
                 apart += placements_apart(a[key], b[key], b[key]["median_ms"] > a[key]["median_ms"], 0.01) is not None
     assert wide == 825 and apart == 0
     seed = "seed.c8|cudnn|fwd|FFT_TILING|TENSOR_OP|fp32|NCHW|"
-    (f,) = [f for f in compare_records(store.records(sorted(store.runs(), key=lambda r: r["started"])[0]["id"]),
+    (f,) = [f for f in compare_runs(store.records(sorted(store.runs(), key=lambda r: r["started"])[0]["id"]),
                                        store.records(sorted(store.runs(), key=lambda r: r["started"])[3]["id"]))
             if f.key == seed and f.kind == "time"]
     assert f.verdict == "ambiguous" and "placements are only 62.1 µs apart where one side's spread 230.6 µs" in f.evidence

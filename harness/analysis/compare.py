@@ -9,74 +9,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
-from ..core.explain import nondeterminism_cause
-from ..core.records import OK, record_key
+from ..core.explain import documented_nondeterminism
+from ..core.records import OK, RecordKind, record_key
 from ..measurement import fingerprint
-from .timechange import Thresholds, own_noise, time_verdict
+from .findings import BITS_CHANGED, EXPLAINED_BY_RECORD, KINDS, Finding, FindingKind, Verdict
+from .thresholds import Thresholds
+from .timechange import own_noise, time_verdict
 from .why import time_cause
 
 # Worse precision has a higher rank; tf32 and fp16 share 10-bit mantissas (accuracy.py).
 PRECISION_RANK = {"fp32": 0, "tf32": 1, "fp16": 1, "bf16": 2, "broken": 3}
-KINDS = ("time", "accuracy", "determinism", "availability", "search")
-VERDICT_WORDS = {"time": {"regression": "slower", "improvement": "faster"}}
-# The kinds whose finding may quote the record's own explanation (core/explain.py: its status and accuracy); a
-# time finding's cause is why.time_cause's, a determinism finding's the documented cause in its evidence.
-EXPLAINED_BY_RECORD = ("accuracy", "availability")
-# The words of a determinism-kind finding whose output differs from the other side's (two stacks, two nights):
-# "determinism" is kept for reproducibility within one run, this for output bits across runs.
-BITS_CHANGED = "output bits changed vs base"
-
-
-@dataclass
-class Finding:
-    kind: str  # one of KINDS
-    verdict: str  # regression, improvement, change
-    key: str
-    case: str
-    backend: str
-    direction: str
-    algo: str
-    math: str
-    dtype: str
-    layout: str
-    settings: dict[str, Any]
-    base: str  # the base value, in words
-    head: str
-    evidence: str  # why, with numbers
-    ratio: float | None = None
-    ci: tuple[float, float] | None = None
-    p: float | None = None
-    base_run: str = ""
-    head_run: str = ""
-    machine: str = ""
-    explanation: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    delta_us: float | None = None  # head - base median, for time findings: the absolute size beside the ratio
-    base_ms: float | None = None  # the medians as numbers (base and head above are words), for time findings
-    head_ms: float | None = None
-
-    @property
-    def bits(self) -> bool:
-        """Whether this is the output-bits finding (BITS_CHANGED), not one of reproducibility within a run."""
-        return self.kind == "determinism" and self.evidence.startswith(BITS_CHANGED)
-
-    @property
-    def words(self) -> str:
-        """The verdict in a reader's words: slower / faster for time, else the verdict itself."""
-        return VERDICT_WORDS.get(self.kind, {}).get(self.verdict, self.verdict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "words": self.words}
-
+__all__ = ["BITS_CHANGED", "KINDS", "Finding", "FindingKind", "Verdict", "compare_runs", "gate"]
 
 
 # ---- two runs --------------------------------------------------------------------------------------------------
 
-def _finding(kind: str, verdict: str, rec: dict[str, Any], base: str, head: str, evidence: str,
+def _finding(kind: FindingKind, verdict: Verdict, rec: dict[str, Any], base: str, head: str, evidence: str,
              **kw: Any) -> Finding:
     return Finding(kind=kind, verdict=verdict, key=rec["key"], case=rec["case"], backend=rec["backend"],
                    direction=rec["direction"], algo=rec["algo"], math=rec["math"], dtype=rec["dtype"],
@@ -107,10 +57,10 @@ def _fmt_err(v: float | None) -> str:
     return "-" if v is None else f"{v:.2e}"
 
 
-def compare_records(base: Iterable[dict[str, Any]], head: Iterable[dict[str, Any]],
-                    th: Thresholds | None = None,
-                    history: Iterable[Iterable[dict[str, Any]]] = ()) -> list[Finding]:
-    """Findings between two runs' records (dicts as ``Store.records`` returns), matched on the record key.
+def compare_runs(base: Iterable[dict[str, Any]], head: Iterable[dict[str, Any]], th: Thresholds | None = None,
+                 history: Iterable[Iterable[dict[str, Any]]] = ()) -> list[Finding]:
+    """Findings between two runs' records (as ``Store.records`` returns them), matched on the record key: the one
+    comparison of ``convbench compare``, the report's judging and the paired upgrade judgement.
     ``history``: records of earlier runs of the base's machine and stack, oldest first, whose isolated
     excursions widen a combination's time threshold (timechange.own_noise, HISTORY_FACTOR)."""
     th = th or Thresholds()
@@ -121,20 +71,20 @@ def compare_records(base: Iterable[dict[str, Any]], head: Iterable[dict[str, Any
     for key in sorted(b.keys() | h.keys()):
         rb, rh = b.get(key), h.get(key)
         if rb is None:
-            out.append(_finding("availability", "change", rh, "not measured", rh["status"], "new combination"))
+            out.append(_finding(FindingKind.AVAILABILITY, Verdict.CHANGE, rh, "not measured", rh["status"], "new combination"))
             continue
         if rh is None:
             lost = rb["status"] == OK and th.lost_coverage_fails
-            out.append(_finding("availability", "regression" if lost else "change", rb, rb["status"], "not measured",
+            out.append(_finding(FindingKind.AVAILABILITY, Verdict.REGRESSION if lost else Verdict.CHANGE, rb, rb["status"], "not measured",
                                 "coverage lost: ok in base, not measured in head" if lost else
                                 "combination not measured in head"))
             continue
         if rb["status"] == OK and rh["status"] != OK:
-            out.append(_finding("availability", "regression", rh, OK, rh["status"],
+            out.append(_finding(FindingKind.AVAILABILITY, Verdict.REGRESSION, rh, OK, rh["status"],
                                 f"was ok, now {rh['status']}: {rh.get('reason') or 'no reason given'}"))
             continue
         if rb["status"] != OK and rh["status"] == OK:
-            out.append(_finding("availability", "improvement", rh, rb["status"], OK, "now runs"))
+            out.append(_finding(FindingKind.AVAILABILITY, Verdict.IMPROVEMENT, rh, rb["status"], OK, "now runs"))
         if rb["status"] != OK or rh["status"] != OK:
             continue
         noise = own_noise(key, rb["median_ms"], past, th.rel(rb["median_ms"], rb.get("timer"))) \
@@ -142,7 +92,7 @@ def compare_records(base: Iterable[dict[str, Any]], head: Iterable[dict[str, Any
         tv = time_verdict(rb, rh, th, noise, [run[key] for run in past if key in run])
         if tv:
             verdict, evidence, nums = tv
-            out.append(_finding("time", verdict, rh, fmt_time(rb["median_ms"]), fmt_time(rh["median_ms"]),
+            out.append(_finding(FindingKind.TIME, Verdict(verdict), rh, fmt_time(rb["median_ms"]), fmt_time(rh["median_ms"]),
                                 evidence + _clock_note(rb, rh), ratio=nums.get("ratio"), ci=nums.get("ci"),
                                 p=nums.get("p"), delta_us=nums.get("delta_us"),
                                 explanation=time_cause(rb, rh, nums.get("ratio")), base_ms=rb["median_ms"],
@@ -159,15 +109,15 @@ def _accuracy(rb: dict[str, Any], rh: dict[str, Any], th: Thresholds) -> list[Fi
     if cb and ch and cb != ch:
         worse = PRECISION_RANK.get(ch, 3) > PRECISION_RANK.get(cb, 3)
         better = PRECISION_RANK.get(ch, 3) < PRECISION_RANK.get(cb, 3)
-        verdict = "regression" if worse else "improvement" if better else "change"
-        out.append(_finding("accuracy", verdict, rh, cb, ch, f"precision class {cb} -> {ch} (max normalised error "
+        verdict = Verdict.REGRESSION if worse else Verdict.IMPROVEMENT if better else Verdict.CHANGE
+        out.append(_finding(FindingKind.ACCURACY, verdict, rh, cb, ch, f"precision class {cb} -> {ch} (max normalised error "
                             f"{_fmt_err(rb.get('max_norm_err'))} -> {_fmt_err(rh.get('max_norm_err'))})"))
         return out
     eb, eh = rb.get("max_norm_err"), rh.get("max_norm_err")
     if eb is not None and eh is not None and eh > th.error_floor:
         growth = eh / max(eb, th.error_floor)
         if growth >= th.error_growth:
-            out.append(_finding("accuracy", "regression", rh, _fmt_err(eb), _fmt_err(eh),
+            out.append(_finding(FindingKind.ACCURACY, Verdict.REGRESSION, rh, _fmt_err(eb), _fmt_err(eh),
                                 f"max normalised error grew {growth:.1f}x within class {ch}", ratio=growth))
     return out
 
@@ -180,11 +130,9 @@ AUTOTUNE_CHANCE = "a timed search picks among near-tied candidates by chance (an
 
 def expected_nondeterminism(rec: dict[str, Any]) -> str | None:
     """The documented cause of run-to-run differences of a stored record (explain.nondeterminism_cause), if any."""
-    if rec.get("kind") == "autotune":
+    if rec.get("kind") == RecordKind.AUTOTUNE:
         return AUTOTUNE_CHANCE
-    view = SimpleNamespace(extra=rec.get("extra") or {}, backend=rec.get("backend"), direction=rec.get("direction"),
-                           settings=rec.get("settings") or {})
-    return nondeterminism_cause(view)  # type: ignore[arg-type]
+    return documented_nondeterminism(rec.get("backend"), rec.get("direction"), rec.get("settings"), rec.get("extra"))
 
 
 def _determinism(rb: dict[str, Any], rh: dict[str, Any], th: Thresholds) -> list[Finding]:
@@ -193,29 +141,30 @@ def _determinism(rb: dict[str, Any], rh: dict[str, Any], th: Thresholds) -> list
     # run and not in the next by chance: on cuDNN 9.19 -> 9.27 (H200, 2026-11-30) 119 of 2,632 backward
     # combinations flipped so, every one of them such a record. Its flips are changes, never regressions.
     cause = expected_nondeterminism(rh)
-    worse = "change" if cause else "regression"
-    better = "change" if cause else "improvement"
+    worse = Verdict.CHANGE if cause else Verdict.REGRESSION
+    better = Verdict.CHANGE if cause else Verdict.IMPROVEMENT
     why = f" ({cause})" if cause else ""
     for name, words in (("repeat_equal", "in-place repeats"), ("fresh_handle_equal", "fresh handle/session")):
         if rb.get(name) == 1 and rh.get(name) == 0:
-            out.append(_finding("determinism", worse, rh, "bitwise equal", "differs",
-                                f"{words} no longer bitwise equal{why}"))
+            out.append(_finding(FindingKind.DETERMINISM, worse, rh, "bitwise equal", "differs",
+                                f"{words} no longer bitwise equal{why}", expected=cause))
         elif rb.get(name) == 0 and rh.get(name) == 1:
-            out.append(_finding("determinism", better, rh, "differs", "bitwise equal",
-                                f"{words} now bitwise equal{why}"))
+            out.append(_finding(FindingKind.DETERMINISM, better, rh, "differs", "bitwise equal",
+                                f"{words} now bitwise equal{why}", expected=cause))
     # Only the step from one output to several is a finding: an algorithm already unstable gives a count that
     # varies from run to run (and its repeats stop once the instability is shown).
     db, dh = rb.get("distinct_outputs"), rh.get("distinct_outputs")
     if db == 1 and dh is not None and dh > 1:
-        out.append(_finding("determinism", worse, rh, str(db), str(dh), f"distinct outputs {db} -> {dh}{why}"))
+        out.append(_finding(FindingKind.DETERMINISM, worse, rh, str(db), str(dh), f"distinct outputs {db} -> {dh}{why}",
+                            expected=cause))
     hb, hh = rb.get("hash"), rh.get("hash")
     if hb and hh and hb != hh and rb.get("hash_algo") == rh.get("hash_algo"):
         # Two runs of a documented non-deterministic algorithm differ by chance: in the A/A backward study on two
         # H200s (2026-11-30) 159-160 such combinations a GPU, all of them documented ones. They stay changes,
         # also under --bitwise, and say so, so that "changed bits" counts what a stack changed.
-        verdict = "regression" if th.bitwise and not cause else "change"
-        out.append(_finding("determinism", verdict, rh, hb[:12], hh[:12],
-                            BITS_CHANGED + (f", as expected{why}" if cause else "")))
+        verdict = Verdict.REGRESSION if th.bitwise and not cause else Verdict.CHANGE
+        out.append(_finding(FindingKind.DETERMINISM, verdict, rh, hb[:12], hh[:12],
+                            BITS_CHANGED + (f", as expected{why}" if cause else ""), bits=True, expected=cause))
     return out
 
 
@@ -223,7 +172,7 @@ def _search(rb: dict[str, Any], rh: dict[str, Any]) -> list[Finding]:
     if rh["backend"] != "ort" or "cudnn_conv_algo_search" not in (rh.get("settings") or {}):
         return []
     if rb.get("chosen_algo") != rh.get("chosen_algo") and (rb.get("chosen_algo") or rh.get("chosen_algo")):
-        return [_finding("search", "change", rh, str(rb.get("chosen_algo")), str(rh.get("chosen_algo")),
+        return [_finding(FindingKind.SEARCH, Verdict.CHANGE, rh, str(rb.get("chosen_algo")), str(rh.get("chosen_algo")),
                          f"{rh['settings']['cudnn_conv_algo_search']} search now picks another algorithm")]
     return []
 
@@ -231,7 +180,7 @@ def _search(rb: dict[str, Any], rh: dict[str, Any]) -> list[Finding]:
 def gate(findings: Iterable[Finding], th: Thresholds) -> list[Finding]:
     """The findings that fail a CI gate: regressions of a kind not ignored, on the same machine (a comparison
     across different hardware is reported, and gated only when the user asks)."""
-    return [f for f in findings if f.verdict == "regression" and f.kind not in th.ignore
+    return [f for f in findings if f.verdict == Verdict.REGRESSION and f.kind not in th.ignore
             and (th.across_hardware or not f.extra.get("across_hardware"))]
 
 
@@ -247,7 +196,7 @@ IDENTITY_FIELDS = (
 )
 
 
-def _field(fp: dict[str, Any], dotted: str) -> Any:
+def fingerprint_field(fp: dict[str, Any], dotted: str) -> Any:
     value: Any = fp
     for part in dotted.split("."):
         value = value.get(part) if isinstance(value, dict) else None
@@ -259,7 +208,7 @@ def machine_identity(fp: dict[str, Any]) -> str:
     older runs: their hostname) and the GPU's UUID; a CPU run is its node's slot, else its node. Two GPUs under
     one machine name are two machines; one GPU in a new container, pod or image is still one."""
     host = fingerprint.node_name(fp)
-    uuid = _field(fp, "gpu.uuid")
+    uuid = fingerprint_field(fp, "gpu.uuid")
     if uuid:
         return f"{host}/{uuid}"
     slot = fp.get("slot")
@@ -271,7 +220,7 @@ def fingerprint_diff(base: dict[str, Any], head: dict[str, Any]) -> list[tuple[s
     mapped libraries by file name when both sides recorded them (runs before 2026-11-30 did not)."""
     if base is head:  # one fingerprint object for equal texts (Store.run_jsons): a machine's nights mostly
         return []
-    out = [(f, _field(base, f), _field(head, f)) for f in IDENTITY_FIELDS if _field(base, f) != _field(head, f)]
+    out = [(f, fingerprint_field(base, f), fingerprint_field(head, f)) for f in IDENTITY_FIELDS if fingerprint_field(base, f) != fingerprint_field(head, f)]
     mb, mh = base.get("mapped") or {}, head.get("mapped") or {}
     for name in sorted(set(mb) | set(mh)) if (mb and mh) else ():
         if mb.get(name) != mh.get(name):

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..core.cases import resnet50_calls
-from ..core.records import OK
+from ..core.records import OK, RecordKind
 
 PASSES = (("forward", ("fwd",)), ("backward", ("bwd_data", "bwd_filter")))
 TRAINING = (("training step", ("fwd", "bwd_data", "bwd_filter")),)
@@ -36,7 +36,7 @@ def framework_default(rec: dict[str, Any], choice: str = "cudnn.benchmark") -> b
     """A record of what PyTorch runs when a model calls a convolution with its settings left alone, cudnn.benchmark
     as ``choice`` sets it."""
     s = rec.get("settings") or {}
-    return (rec.get("backend") == "torch" and rec.get("kind", "measurement") == "measurement"
+    return (rec.get("backend") == "torch" and rec.get("kind", RecordKind.MEASUREMENT) == RecordKind.MEASUREMENT
             and s.get("benchmark") is CHOICES[choice][0] and s.get("deterministic") is False
             and s.get("tf32") in (True, None))
 

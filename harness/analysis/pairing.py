@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .compare import _field, machine_identity
+from .compare import fingerprint_field, machine_identity
 
 # (label, dotted fingerprint field) in the order a person reads a stack
 STACK_FIELDS = (
@@ -56,12 +56,12 @@ def _scalar(value: Any) -> Any:
 def _stack_fields(fp: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     out = []
     for label, dotted in STACK_FIELDS:
-        v = _scalar(_field(fp, dotted))
-        if label == "cuDNN" and v is None and isinstance(_field(fp, "software.torch_cudnn"), int):
-            n = _field(fp, "software.torch_cudnn")
+        v = _scalar(fingerprint_field(fp, dotted))
+        if label == "cuDNN" and v is None and isinstance(fingerprint_field(fp, "software.torch_cudnn"), int):
+            n = fingerprint_field(fp, "software.torch_cudnn")
             v = f"{n // 10000}.{n // 100 % 100}.{n % 100}" if n >= 10000 else str(n)
         out.append((label, v))
-    providers = _field(fp, "software.onnxruntime_providers")
+    providers = fingerprint_field(fp, "software.onnxruntime_providers")
     if providers is not None:
         names = [str(p).replace("ExecutionProvider", "") for p in providers] if isinstance(providers, list) \
             else [str(_scalar(providers))]
@@ -90,7 +90,7 @@ def stack_key(fp: dict[str, Any]) -> tuple:
 
 def machine_key(run: dict[str, Any], fp: dict[str, Any]) -> str:
     """The machine a run belongs to: its GPU on its host, else its machine name."""
-    return machine_identity(fp) if _field(fp, "gpu.uuid") else f"machine:{run['machine']}"
+    return machine_identity(fp) if fingerprint_field(fp, "gpu.uuid") else f"machine:{run['machine']}"
 
 
 @dataclass
@@ -136,6 +136,22 @@ class MachineNights:
     @property
     def latest(self) -> Night:
         return self.nights[-1]
+
+
+def latest_pairs(base_runs: list[dict[str, Any]], head_runs: list[dict[str, Any]], base_fp: Callable[[dict], dict],
+                 head_fp: Callable[[dict], dict]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(base, head) for each machine (``machine_key``: its GPU on its node) that both sides ran on, the latest run
+    of each side (runs oldest first); with one machine a side and none in common, those two (a comparison across
+    hardware); [] where the sides share no machine and are not one each. ``base_fp`` / ``head_fp`` give a run's
+    fingerprint (the two sides may come from two stores)."""
+    b = {machine_key(r, base_fp(r) or {}): r for r in base_runs}
+    h = {machine_key(r, head_fp(r) or {}): r for r in head_runs}
+    common = sorted(b.keys() & h.keys())
+    if common:
+        return [(b[m], h[m]) for m in common]
+    if len(b) == 1 and len(h) == 1:
+        return [(next(iter(b.values())), next(iter(h.values())))]
+    return []
 
 
 HISTORY_RUNS = 5  # earlier runs whose spread widens a combination's time threshold (timechange.HISTORY_FACTOR)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from ..core.records import OK
+from ..core.records import OK, RecordKind
 
 SUCCESS = "CUDNN_STATUS_SUCCESS"
 # A pick this much slower than the measured fastest is counted as a miss a user would notice; below it, a
@@ -34,7 +34,7 @@ def compare_rankings(rankings: list[dict[str, Any]], records: list[dict[str, Any
     timed, e.g. its workspace was over the sweep's limit)."""
     measured: dict[tuple, dict[str, float]] = {}
     for x in records:
-        if (x["backend"] == "cudnn" and x["kind"] == "measurement" and x["status"] == OK and x["median_ms"]
+        if (x["backend"] == "cudnn" and x["kind"] == RecordKind.MEASUREMENT and x["status"] == OK and x["median_ms"]
                 and not x.get("settings")):
             times = measured.setdefault(tuple(x[k] for k in _PROBLEM), {})
             times[x["algo"]] = min(x["median_ms"], times.get(x["algo"], float("inf")))

@@ -19,81 +19,12 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..measurement.timing import FLOOR_SAMPLES, sample_flags
-
-# --- The thresholds (its inputs) ---
-# The gate's thresholds: how large a change in time, error or output must be before a comparison reports it.
-#
-# Every default sits beside the measurement that justified it (scripts/calibrate_gate.py, docs/performance.md):
-# a threshold tighter than the noise between identical runs fails the gate on nothing, a looser one misses real
-# regressions. ``Thresholds`` carries the user's overrides (``convbench compare --time-ratio`` ...).
-
-# Relative time thresholds by the base call's median (upper edge in ms, threshold), chosen on the H200's A/A runs
-# and injected slowdowns (scripts/calibrate_gate.py; docs/performance.md). 2026-12-01, every combination timed in
-# two processes: 97 % of +5 % slowdowns on calls >= 50 us and 91 % of +10 % on 20-50 us detected; A/A pairs failed
-# on 0, 0, 1 and 2 findings (one PyTorch search, one kernel at 4.4 %); 5 % for >= 50 us would fail on none of them
-# and detect 180 of 315 +5 %. Later that day (capped batches discarded, past_level): two A/A studies 0 and 0, and
-# 0 of 28 pairs of eight nights of one stack with their history.
-TIME_BANDS: tuple[tuple[float, float], ...] = ((0.020, 0.10), (0.050, 0.06), (math.inf, 0.04))
-# Host-timed records (the CPU backends, timer perf_counter) share their cores with everything else on the host:
-# one relative threshold and a floor of their own.
-HOST_TIMER_REL, HOST_TIMER_ABS_US = 0.25, 20.0
-# Absolute floor in microseconds: a change smaller than this is noise whatever its ratio (a 5 us call moving
-# by 0.5 us is 10 %); measured between hosts the per-call offset was 1.4 us (issue 13), on one GPU far less.
-ABS_FLOOR_US = 1.0
-# What a user may set each threshold to: a number outside these switches the gate off in effect (an alpha of 1e-300
-# no test reaches, a ratio of 1e300 no slowdown reaches) or fails it on noise, so it is a usage error.
-ALPHA_BOUNDS = (1e-6, 0.2)  # closed
-TIME_RATIO_MAX = 10.0  # (1, 10]: a 10x slowdown is the largest worth waiting for
-ABS_US_MAX = 10_000.0  # [0, 10 ms]: a floor above the slowest conv call hides them all
-ERROR_GROWTH_MAX = 1000.0  # (1, 1000]: three decades of error growth is a broken result, not a tolerance
-
-
-def bounds_problem(time_ratio: float | None, alpha: float, error_growth: float, abs_us: float) -> str | None:
-    """Why these thresholds would make the gate meaningless (one line), or None where they are within bounds."""
-    lo, hi = ALPHA_BOUNDS
-    checks = (("--time-threshold", time_ratio, lambda v: 1.0 < v <= TIME_RATIO_MAX, f"in (1, {TIME_RATIO_MAX:g}]"),
-              ("--alpha", alpha, lambda v: lo <= v <= hi, f"in [{lo:g}, {hi:g}]"),
-              ("--error-growth", error_growth, lambda v: 1.0 < v <= ERROR_GROWTH_MAX, f"in (1, {ERROR_GROWTH_MAX:g}]"),
-              ("--abs-us", abs_us, lambda v: 0.0 <= v <= ABS_US_MAX, f"in [0, {ABS_US_MAX:g}]"))
-    for flag, value, ok, bound in checks:
-        if value is not None and not (math.isfinite(value) and ok(value)):
-            return f"{flag} {value:g} is outside {bound[3:]}: beyond it the gate would pass or fail on nothing"
-    return None
-
-
-@dataclass
-class Thresholds:
-    time_ratio: float | None = None  # one relative threshold for every call (head/base); None: TIME_BANDS
-    abs_us: float = ABS_FLOOR_US  # absolute floor of a time finding
-    alpha: float = 0.01  # one-sided Mann-Whitney U level
-    error_growth: float = 4.0  # head max_norm_err / base max_norm_err at or above which accuracy regressed
-    # normalised errors below one fp32 unit roundoff (2^-24) are treated as equal: both are exact to the reference
-    # as far as any stored format can tell, so an error from 0 to 1e-8 is not a regression (issue 19)
-    error_floor: float = 2.0 ** -24
-    bitwise: bool = False  # count "outputs no longer bitwise equal" as a regression, not only a change
-    ignore: tuple[str, ...] = ()  # kinds that never fail the gate
-    across_hardware: bool = False  # gate a comparison of two different machines (default: report only)
-    # a combination ok in the base and not measured in the head is coverage lost: a regression where this is set
-    # (convbench compare sets it unless --allow-lost-coverage), a change otherwise (the report's pages)
-    lost_coverage_fails: bool = False
-
-    def rel(self, base_ms: float, timer: str | None = None) -> float:
-        """The relative threshold for a call of this median: the user's, or the calibrated band's."""
-        if self.time_ratio is not None:
-            return self.time_ratio - 1.0
-        if timer == "perf_counter":
-            return HOST_TIMER_REL
-        return next(t for edge, t in TIME_BANDS if base_ms < edge)
-
-    def floor_us(self, timer: str | None = None) -> float:
-        return max(self.abs_us, HOST_TIMER_ABS_US) if timer == "perf_counter" else self.abs_us
-
+from .thresholds import Thresholds
 
 # --- The decision ---
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..collect.store import DEFAULT_STORE, Store, StoreError
 from ..core.intake import EXIT_NO_DATA, UserError, printable
+from .gateflags import add_gate_arguments, thresholds
 from .helptext import command
 from .jsonout import SCHEMA, add_json
 
@@ -48,22 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("head", help="what is judged against it, in the same forms")
     p.add_argument("--store", default=DEFAULT_STORE, help="SQLite store for ids and names (default: %(default)s)")
     add_json(p)
-    p.add_argument("--time-threshold", type=float, default=None,
-                   help="one median ratio for every call at or above which a significant slowdown fails "
-                        "(default: the calibrated thresholds by call length, harness/analysis/timechange.py TIME_BANDS)")
-    p.add_argument("--abs-us", type=float, default=None,
-                   help="absolute floor of a time finding in microseconds (default: calibrated ABS_FLOOR_US)")
-    p.add_argument("--across-hardware", action="store_true",
-                   help="also fail on regressions between two different machines (default: report them only)")
-    p.add_argument("--alpha", type=float, default=0.01, help="Mann-Whitney U level (default 0.01)")
-    p.add_argument("--error-growth", type=float, default=4.0,
-                   help="growth of max normalised error that fails (default 4)")
-    p.add_argument("--bitwise", action="store_true", help="fail when outputs are no longer bitwise equal")
-    p.add_argument("--ignore", action="append", default=[], choices=("time", "accuracy", "determinism",
-                                                                     "availability", "search"),
-                   help="a kind of finding that never fails the gate (repeatable)")
-    p.add_argument("--allow-lost-coverage", action="store_true",
-                   help="pass combinations ok in BASE and not measured in HEAD (default: each fails the gate)")
+    add_gate_arguments(p, lost_coverage=True)
     p.add_argument("--all", action="store_true", help="also list improvements and changes")
     p.set_defaults(handler=cmd_compare)
 
@@ -74,6 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--store", default=DEFAULT_STORE, help="SQLite store to render (default: %(default)s)")
     p.add_argument("--out", default="reports/site", help="output folder (default: reports/site, git-ignored)")
     p.add_argument("--title", default="convbench fleet report", help="the pages' title (default: %(default)s)")
+    add_gate_arguments(p)
     p.set_defaults(handler=cmd_report)
 
 
@@ -137,22 +124,17 @@ def resolve(selector: str, store_path: str) -> tuple[Store, list[dict[str, Any]]
     return store, runs
 
 
-def _latest_per_machine(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for r in runs:  # runs come oldest first
-        out[r["machine"]] = r
-    return out
+def pairs(sb: Store, base_runs: list[dict[str, Any]], sh: Store,
+          head_runs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The runs compared: the report's pairing (analysis/pairing.latest_pairs: by GPU on node)."""
+    from ..analysis.pairing import latest_pairs
 
-
-def pairs(base_runs, head_runs) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    b, h = _latest_per_machine(base_runs), _latest_per_machine(head_runs)
-    common = sorted(b.keys() & h.keys())
-    if common:
-        return [(b[m], h[m]) for m in common]
-    if len(b) == 1 and len(h) == 1:
-        return [(next(iter(b.values())), next(iter(h.values())))]
-    raise UserError(f"no machine in common between BASE ({', '.join(sorted(b))}) and HEAD ({', '.join(sorted(h))})",
-                    EXIT_NO_DATA)
+    matched = latest_pairs(base_runs, head_runs, lambda r: sb.run_json(r["id"])["fingerprint"],
+                           lambda r: sh.run_json(r["id"])["fingerprint"])
+    if not matched:
+        b, h = sorted({r["machine"] for r in base_runs}), sorted({r["machine"] for r in head_runs})
+        raise UserError(f"no machine in common between BASE ({', '.join(b)}) and HEAD ({', '.join(h)})", EXIT_NO_DATA)
+    return matched
 
 
 def history(store: Store, base: dict[str, Any], base_fp: dict[str, Any]) -> list[list[dict[str, Any]]]:
@@ -170,24 +152,17 @@ def _describe(run: dict[str, Any]) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from ..analysis.compare import _field, compare_records, fingerprint_diff, gate, machine_identity
-    from ..analysis.timechange import ABS_FLOOR_US, Thresholds, bounds_problem
+    from ..analysis.compare import compare_runs, fingerprint_diff, fingerprint_field, gate, machine_identity
     from ..analysis.workload import workload
 
-    th = Thresholds(time_ratio=args.time_threshold, alpha=args.alpha, error_growth=args.error_growth,
-                    bitwise=args.bitwise, ignore=tuple(args.ignore), across_hardware=args.across_hardware,
-                    abs_us=ABS_FLOOR_US if args.abs_us is None else args.abs_us,
-                    lost_coverage_fails=not args.allow_lost_coverage)
-    problem = bounds_problem(th.time_ratio, th.alpha, th.error_growth, th.abs_us)
-    if problem:  # checked before any store is read
-        raise UserError(problem)
+    th = thresholds(args, lost_coverage_fails=True)  # checked before any store is read
     sb, base_runs = resolve(args.base, args.store)
     sh, head_runs = resolve(args.head, args.store)
     findings = []
     notes = []
     pooled: dict[str, dict[str, Any]] = {}  # per head machine, its runs' records: a night's fwd and bwd runs
     in_common = 0
-    matched = pairs(base_runs, head_runs)
+    matched = pairs(sb, base_runs, sh, head_runs)
     same = [rb["run_id"] for rb, rh in matched if _same_run(args, sb, sh, rb, rh)]
     if same:  # a run against itself finds nothing and would pass the gate
         raise UserError(f"BASE and HEAD are the same run ({same[0]}" + (f" and {len(same) - 1} more" if len(same) > 1
@@ -206,11 +181,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
                                                   if diff else "nothing but clocks, power and temperature"))
         base_recs, head_recs = sb.records(rb["id"]), sh.records(rh["id"])
         in_common += len({r["key"] for r in base_recs} & {r["key"] for r in head_recs})
-        side = pooled.setdefault(rh["machine"], {"gpu": str(_field(fh, "gpu.name") or rh["machine"]), "base": {},
+        side = pooled.setdefault(rh["machine"], {"gpu": str(fingerprint_field(fh, "gpu.name") or rh["machine"]), "base": {},
                                                  "head": {}})
         side["base"].update((r["key"], r) for r in base_recs)
         side["head"].update((r["key"], r) for r in head_recs)
-        for f in compare_records(base_recs, head_recs, th, history(sb, rb, fb)):
+        for f in compare_runs(base_recs, head_recs, th, history(sb, rb, fb)):
             f.machine, f.base_run, f.head_run = rh["machine"], rb["run_id"], rh["run_id"]
             f.extra["across_hardware"] = across
             findings.append(f)
@@ -301,9 +276,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     from ..report import build, output
 
     output.check(args.out)  # an empty or dangerous --out is refused before the store is read
+    th = thresholds(args)
     store = _open_store(args.store, verify=False)  # build checks every page beside its work
     try:
-        pages = build(store, args.out, title=args.title, meter=True)
+        pages = build(store, args.out, title=args.title, meter=True, thresholds=th)
     except StoreError as exc:
         raise UserError(str(exc)) from None
     finally:

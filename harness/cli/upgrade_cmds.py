@@ -9,6 +9,7 @@ from typing import Any
 from ..core.cases import DEFAULT_SET
 from ..core.intake import UserError
 from ..core.outputs import check_file, write_file
+from .gateflags import add_gate_arguments, thresholds
 from .helptext import command
 from .jsonout import add_json, dumps
 from .measure_cmds import add_sweep_arguments, sweep_setup
@@ -33,15 +34,19 @@ def register(sub) -> None:
     add_json(p)
     p.add_argument("--json-out", type=Path, metavar="FILE",
                    help="also write the judgement (counts and findings) to this file")
+    add_gate_arguments(p)
     add_sweep_arguments(p)
     p.set_defaults(handler=upgrade)
 
 
 def upgrade(args) -> int:
-    from ..collect.ingest import read_runs_into
-    from ..collect.store import Store
+    from ..analysis import paired_judgement as judgement
+    from ..collect.discovery import Refused
+    from ..collect.runread import read_run
     from ..deploy.stacks import resolve_all
     from ..run import paired
+
+    th = thresholds(args)
 
     if args.json_out:  # before the study: a path that cannot be written is found now, not after an hour
         check_file(args.json_out, "--json-out")
@@ -56,15 +61,13 @@ def upgrade(args) -> int:
     study = paired.run(stacks, cases, list(args.backends), options, args.results, gpus)
     legs: dict[str, dict[str, Any]] = {}
     for gpu, runs in study["runs"].items():
-        recs = {}
-        for role, path in runs.items():
-            mem = Store(":memory:")
-            read_runs_into(mem, [path])
-            (run,) = mem.runs()
-            recs[role] = mem.records(run["id"])
-        legs[gpu] = paired.judge(recs["A"], recs["B"])
+        try:
+            recs = {role: read_run(path)[1] for role, path in runs.items()}
+        except Refused as exc:
+            raise UserError(f"the study's own run cannot be read back: {exc}") from None
+        legs[gpu] = judgement.judge(recs["A"], recs["B"], th)
         legs[gpu]["runs"] = runs
-    agreement = paired.confirm(legs)
+    agreement = judgement.confirm(legs)
     out = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the document only
     for gpu, j in legs.items():
         print(f"GPU {gpu}: {stacks['B'].name} against {stacks['A'].name}: {j['both_ok']} of {j['combinations']} "

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..core import intake
 from ..core.cases import DTYPES, LAYOUTS, MATHS
-from ..core.records import OK
+from ..core.records import OK, RecordKind
 from ..core.schema import MAX_TEXT, SchemaError, check_setting
 from .discovery import AsvFile, Refused, sha1_16
 from .rows import combo_row, night
@@ -244,7 +244,7 @@ def parse_asv(f: AsvFile) -> ParsedRun:
                         fields.get("algo", "-"), fields.get("math", "-"), fields.get("dtype", "-"),
                         fields.get("layout", "-"))
                 _check_identity(f"{f.origin}: asv result {name[:80]!r}", vals, settings, seen)
-                combos.append(combo_row(vals, settings, "measurement"))
+                combos.append(combo_row(vals, settings, RecordKind.MEASUREMENT))
                 value = results[i] if i < len(results) else None
                 status = _asv_status(value)
                 scale = 1000.0 if is_time else 1.0

@@ -11,23 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core.records import Timing
-from ..core.schema import (
-    _CONTROL,
-    _ENUMS,
-    _LONG_TEXTS,
-    _REQUIRED,
-    CLOCK_TYPES,
-    EXTRA_TYPES,
-    MAX_INT,
-    MAX_ITEMS,
-    MAX_LONG_TEXT,
-    MAX_SAMPLES,
-    MAX_TEXT,
-    SchemaError,
-    _checker,
-    _nullable,
-)
+from ..core.records import RecordKind, Timing
+from ..core.schema import RULES, SchemaError, nullable, value_check
 
 # A fleet's journal repeats one shape ten million times: the same combinations, the same few statuses, numbers in
 # the same places. check_record walks every line's tree (about 5 us a line); journals.parse_journal instead checks a
@@ -64,7 +49,7 @@ def identity_signature(d: dict[str, Any]) -> tuple | None:
 
 def remember(d: dict[str, Any]) -> None:
     """After check_record(d) passed: its identity is one a plain line may reuse without a second walk."""
-    if d.get("kind", "measurement") == "ranking" or len(VERIFIED_IDS) >= _MAX_VERIFIED:
+    if d.get("kind", RecordKind.MEASUREMENT) == RecordKind.RANKING or len(VERIFIED_IDS) >= _MAX_VERIFIED:
         return
     sig = identity_signature(d)
     if sig is not None:
@@ -85,7 +70,7 @@ def _numbers_ok(vals: list[Any], types: set[type], integer: bool) -> bool:
     """Every value (numbers, and None where the column may hold null) passes _integer / _number with nonneg
     (records' numbers are never negative)."""
     if integer:
-        return min(vals) >= 0 and max(vals) <= MAX_INT
+        return min(vals) >= 0 and max(vals) <= RULES.max_int
     if int in types:
         # exact comparison, as _number makes it, for integers: min and max compare int and float exactly, and a
         # parsed value is never NaN
@@ -143,7 +128,7 @@ class Arrays:
 def _flat_pass(column: Flat, tp: Any, name: str) -> bool:
     if tp not in (list[float], list[str]) or not _values_pass(column.values, tp, name):
         return False
-    if max(w for w, _ in column.flats) > (MAX_SAMPLES if name == "samples_ms" else MAX_ITEMS):
+    if max(w for w, _ in column.flats) > (RULES.max_samples if name == "samples_ms" else RULES.max_items):
         return False
     items = list(itertools.chain.from_iterable(f for _, f in column.flats if f.__class__ is list))
     arrays = [f for _, f in column.flats if f.__class__ is not list]
@@ -154,7 +139,7 @@ def _flat_pass(column: Flat, tp: Any, name: str) -> bool:
 def _arrays_pass(arrays: list[np.ndarray], tp: Any) -> bool:
     """Whether every binary number passes as a value of type ``tp``, as _numbers_ok checks a column's numbers:
     a float or an integer where a number belongs, an integer where an integer does; never negative, at most
-    1e300 (a number, NaN and infinity failing) or MAX_INT (an integer)."""
+    1e300 (a number, NaN and infinity failing) or RULES.max_int (an integer)."""
     integer = tp in (int, int | None)
     if integer and any(a.dtype.kind != "i" for a in arrays) or not integer and tp not in (float, float | None):
         return False
@@ -162,7 +147,7 @@ def _arrays_pass(arrays: list[np.ndarray], tp: Any) -> bool:
     if not len(a):
         return True
     low, high = a.min(), a.max()  # NaN where any is NaN, which no comparison passes
-    return bool(low >= 0 and high <= (MAX_INT if integer else 1e300))
+    return bool(low >= 0 and high <= (RULES.max_int if integer else 1e300))
 
 
 def _values_pass(values: Any, tp: Any, name: str) -> bool:
@@ -178,18 +163,18 @@ def _values_pass(values: Any, tp: Any, name: str) -> bool:
         except TypeError:
             return False
         if None in distinct:
-            if not _nullable(tp):
+            if not nullable(tp):
                 return False
             distinct.discard(None)
-        if len(distinct) <= 256 or name in _REQUIRED or name in _ENUMS:
-            check = _checker(str, name, True)
+        if len(distinct) <= 256 or name in RULES.required or name in RULES.enums:
+            check = value_check(str, name, True)
             try:
                 for v in distinct:
                     check(v, name)
             except SchemaError:
                 return False
             return True
-        limit = MAX_LONG_TEXT if name in _LONG_TEXTS else MAX_TEXT
+        limit = RULES.max_long_text if name in RULES.long_texts else RULES.max_text
         try:
             text = " ".join(distinct)  # TypeError unless every value is text
         except TypeError:
@@ -197,10 +182,10 @@ def _values_pass(values: Any, tp: Any, name: str) -> bool:
         if max(map(len, distinct)) > limit:
             return False
         # printable ASCII first (a fleet's hashes: 5x quicker than str.isprintable), which holds no control character
-        return (limit > MAX_TEXT or (text.isascii() and not text.encode().translate(None, _PRINTABLE_ASCII))
-                or not _CONTROL.search(text))
+        return (limit > RULES.max_text or (text.isascii() and not text.encode().translate(None, _PRINTABLE_ASCII))
+                or not RULES.control.search(text))
     types = set(map(type, values))
-    if _NONE in types and not _nullable(tp):
+    if _NONE in types and not nullable(tp):
         return False
     if tp in (float, float | None):  # None stays in: NaN in the array
         return types - {_NONE} <= _FLOAT_TYPES and _numbers_ok(values, types, False)
@@ -214,11 +199,11 @@ def _values_pass(values: Any, tp: Any, name: str) -> bool:
     if tp in (bool, bool | None):
         return types == {bool}
     if tp == list[str]:  # a timer's flags, a clock's slowdowns: the items checked as one text column
-        if types != {list} or max(map(len, values)) > MAX_ITEMS:
+        if types != {list} or max(map(len, values)) > RULES.max_items:
             return False
         return _values_pass(list(itertools.chain.from_iterable(values)), str, name)
     if tp == list[float]:  # timing samples (null items are left to the line-by-line check)
-        if types != {list} or max(map(len, values)) > (MAX_SAMPLES if name == "samples_ms" else MAX_ITEMS):
+        if types != {list} or max(map(len, values)) > (RULES.max_samples if name == "samples_ms" else RULES.max_items):
             return False
         items = list(itertools.chain.from_iterable(values))
         types = set(map(type, items))
@@ -233,12 +218,12 @@ def _values_pass(values: Any, tp: Any, name: str) -> bool:
 PLAIN_EXTRA = ("wall_ms", "process_medians_ms", "placement_medians_ms", "fresh_process_equal", "replica",
                "documented_nondeterministic")
 _TIME_HINTS = typing.get_type_hints(Timing)
-OPTIONAL_TYPES: dict[str, Any] = {"host_ms": _TIME_HINTS["host_ms"], "flags": _TIME_HINTS["flags"], **CLOCK_TYPES,
-                                  **{k: EXTRA_TYPES[k] for k in PLAIN_EXTRA}}
+OPTIONAL_TYPES: dict[str, Any] = {"host_ms": _TIME_HINTS["host_ms"], "flags": _TIME_HINTS["flags"], **RULES.clock_types,
+                                  **{k: RULES.extra_types[k] for k in PLAIN_EXTRA}}
 _EXTRA_KEYS = frozenset(PLAIN_EXTRA)
-_CLOCK_KEYS = frozenset(CLOCK_TYPES)
+_CLOCK_KEYS = frozenset(RULES.clock_types)
 _TIME_KEYS = frozenset(_TIME_HINTS)
-assert len(OPTIONAL_TYPES) == 2 + len(CLOCK_TYPES) + len(PLAIN_EXTRA)  # one name, one column
+assert len(OPTIONAL_TYPES) == 2 + len(RULES.clock_types) + len(PLAIN_EXTRA)  # one name, one column
 
 
 def take_optional(t: dict[str, Any] | None, extra: dict[str, Any], optional: dict[str, list]) -> bool:

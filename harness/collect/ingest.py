@@ -83,13 +83,13 @@ def _dir_head(path: Path) -> tuple[RawRun, tuple] | None:
         return None
 
 
-def _parse(store: Store, item: Any) -> tuple[ParsedRun | None, str | None]:
-    """One discovered run parsed for the store (None when the store already holds it unchanged), and how it was
-    read: PACKED, why its packed copy was passed over, or None."""
+def _parse(store: Store | None, item: Any) -> tuple[ParsedRun | None, str | None]:
+    """One discovered run parsed for the store (None when the store already holds it unchanged; without a store,
+    always parsed), and how it was read: PACKED, why its packed copy was passed over, or None."""
     identity = None
     if isinstance(item, tuple) and item[0] == "dir":
         head = _dir_head(item[1])
-        if head is not None and store.digest_of(*head[1][1:]) == journal_digest(head[0]):
+        if head is not None and store is not None and store.digest_of(*head[1][1:]) == journal_digest(head[0]):
             return None, None  # a nightly re-collect reads no journal it already holds
         try:
             item = dir_raw(item[1], head[0] if head is not None else None)
@@ -99,7 +99,7 @@ def _parse(store: Store, item: Any) -> tuple[ParsedRun | None, str | None]:
             identity = head[1]
     if isinstance(item, RawRun):
         meta, run_id, machine = identity or journal_identity(item)
-        if store.digest_of(run_id, machine) == journal_digest(item):
+        if store is not None and store.digest_of(run_id, machine) == journal_digest(item):
             return None, None
         note = f"{item.origin}: packed copy passed over, its journal read ({item.packed_note})" \
             if item.packed_note else None
@@ -111,7 +111,7 @@ def _parse(store: Store, item: Any) -> tuple[ParsedRun | None, str | None]:
         return parse_journal(item, meta), note
     if isinstance(item, AsvFile):
         parsed = parse_asv(item)
-        if store.digest_of(parsed.run["run_id"], parsed.run["machine"]) == parsed.run["digest"]:
+        if store is not None and store.digest_of(parsed.run["run_id"], parsed.run["machine"]) == parsed.run["digest"]:
             return None, None
         return parsed, None
     raise TypeError(item)
@@ -127,7 +127,7 @@ class Prepared:
     notes: list[str | None]
 
 
-def parse_item(store: Store, item: Any) -> Prepared:
+def parse_item(store: Store | None, item: Any) -> Prepared:
     """The parsing half of ingest_item (no lock needed): Refused with one line where the item is refused."""
     members = item.items if isinstance(item, Archive) else [item]
     parsed = []

@@ -20,12 +20,22 @@ from typing import Any
 import numpy as np
 
 from ..core import intake
-from ..core.records import OK, SCHEMA_VERSION, Accuracy, Determinism, Ranking, Record, Timing
+from ..core.records import (
+    OK,
+    RECORD_KINDS,
+    SCHEMA_VERSION,
+    Accuracy,
+    Determinism,
+    Ranking,
+    Record,
+    RecordKind,
+    Timing,
+)
 from ..core.schema import SchemaError, check_record, check_run_header
 from . import columns as column_checks
 from .discovery import RawRun, Refused, sha1_16
 from .rows import ACC_FIELDS, DET_FIELDS, TIME_FIELDS, TOP_FIELDS, combo_row, hash64s, night
-from .store_packing import ParsedRun, samples_blob
+from .store_packing import ParsedRun, RecordColumns, samples_blob
 
 try:  # three times faster on the fleet's ten million lines; the standard library is the fallback
     import orjson as _fastjson
@@ -40,7 +50,8 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 
 _COMBO_MEMO: dict[tuple, tuple] = {}
-_KINDS = frozenset(("measurement", "autotune", "crosscheck", "repro"))
+_KINDS = frozenset(RECORD_KINDS)
+_RANKING = RecordKind.RANKING.value  # a plain str: compared on every line
 
 
 def _combo(d: dict[str, Any]) -> tuple:
@@ -201,7 +212,7 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
                 if not line.strip():
                     raise ValueError("the line is empty (a journal has one record per line)") from None
                 raise
-            if not full and d.__class__ is dict and d.get("kind") == "ranking":
+            if not full and d.__class__ is dict and d.get("kind") == _RANKING:
                 r = plain_ranking(d)
                 if r is not None:
                     rankings.append(r)
@@ -212,7 +223,7 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
             try:  # fast path: every field there, combination seen before; anything else takes the full path
                 (schema, kind, case, backend, direction, algo, math_, dtype, layout, settings, t, a, h, status,
                  reason, device, workspace, chosen_algo, explanation, extra) = get_rec(d)
-                fast = schema == SCHEMA_VERSION and schema is not True and kind != "ranking"
+                fast = schema == SCHEMA_VERSION and schema is not True and kind != _RANKING
                 if fast:
                     sig = (case, backend, direction, algo, math_, dtype, layout,
                            column_checks.settings_signature(settings), kind)
@@ -252,7 +263,7 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
                 if d["schema"] != SCHEMA_VERSION or d["schema"] is True:
                     raise Refused(f"{raw.origin}: records.jsonl line {lineno} has schema {d.get('schema')!r}; "
                                   f"this convbench reads schema {SCHEMA_VERSION}")
-                if d["kind"] == "ranking":
+                if d["kind"] == _RANKING:
                     rankings.append(_GET_RANK(d))
                     continue
                 c = combo(d)
@@ -289,13 +300,13 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
         last = {c[0]: i for i, c in enumerate(combos)}
         keep = sorted(last.values())
         combos, rows = [combos[i] for i in keep], [rows[i] for i in keep]
-    cols = list(zip(*rows, strict=True)) if rows else [()] * 27
+    cols = RecordColumns._make(zip(*rows, strict=True) if rows else [()] * len(RecordColumns._fields))
     try:
-        med = np.array(cols[3], dtype=np.float64)  # None becomes NaN
-        err = np.array(cols[13], dtype=np.float64)
+        med = np.array(cols.median_ms, dtype=np.float64)  # None becomes NaN
+        err = np.array(cols.max_norm_err, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise Refused(f"{raw.origin}: records.jsonl has text where a number belongs ({exc})") from None
-    run, vectors = run_row(raw, meta, cols[0], med, err, cols[18], cols[24], len(rankings))
+    run, vectors = run_row(raw, meta, cols.status, med, err, cols.hash, cols.chosen_algo, len(rankings))
     return ParsedRun(run, combos, rows, rankings, vectors)
 
 

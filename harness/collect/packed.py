@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..core import intake
-from ..core.records import SCHEMA_VERSION, Accuracy, Determinism, Ranking, Record, Timing
+from ..core.records import SCHEMA_VERSION, Accuracy, Determinism, Ranking, Record, RecordKind, Timing
 from ..core.schema import MAX_INT, MAX_SAMPLES, SchemaError, check_record
 from ..run.journal import END_FILE, JOURNAL_FILE, PACKED_FILE, RUN_FILE
 from . import columns as column_checks
@@ -234,7 +234,7 @@ def _combo(line: bytes) -> tuple:
             raise Unusable("a combination's settings are not an object")
         d = {"schema": SCHEMA_VERSION, "kind": kind, "case": case, "backend": backend, "direction": direction,
              "algo": algo, "math": math_, "dtype": dtype, "layout": layout, "settings": settings, "status": "ok"}
-        if kind == "ranking":
+        if kind == RecordKind.RANKING:
             raise Unusable("a ranking where a record belongs")
         check_record(d)
         row = combo_row((case, backend, direction, algo, math_, dtype, layout), settings, kind)

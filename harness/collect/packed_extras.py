@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..core.records import Record
-from ..core.schema import MAX_ITEMS, SchemaError, _checker
+from ..core.schema import MAX_ITEMS, SchemaError, value_check
 from . import columns as column_checks
 from .store_packing import NUMBER_KINDS, decode_values, numbers_at, reference
 
@@ -56,7 +56,7 @@ def check_extras(shape: list, extras: list, n: int, area: Any = b"") -> None:
     if not _tiled(refs, len(area) // 8):
         raise Unusable("the binary numbers are not each named once by the extras")
     if walk:
-        full = _checker(column_checks._hint(Record, "extra"), "extra", True)
+        full = value_check(column_checks._hint(Record, "extra"), "extra", True)
         try:
             for keys, values, count in walk:
                 for row in zip(*(decode_values(v, count, area) for v in values), strict=True):

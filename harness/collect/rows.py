@@ -2,8 +2,8 @@
 key, identity fields, settings as JSON and kind), the order of a record's fields in its row, the output hash as
 the int64 the store's vectors keep, and a run's night.
 
-A combination's key is core.records.record_key's; a record of another kind than a measurement (autotune,
-crosscheck, repro) gets ``|kind=`` appended so that it never overwrites the measurement of the same combination.
+A combination's key is core.records.record_key's with the record's kind (Identity.key): a record of another kind
+than a measurement (autotune, crosscheck, repro) never overwrites the measurement of the same combination.
 """
 
 from __future__ import annotations
@@ -24,10 +24,7 @@ def settings_json(settings: dict[str, Any]) -> str:
 
 def combo_row(identity: tuple[str, ...], settings: dict[str, Any], kind: str) -> tuple:
     """(key, case, backend, direction, algo, math, dtype, layout, settings_json, kind): store_packing.ParsedRun's combo."""
-    key = record_key(*identity, settings)
-    if kind != "measurement":  # autotune / crosscheck / repro records never overwrite the measurement
-        key = f"{key}|kind={kind}"
-    return (key, *identity, settings_json(settings), kind)
+    return (record_key(*identity, settings, kind), *identity, settings_json(settings), kind)
 
 
 def night(started: str, labelled: str | None = None) -> str:

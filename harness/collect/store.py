@@ -1,8 +1,9 @@
 """The store: one SQLite file that indexes every collected run for cross-machine, cross-image and cross-night questions.
 
-``Store`` is the open file: opening it here (read-only for compare and report, for writing by collect), its schema
-and integrity in store_schema.py, packing records into rows in store_packing.py, writing runs in store_writes.py,
-reading them back in store_reads.py. The store file is the only thing ``collect`` writes.
+``Store`` is the open file, one class: opening it here (read-only for compare and report, for writing by collect);
+what it delegates lives in plain modules of functions it hands itself to: its schema and integrity in
+store_schema.py, packing records into rows in store_packing.py, writing runs in store_writes.py, reading them back
+in store_reads.py. The store file is the only thing ``collect`` writes.
 """
 
 from __future__ import annotations
@@ -10,12 +11,15 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import numpy as np
+
+from . import store_reads, store_writes
 from .store_packing import ParsedRun, UnpackableRecord, samples_array, samples_blob
-from .store_reads import StoreReads
 from .store_schema import (
     DEFAULT_STORE,
     STORE_SCHEMA,
@@ -25,7 +29,6 @@ from .store_schema import (
     error_line,
     when_unlocked,
 )
-from .store_writes import StoreWrites
 
 # the names callers import from here (the CLI, collect, scripts/, tests)
 __all__ = ["DEFAULT_STORE", "STORE_SCHEMA", "Checkpointer", "ParsedRun", "Store", "StoreError", "UnpackableRecord",
@@ -67,7 +70,7 @@ class Checkpointer:
             db.close()
 
 
-class Store(StoreReads, StoreWrites):
+class Store:
     """The store file. ``create=False`` (compare, report) opens it read-only, in one read transaction, so a
     reader sees whole runs while a collect writes, and works on a read-only mount."""
 
@@ -112,10 +115,10 @@ class Store(StoreReads, StoreWrites):
                 create_schema(self.db, self.path, self.verify)
         except sqlite3.DatabaseError as exc:
             raise StoreError(error_line(self.path, exc)) from None
-        self._combo_ids: dict[str, int] = {}
-        self._name_ids: dict[str, int] = {}
-        self._combo_cache: dict[int, tuple[tuple, dict[str, Any]]] = {}
-        self._combo_bases: dict[int, dict[str, Any]] = {}  # records' dicts begin as a copy of their combination's
+        self.combo_ids: dict[str, int] = {}
+        self.name_ids: dict[str, int] = {}
+        self.combo_cache: dict[int, tuple[tuple, dict[str, Any]]] = {}
+        self.combo_bases: dict[int, dict[str, Any]] = {}  # records' dicts begin as a copy of their combination's
 
     def _uri(self, query: str) -> str:
         """The store file as an SQLite URI with ``query`` (mode=ro, mode=rw, immutable=1)."""
@@ -140,6 +143,58 @@ class Store(StoreReads, StoreWrites):
             except sqlite3.OperationalError:
                 pass
         self.db.close()
+
+    # ---- reading (store_reads.py) ----
+
+    def runs(self, where: str = "", params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        """Run rows (without the bulky JSON columns) as dicts, oldest first; ``where``: an SQL condition."""
+        return store_reads.runs(self, where, params)
+
+    def run_json(self, run_pk: int) -> dict[str, Any]:
+        """A run's fingerprint, options and end."""
+        return store_reads.run_json(self, run_pk)
+
+    def run_jsons(self) -> dict[int, dict[str, Any]]:
+        """``run_json`` of every run, in one query."""
+        return store_reads.run_jsons(self)
+
+    def record_count(self) -> int:
+        return store_reads.record_count(self)
+
+    def records(self, run_pk: int, *, with_samples: bool = True) -> list[dict[str, Any]]:
+        """Records of one run joined with their combination (samples as float64 arrays)."""
+        return store_reads.records(self, run_pk, with_samples=with_samples)
+
+    def rankings(self, run_pk: int) -> list[dict[str, Any]]:
+        return store_reads.rankings(self, run_pk)
+
+    def combos(self) -> dict[int, dict[str, Any]]:
+        return store_reads.combos(self)
+
+    def names(self) -> dict[int, str]:
+        return store_reads.names(self)
+
+    def medians(self, run_pk: int) -> tuple[list[int], list[float | None]]:
+        """(combination ids, medians in ms) of one run's records, decoding no text or sample."""
+        return store_reads.medians(self, run_pk)
+
+    def vectors(self, run_pks: Sequence[int]) -> dict[int, dict[str, np.ndarray]]:
+        """Columnar per-run values (run_vectors) of the given runs."""
+        return store_reads.vectors(self, run_pks)
+
+    # ---- writing (store_writes.py) ----
+
+    def digest_of(self, run_id: str, machine: str) -> str | None:
+        """The digest the store holds of a run, None where it holds none."""
+        return store_writes.digest_of(self, run_id, machine)
+
+    def ingest(self, parsed: ParsedRun, *, replace: bool = False) -> str:
+        """Insert or replace one run in one transaction; returns 'added', 'updated' or 'unchanged'."""
+        return store_writes.ingest_all(self, [parsed], replace=replace)[0]
+
+    def ingest_all(self, runs: list[ParsedRun], *, replace: bool = False) -> list[str]:
+        """Insert or replace runs in one transaction (an archive is stored whole or not at all)."""
+        return store_writes.ingest_all(self, runs, replace=replace)
 
     def __enter__(self) -> Store:
         return self

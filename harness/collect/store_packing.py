@@ -8,6 +8,7 @@ record cost more than parsing it, and a 10^7-record collect has to fit two cores
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import operator
@@ -21,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.schema import _NUMBER_TYPES
+from ..core.schema import RULES
 from .store_schema import REBUILD, StoreError
 
 try:  # packing a run's texts is on collect's hot path; the standard library is the fallback
@@ -49,6 +50,9 @@ INTEGER_COLUMNS = frozenset(("n", "workspace_bytes", "nan", "inf", "unwritten", 
                              "fresh_handle_equal", "distinct_outputs"))
 TEXT_COLUMNS = ("status", "reason", "device", "timer", "mode", "precision_class", "hash", "hash_algo",
                 "chosen_algo", "explanation", "extra")
+# a run's record rows column by column, each column by its name (a row is a plain tuple in this order: the parsers
+# build millions of them; a run's columns are named once)
+RecordColumns = collections.namedtuple("RecordColumns", RECORD_COLUMNS[2:])
 _POS = {c: i for i, c in enumerate(RECORD_COLUMNS[2:])}
 _NUM_POS = [_POS[c] for c in NUMBER_COLUMNS]
 _TXT_POS = [_POS[c] for c in TEXT_COLUMNS]
@@ -202,7 +206,7 @@ def encode_values(values: list, area: Area | None = None) -> Any:
         width = len(first)
         if all(v.__class__ is list and len(v) == width for v in values):
             flat = list(itertools.chain.from_iterable(values))
-            if set(map(type, flat)) <= _NUMBER_TYPES:  # never a bool: True is not a number here
+            if set(map(type, flat)) <= RULES.number_types:  # never a bool: True is not a number here
                 return {"width": width, "flat": (area is not None and flat and area.ref(flat)) or flat}
     elif area is not None and (first.__class__ is float or first.__class__ is int):
         return area.ref(values) or values

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import sqlite3
 import time
+from typing import Any, Protocol
 
 from ..core.intake import UserError
 from ..core.paths import DEFAULT_STORE  # noqa: F401 - re-exported by store.py
@@ -99,6 +100,19 @@ CREATE TABLE IF NOT EXISTS run_vectors (
     chosen BLOB NOT NULL      -- int32 names.id of chosen_algo (-1 when none)
 );
 """
+
+
+class StoreFile(Protocol):
+    """What the store's helper modules (store_reads.py, store_writes.py) are handed of the open store (store.Store):
+    its connection, its path, whether it is read-only, and its id and combination caches."""
+
+    db: sqlite3.Connection
+    path: str
+    readonly: bool
+    combo_ids: dict[str, int]  # combination key -> id (writes)
+    name_ids: dict[str, int]  # chosen-algorithm name -> id (writes)
+    combo_cache: dict[int, tuple[tuple, dict[str, Any]]]  # id -> (COMBO_COLUMNS values, listed settings) (reads)
+    combo_bases: dict[int, dict[str, Any]]  # id -> the dict a record read back begins as a copy of (reads)
 
 
 class StoreError(UserError):

@@ -14,103 +14,93 @@ import numpy as np
 
 from ..core.intake import storable
 from .store_packing import RANKING_COLUMNS, RUN_COLUMNS, ParsedRun, UnpackableRecord, pack_records
-from .store_schema import StoreError, error_line, rollback, when_unlocked
+from .store_schema import StoreError, StoreFile, error_line, rollback, when_unlocked
 
 _FIRST = operator.itemgetter(0)
 
 
-class StoreWrites:
-    """Store's writing half (store.Store): ``db``, ``path``, ``readonly`` and the id caches are the store's."""
+def digest_of(store: StoreFile, run_id: str, machine: str) -> str | None:
+    row = store.db.execute("SELECT digest FROM runs WHERE run_id=? AND machine=?", (run_id, machine)).fetchone()
+    return row[0] if row else None
 
-    db: sqlite3.Connection
-    path: str
-    readonly: bool
-    _combo_ids: dict[str, int]
-    _name_ids: dict[str, int]
 
-    def digest_of(self, run_id: str, machine: str) -> str | None:
-        row = self.db.execute("SELECT digest FROM runs WHERE run_id=? AND machine=?", (run_id, machine)).fetchone()
-        return row[0] if row else None
+def _ids(store: StoreFile, table: str, cache: dict[str, int], keys: Iterable[str], rows: dict[str, tuple]) -> None:
+    missing = [k for k in dict.fromkeys(keys) if k not in cache]
+    if not missing:
+        return
+    if table == "combos":
+        store.db.executemany("INSERT OR IGNORE INTO combos (key, case_id, backend, direction, algo, math, dtype,"
+                            " layout, settings, kind) VALUES (?,?,?,?,?,?,?,?,?,?)", [rows[k] for k in missing])
+        col = "key"
+    else:
+        store.db.executemany("INSERT OR IGNORE INTO names (name) VALUES (?)", [(k,) for k in missing])
+        col = "name"
+    for i in range(0, len(missing), 500):
+        chunk = missing[i:i + 500]
+        marks = ",".join("?" * len(chunk))
+        for ident, key in store.db.execute(f"SELECT id, {col} FROM {table} WHERE {col} IN ({marks})", chunk):
+            cache[key] = ident
 
-    def _ids(self, table: str, cache: dict[str, int], keys: Iterable[str], rows: dict[str, tuple]) -> None:
-        missing = [k for k in dict.fromkeys(keys) if k not in cache]
-        if not missing:
-            return
-        if table == "combos":
-            self.db.executemany("INSERT OR IGNORE INTO combos (key, case_id, backend, direction, algo, math, dtype,"
-                                " layout, settings, kind) VALUES (?,?,?,?,?,?,?,?,?,?)", [rows[k] for k in missing])
-            col = "key"
-        else:
-            self.db.executemany("INSERT OR IGNORE INTO names (name) VALUES (?)", [(k,) for k in missing])
-            col = "name"
-        for i in range(0, len(missing), 500):
-            chunk = missing[i:i + 500]
-            marks = ",".join("?" * len(chunk))
-            for ident, key in self.db.execute(f"SELECT id, {col} FROM {table} WHERE {col} IN ({marks})", chunk):
-                cache[key] = ident
 
-    def ingest(self, parsed: ParsedRun, *, replace: bool = False) -> str:
-        """Insert or replace one run in one transaction; returns 'added', 'updated' or 'unchanged'."""
-        return self.ingest_all([parsed], replace=replace)[0]
-
-    def ingest_all(self, runs: list[ParsedRun], *, replace: bool = False) -> list[str]:
-        """Insert or replace runs in one transaction (an archive is stored whole or not at all)."""
-        if self.readonly:
-            raise StoreError(f"{self.path} is open read-only")
+def ingest_all(store: StoreFile, runs: list[ParsedRun], *, replace: bool = False) -> list[str]:
+    """Insert or replace runs in one transaction (an archive is stored whole or not at all)."""
+    if store.readonly:
+        raise StoreError(f"{store.path} is open read-only")
+    try:
+        when_unlocked(lambda: store.db.execute("BEGIN IMMEDIATE"))
         try:
-            when_unlocked(lambda: self.db.execute("BEGIN IMMEDIATE"))
-            try:
-                outcomes = [self._ingest_one(parsed, replace) for parsed in runs]
-                self.db.execute("COMMIT")
-            except BaseException:
-                rollback(self.db)
-                self._combo_ids.clear()  # ids handed out inside the rolled-back transaction are gone
-                self._name_ids.clear()
-                raise
-        except sqlite3.OperationalError as exc:  # a full disk, a read-only mount, an I/O error
-            raise StoreError(error_line(self.path, exc)) from None
-        return outcomes
+            outcomes = [_ingest_one(store, parsed, replace) for parsed in runs]
+            store.db.execute("COMMIT")
+        except BaseException:
+            rollback(store.db)
+            store.combo_ids.clear()  # ids handed out inside the rolled-back transaction are gone
+            store.name_ids.clear()
+            raise
+    except sqlite3.OperationalError as exc:  # a full disk, a read-only mount, an I/O error
+        raise StoreError(error_line(store.path, exc)) from None
+    return outcomes
 
-    def _ingest_one(self, parsed: ParsedRun, replace: bool) -> str:
-        run = parsed.run
-        row = self.db.execute("SELECT id, digest, n_records FROM runs WHERE run_id=? AND machine=?",
-                              (run["run_id"], run["machine"])).fetchone()
-        if row and row[1] == run["digest"]:
-            return "unchanged"
-        if row and run["n_records"] < row[2] and not replace:
-            raise UnpackableRecord(f"run {run['run_id']} of {run['machine']} is stored with {row[2]} records; "
-                                   f"this copy has {run['n_records']}: a partial copy does not replace a run "
-                                   "(collect --replace does)")
-        if row:  # the journal grew (a resumed run): replace the run as a whole
-            self.db.execute("DELETE FROM runs WHERE id=?", (row[0],))
-        cur = self.db.execute(f"INSERT INTO runs ({','.join(RUN_COLUMNS)}) VALUES "
-                              f"({','.join('?' * len(RUN_COLUMNS))})",
-                              [storable(run[c]) if c == "origin" else run[c] for c in RUN_COLUMNS])
-        run_pk = cur.lastrowid
-        try:  # every combination already known (all but a fleet's first runs): one C loop
-            combo_ids = list(map(self._combo_ids.__getitem__, map(_FIRST, parsed.combos)))
-        except KeyError:
-            by_key = {c[0]: c for c in parsed.combos}
-            self._ids("combos", self._combo_ids, by_key, by_key)
-            combo_ids = [self._combo_ids[c[0]] for c in parsed.combos]
-        if parsed.packed is not None:  # packed by the host as pack_records packs it, checked by packed.py
-            records = (len(combo_ids), np.asarray(combo_ids, dtype="<i4").tobytes(), *parsed.packed)
-        else:
-            records = pack_records(combo_ids, parsed.records)
-        self.db.execute("INSERT INTO run_records VALUES (?,?,?,?,?,?,?)", (run_pk, *records))
-        if parsed.rankings:
-            self.db.executemany(f"INSERT INTO rankings VALUES ({','.join('?' * len(RANKING_COLUMNS))})",
-                                [(run_pk, *r) for r in parsed.rankings])
-        chosen_names = parsed.vectors["chosen"]
-        try:
-            chosen = np.array([self._name_ids[n] if n else -1 for n in chosen_names], dtype="<i4")
-        except KeyError:  # a name not seen yet
-            self._ids("names", self._name_ids, [n for n in chosen_names if n], {})
-            chosen = np.array([self._name_ids[n] if n else -1 for n in chosen_names], dtype="<i4")
-        v = parsed.vectors
-        self.db.execute("INSERT INTO run_vectors VALUES (?,?,?,?,?,?,?)", (
-            run_pk, np.asarray(combo_ids, dtype="<i4").tobytes(), v["ok"].astype("u1").tobytes(),
-            v["median"].astype("<f8").tobytes(), v["norm_err"].astype("<f8").tobytes(),
-            v["hash"].astype("<i8").tobytes(), chosen.tobytes()))
-        return "updated" if row else "added"
+
+def _ingest_one(store: StoreFile, parsed: ParsedRun, replace: bool) -> str:
+    run = parsed.run
+    row = store.db.execute("SELECT id, digest, n_records FROM runs WHERE run_id=? AND machine=?",
+                          (run["run_id"], run["machine"])).fetchone()
+    if row and row[1] == run["digest"]:
+        return "unchanged"
+    if row and run["n_records"] < row[2] and not replace:
+        raise UnpackableRecord(f"run {run['run_id']} of {run['machine']} is stored with {row[2]} records; "
+                               f"this copy has {run['n_records']}: a partial copy does not replace a run "
+                               "(collect --replace does)")
+    if row:  # the journal grew (a resumed run): replace the run as a whole
+        store.db.execute("DELETE FROM runs WHERE id=?", (row[0],))
+    cur = store.db.execute(f"INSERT INTO runs ({','.join(RUN_COLUMNS)}) VALUES "
+                          f"({','.join('?' * len(RUN_COLUMNS))})",
+                          [storable(run[c]) if c == "origin" else run[c] for c in RUN_COLUMNS])
+    run_pk = cur.lastrowid
+    try:  # every combination already known (all but a fleet's first runs): one C loop
+        combo_ids = list(map(store.combo_ids.__getitem__, map(_FIRST, parsed.combos)))
+    except KeyError:
+        by_key = {c[0]: c for c in parsed.combos}
+        _ids(store, "combos", store.combo_ids, by_key, by_key)
+        combo_ids = [store.combo_ids[c[0]] for c in parsed.combos]
+    if parsed.packed is not None:  # packed by the host as pack_records packs it, checked by packed.py
+        records = (len(combo_ids), np.asarray(combo_ids, dtype="<i4").tobytes(), *parsed.packed)
+    else:
+        records = pack_records(combo_ids, parsed.records)
+    store.db.execute("INSERT INTO run_records VALUES (?,?,?,?,?,?,?)", (run_pk, *records))
+    if parsed.rankings:
+        store.db.executemany(f"INSERT INTO rankings VALUES ({','.join('?' * len(RANKING_COLUMNS))})",
+                            [(run_pk, *r) for r in parsed.rankings])
+    chosen_names = parsed.vectors["chosen"]
+    try:
+        chosen = np.array([store.name_ids[n] if n else -1 for n in chosen_names], dtype="<i4")
+    except KeyError:  # a name not seen yet
+        _ids(store, "names", store.name_ids, [n for n in chosen_names if n], {})
+        chosen = np.array([store.name_ids[n] if n else -1 for n in chosen_names], dtype="<i4")
+    v = parsed.vectors
+    store.db.execute("INSERT INTO run_vectors VALUES (?,?,?,?,?,?,?)", (
+        run_pk, np.asarray(combo_ids, dtype="<i4").tobytes(), v["ok"].astype("u1").tobytes(),
+        v["median"].astype("<f8").tobytes(), v["norm_err"].astype("<f8").tobytes(),
+        v["hash"].astype("<i8").tobytes(), chosen.tobytes()))
+    return "updated" if row else "added"
 

@@ -6,8 +6,10 @@ gets no explanation. The wording is meant for the morning report, read by someon
 
 from __future__ import annotations
 
+from typing import Any
+
 from .cases import expected_class
-from .records import OK, SKIPPED, UNSUPPORTED_ARCH, WORKSPACE_TOO_LARGE, Record
+from .records import OK, SKIPPED, UNSUPPORTED_ARCH, WORKSPACE_TOO_LARGE, Record, RecordKind
 
 TF32_CAUSE = ("TF32 tensor-core math: fp32 operands rounded to 10-bit mantissas (allowed by cuDNN's DEFAULT and "
               "TENSOR_OP math and by PyTorch's default on Ampere and newer); FMA math gives fp32-class error")
@@ -68,9 +70,15 @@ TORCH_NONDETERMINISTIC = ("PyTorch with cudnn.deterministic=False lets cuDNN pic
 
 def nondeterminism_cause(rec: Record) -> str | None:
     """The documented reason a call may give different bits run to run, or None when none applies."""
-    if rec.extra.get("documented_nondeterministic"):
+    return documented_nondeterminism(rec.backend, rec.direction, rec.settings, rec.extra)
+
+
+def documented_nondeterminism(backend: str, direction: str, settings: dict[str, Any] | None,
+                              extra: dict[str, Any] | None) -> str | None:
+    """nondeterminism_cause from the four fields it reads (a stored record's, a measured one's)."""
+    if (extra or {}).get("documented_nondeterministic"):
         return "algorithm documented as non-deterministic (atomics)"
-    if rec.backend == "torch" and rec.direction != "fwd" and rec.settings.get("deterministic") is False:
+    if backend == "torch" and direction != "fwd" and (settings or {}).get("deterministic") is False:
         return TORCH_NONDETERMINISTIC
     return None
 
@@ -132,7 +140,7 @@ def explain_crosscheck(rec: Record) -> str | None:
 
 # the rules of each record kind that is not a measurement (a repro record is explained where it is made: its words
 # need the original record)
-_BY_KIND = {"autotune": explain_autotune, "crosscheck": explain_crosscheck}
+_BY_KIND = {RecordKind.AUTOTUNE: explain_autotune, RecordKind.CROSSCHECK: explain_crosscheck}
 
 
 def explain_any(rec: Record) -> str | None:

@@ -8,6 +8,7 @@ has to guess whether a value was lost or never measured.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import math
 from dataclasses import dataclass, field
@@ -36,22 +37,58 @@ def wholly_failed(pairs) -> list[str]:
     return sorted(g for g, all_failed in seen.items() if all_failed)
 
 
+class RecordKind(enum.StrEnum):
+    """What a journal line is: a measured combination, or a study's record of it, or cuDNN's own ranking."""
+
+    MEASUREMENT = "measurement"
+    AUTOTUNE = "autotune"  # an autotuner's winners over fresh searches (run/autotune.py)
+    CROSSCHECK = "crosscheck"  # a framework's call against cuDNN's FMA math (run/autotune.py)
+    REPRO = "repro"  # a fresh-process recomputation of a run's outputs (run/repro.py)
+    RANKING = "ranking"  # one row of cuDNN's Find / Get_v7 (Ranking)
+
+
+RECORD_KINDS = tuple(k for k in RecordKind if k is not RecordKind.RANKING)  # the kinds of Record (not Ranking)
+
 # What a key is made of: the seven identity fields joined by KEY_SEPARATOR, then the settings as ``k=v`` joined
-# by SETTING_SEPARATOR. The record schema refuses a KEY_SEPARATOR in every field, and in a setting's name any of
-# the three, so a key splits back into exactly one identity: keys are injective (tests/test_records.py proves it).
+# by SETTING_SEPARATOR, then, for a record of another kind than a measurement, ``|kind=`` and its kind. The record
+# schema refuses a KEY_SEPARATOR in every field, and in a setting's name any of the three, so a key splits back
+# into exactly one identity: keys are injective (tests/test_records.py proves it).
 KEY_SEPARATOR, SETTING_SEPARATOR, SETTING_EQUALS = "|", ",", "="
 IDENTITY_FIELDS = ("case", "backend", "direction", "algo", "math", "dtype", "layout")
 
 
 def record_key(case: str, backend: str, direction: str, algo: str, math: str, dtype: str, layout: str,
-               settings: dict[str, Any]) -> str:
-    """The key of one combination: its seven identity fields and its settings (sorted ``k=v``), joined by ``|``.
+               settings: dict[str, Any], kind: str = RecordKind.MEASUREMENT) -> str:
+    """The key of one combination: its seven identity fields and its settings (sorted ``k=v``), joined by ``|``;
+    ``|kind=K`` after them for a record of another kind than a measurement, so that an autotune, crosscheck or
+    repro record of a combination never takes its measurement's place.
 
-    The one spelling of a record's key: ``Record.key()``, the journal's resume set, collect's parsers (which
-    build no Record per line), the store's combos and compare's machine-neutral key all use it, so a key
-    written anywhere matches everywhere.
+    The one spelling of a record's key: ``Identity.key()``, ``Record.key()`` (its combination, whatever its
+    kind: what resume and replicas match), collect's parsers (which build no Record per line), the store's combos
+    and compare's machine-neutral key all use it, so a key written anywhere matches everywhere.
     """
-    return "|".join((case, backend, direction, algo, math, dtype, layout, settings_key(settings)))
+    key = "|".join((case, backend, direction, algo, math, dtype, layout, settings_key(settings)))
+    return key if kind == RecordKind.MEASUREMENT else f"{key}|kind={kind}"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Which combination a record is of: what stays the same from night to night, machine to machine."""
+
+    case: str
+    backend: str
+    direction: str
+    algo: str
+    math: str
+    dtype: str
+    layout: str
+    settings: dict[str, Any] = field(default_factory=dict, hash=False)
+    kind: str = RecordKind.MEASUREMENT
+
+    def key(self) -> str:
+        """The store's key of this combination (record_key with the kind)."""
+        return record_key(self.case, self.backend, self.direction, self.algo, self.math, self.dtype, self.layout,
+                          self.settings, self.kind)
 
 
 def settings_key(settings: dict[str, Any], omit: tuple[str, ...] = ()) -> str:
@@ -138,13 +175,19 @@ class Record:
     chosen_algo: str | None = None  # what a framework/autotuner actually ran, where it can be observed
     explanation: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    kind: str = "measurement"
+    kind: str = RecordKind.MEASUREMENT
     schema: int = SCHEMA_VERSION
 
     def key(self) -> str:
-        """Identity of the combination within a run; stable across runs so they can be compared."""
+        """The key of the combination, whatever the record's kind (a study's record and the measurement it is of
+        share it); stable across runs so they can be compared. ``identity.key()`` tells the kinds apart."""
         return record_key(self.case, self.backend, self.direction, self.algo, self.math, self.dtype, self.layout,
                           self.settings)
+
+    @property
+    def identity(self) -> Identity:
+        return Identity(self.case, self.backend, self.direction, self.algo, self.math, self.dtype, self.layout,
+                        self.settings, self.kind)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -186,7 +229,7 @@ class Ranking:
     memory_bytes: int | None
     determinism: str  # DETERMINISTIC / NON_DETERMINISTIC
     math_reported: str
-    kind: str = "ranking"
+    kind: str = RecordKind.RANKING
     schema: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:

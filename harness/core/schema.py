@@ -21,17 +21,20 @@ import types
 import typing
 from array import array
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .cases import DIRECTIONS, DTYPES, LAYOUTS
 from .records import (
     IDENTITY_FIELDS,
     KEY_SEPARATOR,
+    RECORD_KINDS,
     SCHEMA_VERSION,
     SETTING_EQUALS,
     SETTING_SEPARATOR,
     Ranking,
     Record,
+    RecordKind,
 )
 
 MAX_TEXT = 1024  # an identity field, a status, a hash, a setting's value
@@ -43,9 +46,9 @@ MAX_DEPTH = 8  # nesting inside an open-ended object (extra)
 # run's (48 runs of 15 MiB fingerprints took a report to 1.1 GiB), so a store keeps none larger
 MAX_RUN_PART_BYTES = 256 << 10
 MAX_INT = (1 << 63) - 1
-KINDS = ("measurement", "autotune", "crosscheck", "repro")
-_LONG_TEXTS = frozenset(("reason", "explanation"))
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+KINDS = RECORD_KINDS  # the kinds of Record a journal line may be (a Ranking is checked apart)
+LONG_TEXTS = frozenset(("reason", "explanation"))
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # a name that becomes one path component (a machine, a run id): no separators, no dot-dot, no control characters
 SAFE_NAME = re.compile(r"[^\W_][\w.+@=-]{0,127}")
 
@@ -64,10 +67,33 @@ EXTRA_TYPES: dict[str, Any] = {
 NEAR_TIE_TYPES: dict[str, Any] = {"winner": str, "runner_up": str, "gap": float, "max_abs_delta": float | None}
 CLOCK_TYPES: dict[str, Any] = {"sm_mhz_min": float | None, "sm_mhz_max": float | None, "slowdowns": list[str],
                                "throttled_batches": int}
-_ENUMS = {"direction": DIRECTIONS, "dtype": DTYPES, "layout": LAYOUTS}
-_NUMBER_TYPES = {int, float}
+ENUMS = {"direction": DIRECTIONS, "dtype": DTYPES, "layout": LAYOUTS}  # fields whose text is one of a list
+REQUIRED = frozenset(("case", "backend", "direction", "algo", "math", "dtype", "layout", "status"))  # never empty
+NUMBER_TYPES = {int, float}
 _IDENTITY = frozenset(IDENTITY_FIELDS)
 _NAME_SEPARATORS = (KEY_SEPARATOR, SETTING_SEPARATOR, SETTING_EQUALS)
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The rules a record's values are held to, in one public table: check_record applies them value by value,
+    collect's column checks (collect/columns.py) a run's column at once, so that both refuse the same values."""
+
+    max_text: int = MAX_TEXT
+    max_long_text: int = MAX_LONG_TEXT
+    max_samples: int = MAX_SAMPLES
+    max_items: int = MAX_ITEMS
+    max_int: int = MAX_INT
+    long_texts: frozenset[str] = LONG_TEXTS
+    control: re.Pattern[str] = CONTROL
+    enums: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=lambda: ENUMS)
+    required: frozenset[str] = REQUIRED
+    number_types: frozenset[type] = frozenset(NUMBER_TYPES)
+    extra_types: dict[str, Any] = dataclasses.field(default_factory=lambda: EXTRA_TYPES)
+    clock_types: dict[str, Any] = dataclasses.field(default_factory=lambda: CLOCK_TYPES)
+
+
+RULES = Rules()
 
 
 class SchemaError(ValueError):
@@ -106,7 +132,7 @@ def _text(v: Any, path: str, limit: int) -> None:
         raise SchemaError(path, f"is {_type_name(v)}, not text")
     if len(v) > limit:
         raise SchemaError(path, f"is {len(v)} characters long (at most {limit})")
-    if limit <= MAX_TEXT and _CONTROL.search(v):
+    if limit <= MAX_TEXT and CONTROL.search(v):
         raise SchemaError(path, "holds control characters")
 
 
@@ -138,12 +164,12 @@ Check = Callable[[Any, str], None]
 
 
 @functools.cache
-def _checker(tp: Any, name: str, nonneg: bool) -> Check:
+def value_check(tp: Any, name: str, nonneg: bool) -> Check:
     """A check for one annotated type (``float | None``, ``list[str]``, ``dict[str, int]``, a dataclass...)."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
-        check = _checker(inner[0], name, nonneg) if len(inner) == 1 else _json_value
+        check = value_check(inner[0], name, nonneg) if len(inner) == 1 else _json_value
         return lambda v, p: None if v is None else check(v, p)
     if tp is float:  # measured NaN is written as null (records._finite), so every float may be null
         return lambda v, p: None if v is None else _number(v, p, nonneg)
@@ -155,8 +181,8 @@ def _checker(tp: Any, name: str, nonneg: bool) -> Check:
                 raise SchemaError(p, f"is {_type_name(v)}, not true or false")
         return check_bool
     if tp is str:
-        limit = MAX_LONG_TEXT if name in _LONG_TEXTS else MAX_TEXT
-        allowed = _ENUMS.get(name)
+        limit = MAX_LONG_TEXT if name in LONG_TEXTS else MAX_TEXT
+        allowed = ENUMS.get(name)
         identity = name in _IDENTITY
 
         seen: set[str] = set()  # a fleet repeats the same few thousand names: each is checked once
@@ -165,7 +191,7 @@ def _checker(tp: Any, name: str, nonneg: bool) -> Check:
             if v.__class__ is str and v in seen:
                 return
             _text(v, p, limit)
-            if not v and name in _REQUIRED:
+            if not v and name in REQUIRED:
                 raise SchemaError(p, "is empty")
             if allowed and v not in allowed:
                 raise SchemaError(p, f"is {v[:40]!r}, not one of {', '.join(allowed)}")
@@ -177,7 +203,7 @@ def _checker(tp: Any, name: str, nonneg: bool) -> Check:
     if tp is Any:
         return _json_value
     if origin is list:
-        item = _checker(args[0], name, nonneg)
+        item = value_check(args[0], name, nonneg)
         most = MAX_SAMPLES if name == "samples_ms" else MAX_ITEMS
 
         floats = args[0] is float
@@ -187,7 +213,7 @@ def _checker(tp: Any, name: str, nonneg: bool) -> Check:
                 raise SchemaError(p, f"is {_type_name(v)}, not a list")
             if len(v) > most:
                 raise SchemaError(p, f"has {len(v)} entries (at most {most})")
-            if floats and v and set(map(type, v)) <= _NUMBER_TYPES:  # timing samples: C loops, the usual case
+            if floats and v and set(map(type, v)) <= NUMBER_TYPES:  # timing samples: C loops, the usual case
                 a = array("d", v)
                 if (min(a) >= 0 or not nonneg) and max(map(abs, a)) <= 1e300:
                     return
@@ -196,7 +222,7 @@ def _checker(tp: Any, name: str, nonneg: bool) -> Check:
         return check_list
     if origin is dict:
         known = {"extra": EXTRA_TYPES, "clock": CLOCK_TYPES, "near_ties": NEAR_TIE_TYPES}.get(name)
-        value = _checker(args[1], name, nonneg)
+        value = value_check(args[1], name, nonneg)
         scalar = name == "settings"  # a setting is part of the record's key: a scalar, never an object
 
         def check_dict(v, p):
@@ -207,7 +233,7 @@ def _checker(tp: Any, name: str, nonneg: bool) -> Check:
             for k, x in v.items():
                 _text(k, f"{p} key", MAX_TEXT)
                 if known and k in known:
-                    _checker(known[k], k, False)(x, f"{p}.{k}")
+                    value_check(known[k], k, False)(x, f"{p}.{k}")
                 elif scalar:
                     check_setting(k, x, f"{p}.{k}")
                 else:
@@ -237,16 +263,16 @@ def check_setting(name: str, value: Any, path: str, value_commas: bool = False) 
         _json_value(value, path)
 
 
-def _nullable(tp: Any) -> bool:
+def nullable(tp: Any) -> bool:
     """Whether null is a value of ``tp``: an Optional, or a float (measured NaN is written as null)."""
     return tp is float or tp is Any or type(None) in typing.get_args(tp)
 
 
 def _object_checker(cls: type, nonneg: bool) -> Check:
     hints = typing.get_type_hints(cls)
-    fields = {f.name: _checker(hints[f.name], f.name, nonneg) for f in dataclasses.fields(cls)
+    fields = {f.name: value_check(hints[f.name], f.name, nonneg) for f in dataclasses.fields(cls)
               if f.name not in ("kind", "schema")}
-    not_null = {name for name in fields if not _nullable(hints[name])}
+    not_null = {name for name in fields if not nullable(hints[name])}
 
     def check_object(v, p):
         if type(v) is not dict:
@@ -262,7 +288,6 @@ def _object_checker(cls: type, nonneg: bool) -> Check:
     return check_object
 
 
-_REQUIRED = frozenset(("case", "backend", "direction", "algo", "math", "dtype", "layout", "status"))
 _record_checker = _object_checker(Record, True)
 _ranking_checker = _object_checker(Ranking, False)
 
@@ -273,13 +298,13 @@ def check_record(d: Any) -> None:
         raise SchemaError("record", f"is {_type_name(d)}, not an object")
     if d.get("schema") != SCHEMA_VERSION or type(d.get("schema")) is not int:
         raise SchemaError("schema", f"is {str(d.get('schema'))[:40]!r}; this convbench reads schema {SCHEMA_VERSION}")
-    kind = d.get("kind", "measurement")
-    if kind == "ranking":
+    kind = d.get("kind", RecordKind.MEASUREMENT)
+    if kind == RecordKind.RANKING:
         _ranking_checker(d, "record")
         return
     if kind not in KINDS:
         raise SchemaError("kind", f"is {str(kind)[:40]!r}, not one of ranking, {', '.join(KINDS)}")
-    for name in _REQUIRED:
+    for name in REQUIRED:
         if name not in d:
             raise SchemaError(name, "is missing")
     _record_checker(d, "record")

@@ -24,6 +24,7 @@ import jinja2
 
 from ..analysis import workload
 from ..analysis.compare import Finding
+from ..analysis.thresholds import Thresholds
 from ..collect.store import Store, StoreError
 from ..collect.store_schema import error_line
 from ..core import children
@@ -124,21 +125,22 @@ NICE = 5
 
 
 def build(store: Store, out: str | Path, *, title: str = "convbench fleet report",
-          workers: int | None = None, meter: bool = False) -> list[Path]:
+          workers: int | None = None, meter: bool = False, thresholds: Thresholds | None = None) -> list[Path]:
     """Render every page into a fresh folder and swap it in as ``out`` (output.py); returns the paths written.
     ``workers``: processes that judge the comparisons beside this one (default: one per CPU for a store of
     POOL_FROM_RUNS runs or more, none for a smaller one, where starting them costs more than they save).
-    ``meter``: show pages i/N, elapsed and ETA on stderr (core/progress.py)."""
+    ``meter``: show pages i/N, elapsed and ETA on stderr (core/progress.py). ``thresholds``: the gate's settings
+    every judgement is made with and the index names (default: the calibrated ones)."""
     # gather holds millions of long-lived objects that the default thresholds traverse again and again: 29% of
     # a 10^7-record report's CPU time went to the cyclic collector (measured 2026-11-29: 9.9 -> 7.7 s, same RSS)
-    thresholds = gc.get_threshold()
+    collector = gc.get_threshold()
     gc.set_threshold(50_000, 20, 100)
     try:
-        return output.replace(out, lambda folder: _build(store, folder, title, workers, meter))
+        return output.replace(out, lambda folder: _build(store, folder, title, workers, meter, thresholds))
     except sqlite3.DatabaseError as exc:  # a damaged page read before the check of every page (_verified) ended
         raise StoreError(error_line(store.path, exc)) from None
     finally:
-        gc.set_threshold(*thresholds)
+        gc.set_threshold(*collector)
 
 
 def _verify(path: str) -> None:
@@ -187,7 +189,8 @@ def _pool(store: Store, workers: int | None) -> Any:
 NEEDS_NO_JUDGEMENT = frozenset(("investigations", "ort", "upgrade", "determinism", "runs"))
 
 
-def _build(store: Store, out: Path, title: str, workers: int | None = None, meter: bool = False) -> list[Path]:
+def _build(store: Store, out: Path, title: str, workers: int | None = None, meter: bool = False,
+           thresholds: Thresholds | None = None) -> list[Path]:
     (out / "machines").mkdir()
     (out / "changes").mkdir()
     pool, ended = None, False
@@ -195,7 +198,7 @@ def _build(store: Store, out: Path, title: str, workers: int | None = None, mete
         with children.held():  # a signal while forking: raised once ``pool`` holds them all, so they are ended
             pool = _pool(store, workers)
         check = None if pool is None or store.verify else pool.apply_async(_verify, (store.path,))
-        g = gather(store, title, pool, False)  # positional: tests stand in for gather with (*args)
+        g = gather(store, title, pool, False, thresholds)  # positional: tests stand in for gather with (*args)
         env = environment()
         generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         common = {"title": title, "generated": generated, "machines": g.machines, "images": g.images,
@@ -257,7 +260,7 @@ def _build(store: Store, out: Path, title: str, workers: int | None = None, mete
     for i, (m, comps) in enumerate(g.nightly):
         if comps:
             block = blocks[m.key + "|" + m.source]
-            for k, ch in enumerate(changes_pages(block, comps)):
+            for k, ch in enumerate(changes_pages(block, comps, g.thresholds)):
                 page((1, i, k), "changes.html", out / "changes" / ch["file"], "../", page_id="changes", ch=ch)
     bar.finish()
     return [path for _, path in sorted(written, key=lambda x: x[0])]

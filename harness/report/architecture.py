@@ -7,7 +7,7 @@ from collections import defaultdict
 from typing import Any
 
 from ..analysis.compare import cross_machine, machine_neutral_key
-from ..core.records import OK
+from ..core.records import OK, RecordKind
 from ..measurement import fingerprint
 from .fmt import fmt_time, settings_str
 from .model import Model
@@ -114,7 +114,7 @@ def picker(g: Model) -> dict[str, Any]:
     for m in ms:
         run = m.runs[-1]
         recs = g.current.get((m.name, run["image"]), [])
-        per.append({machine_neutral_key(x): x for x in recs if x["kind"] == "measurement"})
+        per.append({machine_neutral_key(x): x for x in recs if x["kind"] == RecordKind.MEASUREMENT})
     seen: dict[str, int] = defaultdict(int)
     for p in per:
         for k in p:

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..analysis import rollup
 from ..analysis.compare import fingerprint_diff, gate
-from ..analysis.timechange import Thresholds
+from ..analysis.thresholds import Thresholds
 from .charts import ratio_scatter, strip_plot
 from .fmt import flatten, fmt_err, fmt_time, history_key, minute
 from .judging import NightlyComparison
@@ -99,10 +99,9 @@ def page_file(slug: str, number: int) -> str:
     return f"{slug}.html" if number == 1 else f"{slug}-{number}.html"
 
 
-def changes_pages(block: dict[str, Any], comps: list[NightlyComparison]) -> list[dict[str, Any]]:
+def changes_pages(block: dict[str, Any], comps: list[NightlyComparison], th: Thresholds) -> list[dict[str, Any]]:
     """A machine's changes pages: every finding listed, PAGE_ROWS rows of each comparison a page (the first page
     with the fingerprints and the roll-up), so that a count the index links to is what the pages list."""
-    th = Thresholds()
     full = [{**comparison(c, i, th), "impact": block["comparisons"][i]["impact"]} for i, c in enumerate(comps)]
     n = max(1, *(-(-len(c["rows"]) // PAGE_ROWS) for c in full))
     files = [page_file(block["slug"], k) for k in range(1, n + 1)]

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..analysis import changepoint
-from ..core.records import OK
+from ..core.records import OK, RecordKind
 from .fmt import err_color, fmt_err, fmt_time
 
 METRIC_NAMES = {"max_norm_err": "max normalised error", "rel_l2": "relative L2 error (asv records no other)",
@@ -106,7 +106,7 @@ def heatmaps(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     measurements (autotune, crosscheck and repro records have their own tables)."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in recs:
-        if r["kind"] == "measurement":
+        if r["kind"] == RecordKind.MEASUREMENT:
             groups[(r["dtype"], r["direction"])].append(r)
     out = []
     for (dtype, direction), rs in sorted(groups.items()):
@@ -162,7 +162,7 @@ def time_heatmaps(recs: list[dict[str, Any]], max_rows: int = 60) -> list[dict[s
     fastest algorithm of its case."""
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in recs:
-        if r["kind"] == "measurement" and r["status"] == OK and r.get("median_ms"):
+        if r["kind"] == RecordKind.MEASUREMENT and r["status"] == OK and r.get("median_ms"):
             groups[(r["backend"], r["dtype"], r["direction"])].append(r)
     out = []
     for (backend, dtype, direction), rs in sorted(groups.items()):

@@ -4,13 +4,12 @@ says why) grouped and collapsed apart from what nothing explains."""
 from __future__ import annotations
 
 from collections import Counter
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
-from ..core.explain import nondeterminism_cause
-from ..core.records import OK
+from ..core.explain import documented_nondeterminism
+from ..core.records import OK, RecordKind
 from .fmt import settings_str
 from .investigations import findings
 from .model import Model, _combo_label, _distinct_per_column
@@ -21,8 +20,7 @@ GROUP_INLINE = 10  # rows of a documented cause's group on the page itself
 
 def documented_cause(rec: dict[str, Any]) -> str | None:
     """Why a stored record may differ run to run by documentation (explain.nondeterminism_cause), or None."""
-    return nondeterminism_cause(SimpleNamespace(extra=rec.get("extra") or {}, backend=rec["backend"],
-                                                direction=rec["direction"], settings=rec.get("settings") or {}))
+    return documented_nondeterminism(rec["backend"], rec["direction"], rec.get("settings"), rec.get("extra"))
 
 
 def _same_problem(x: dict[str, Any]) -> tuple:
@@ -63,14 +61,14 @@ def determinism(g: Model, parts: Parts | None = None) -> dict[str, Any]:
     repro_diff = []
     causes_of: dict[tuple[str, str], dict[Any, str | None]] = {}  # (machine, image) -> combo id -> documented cause
     for (machine, img), cur in sorted(g.current.items()):
-        recs = [x for x in cur if x["status"] == OK and x["kind"] == "measurement"]
+        recs = [x for x in cur if x["status"] == OK and x["kind"] == RecordKind.MEASUREMENT]
         cause_of = {x["combo"]: documented_cause(x) for x in recs}
         by_problem = {_same_problem(x): cause_of[x["combo"]] for x in recs}
         causes_of[(machine, img)] = cause_of
         nd = [x for x in recs if x["repeat_equal"] == 0 or x["fresh_handle_equal"] == 0
               or (x["distinct_outputs"] or 1) > 1]
         checked = [x for x in recs if x["repeat_equal"] is not None]
-        repro = [x for x in cur if x["kind"] == "repro"]
+        repro = [x for x in cur if x["kind"] == RecordKind.REPRO]
         fpe = Counter((x["extra"] or {}).get("fresh_process_equal") for x in repro)
         repro_causes = [documented_cause(x) or by_problem.get(_same_problem(x)) for x in repro]
         differs_documented = sum(1 for x, c in zip(repro, repro_causes, strict=True)

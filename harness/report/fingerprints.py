@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis.compare import IDENTITY_FIELDS, _field
+from ..analysis.compare import IDENTITY_FIELDS, fingerprint_field
 from ..analysis.pairing import stack_line
 from .fmt import flatten, minute
 from .model import Model
@@ -36,7 +36,7 @@ def offered(g: Model) -> list[dict[str, Any]]:
             fp = g.info[r["id"]]["fingerprint"] or _NONE
             ident = idents.get(id(fp))
             if ident is None:
-                ident = idents[id(fp)] = tuple(repr(_field(fp, f)) for f in IDENTITY_FIELDS)
+                ident = idents[id(fp)] = tuple(repr(fingerprint_field(fp, f)) for f in IDENTITY_FIELDS)
             if ident != before or r["id"] in named or r is m.runs[-1]:
                 keep[r["id"]] = r
             before = ident

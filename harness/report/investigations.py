@@ -8,7 +8,7 @@ from typing import Any
 
 from ..analysis.rankings import NOTICEABLE, compare_rankings, summarise
 from ..core.cases import SEARCH_MODES as ORT_MODES
-from ..core.records import OK  # noqa: F401  (kept for page modules that filter by status)
+from ..core.records import OK, RecordKind  # noqa: F401  (OK kept for page modules that filter by status)
 from .fmt import settings_str
 from .model import Model
 from .paging import Parts
@@ -64,14 +64,14 @@ def findings(g: Model) -> dict[str, Any]:
     for (machine, img), recs in sorted(g.current.items()):
         label = g.minfo[machine].label
         for x in recs:
-            if x["kind"] == "crosscheck":
+            if x["kind"] == RecordKind.CROSSCHECK:
                 e = x["extra"] or {}
                 cross.append({"machine": machine, "label": label, "image": img, "rec": x, "run": x["run"],
                               "delta": e.get("max_abs_delta"), "torch_class": e.get("torch_class"),
                               "fma_class": e.get("cudnn_fma_class"), "fma_err": e.get("cudnn_fma_max_abs"),
                               "sm": e.get("sm"), "settings": settings_str({k: v for k, v in x["settings"].items()
                                                                            if k != "record"})})
-            elif x["kind"] == "autotune":
+            elif x["kind"] == RecordKind.AUTOTUNE:
                 tune.append(_autotune_row(machine, label, img, x))
     cross.sort(key=lambda c: (c["machine"], c["rec"]["case"], c["rec"]["dtype"]))
     # the seed cases first: they are the ones the suite's questions were asked about

@@ -1,4 +1,4 @@
-"""The judgements the report shows, made by the gate's own ``compare_records``: each machine's latest night against
+"""The judgements the report shows, made by the gate's own ``compare_runs``: each machine's latest night against
 its previous night and its previous stack (pairing.py), with the base's history as the gate has it, and every
 image transition. One judgement per pair of record sets, shared by the pages; in a fleet report they run in a
 pool's processes (``judge_in``) while the main process reads and draws, and ``finish`` adds them to the model.
@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..analysis import pairing
-from ..analysis.compare import compare_records
-from ..analysis.timechange import Thresholds
+from ..analysis.compare import compare_runs
+from ..analysis.thresholds import Thresholds
 from ..collect.store import Store
 from ..core import children
 from .reading import combo_keys, covering_runs, current_records, history_records
@@ -42,7 +42,7 @@ def finish(g: Model) -> None:
     j, g.judging = g.judging, None
     pending, plan, pairs, runs_of, all_vectors, memo = j.pending, g.plan, j.pairs, j.runs_of, j.vectors, j.memo
     store, info, latest, current = g.store, g.info, g.latest, g.current
-    verdicts: dict[tuple, list[Any]] = {}  # one compare_records per pair of record sets, shared by the pages
+    verdicts: dict[tuple, list[Any]] = {}  # one compare_runs per pair of record sets, shared by the pages
     if pending is not None:
         try:
             parts = children.wait(pending)  # a worker killed: ChildDied, not a wait without end
@@ -50,8 +50,8 @@ def finish(g: Model) -> None:
             parts = []  # this process judges instead, and an error of the judgement itself is raised here
         for part in parts:
             verdicts.update(part)
-    nightly = nightly_comparisons(store, plan, info, all_vectors, memo, verdicts)
-    th = Thresholds()
+    th = g.thresholds
+    nightly = nightly_comparisons(store, plan, info, all_vectors, memo, verdicts, th)
     del memo
 
     # image transitions on each machine: latest run of an image vs latest run of the image that followed it
@@ -83,7 +83,7 @@ def finish(g: Model) -> None:
 
 @dataclass
 class NightlyComparison:
-    """One machine's latest night against a base night, judged by the gate's own ``compare_records``."""
+    """One machine's latest night against a base night, judged by the gate's own ``compare_runs``."""
 
     machine: pairing.MachineNights
     comparison: pairing.Comparison
@@ -141,14 +141,14 @@ def _key(base: list[dict[str, Any]], head: list[dict[str, Any]], history: Any,
 
 def judged(base: list[dict[str, Any]], head: list[dict[str, Any]], th: Thresholds,
            verdicts: dict[tuple, list[Any]], history: Any = (), *, key: tuple | None = None) -> list[Any]:
-    """``compare_records`` of two record sets (with the history of the base's machine and stack, as the gate
+    """``compare_runs`` of two record sets (with the history of the base's machine and stack, as the gate
     has it), once per pair of the runs they come from: a machine's previous stack is usually its previous image,
     and the two pages share the one judgement. ``history`` may be a callable that reads it, called only when the
     judgement is not already known."""
     if key is None:
         key = tuple(tuple(sorted({x["run"]["id"] for x in side})) for side in (base, head, *history))
     if key not in verdicts:
-        verdicts[key] = compare_records(base, head, th, history() if callable(history) else history)
+        verdicts[key] = compare_runs(base, head, th, history() if callable(history) else history)
     return verdicts[key]
 
 
@@ -176,34 +176,34 @@ def _judge_group(args: tuple[str, list[tuple]]) -> dict[tuple, list[Any]]:
     store. A judgement whose runs this connection does not see as the report's does (a run replaced by a collect
     meanwhile) is left out: the report then makes it itself."""
     global _judge_store, _judge_keys
-    path, group = args
+    path, th, group = args
     if _judge_store is None or _judge_store.path != path:
         _judge_store = Store(path, create=False, verify=False)
         _judge_keys = combo_keys(_judge_store)
     ids = sorted({r["id"] for _, b, h, e in group for r in (*b, *h, *e)})
     vectors = _judge_store.vectors(ids)
     memo: dict[int, list[dict[str, Any]]] = {}
-    th = Thresholds()
     out = {}
     for key, b, h, e in group:
         if _key(b, h, e, vectors) != key:
             continue
         base, head = current_records(_judge_store, b, vectors, memo), current_records(_judge_store, h, vectors, memo)
-        out[key] = compare_records(base, head, th, history_records(_judge_store, e, vectors, _judge_keys))
+        out[key] = compare_runs(base, head, th, history_records(_judge_store, e, vectors, _judge_keys))
     return out
 
 
-def judge_in(pool: Any, store: Store, groups: list[list[tuple]]) -> Any:
-    """The judgements of ``groups`` started in ``pool``, biggest groups first; ``.get()`` waits for them."""
+def judge_in(pool: Any, store: Store, groups: list[list[tuple]], th: Thresholds) -> Any:
+    """The judgements of ``groups`` started in ``pool`` with the gate's settings ``th``, biggest groups first;
+    ``.get()`` waits for them."""
     groups = sorted(groups, key=len, reverse=True)
-    return pool.map_async(_judge_group, [(store.path, g) for g in groups], chunksize=1)
+    return pool.map_async(_judge_group, [(store.path, th, g) for g in groups], chunksize=1)
 
 
 def nightly_comparisons(store: Store, plan: list[tuple[Any, list[tuple]]], info: dict[int, dict[str, Any]],
                         vectors: dict[int, dict[str, np.ndarray]], memo: dict[int, list[dict[str, Any]]],
-                        verdicts: dict[tuple, list[Any]]) -> list[tuple[pairing.MachineNights, list[NightlyComparison]]]:
+                        verdicts: dict[tuple, list[Any]], th: Thresholds,
+                        ) -> list[tuple[pairing.MachineNights, list[NightlyComparison]]]:
     """Every machine's nights (pairing.py) with, for each of its comparisons, the findings of its latest night."""
-    th = Thresholds()
     known: dict[int, str] = {}
 
     def keys() -> dict[int, str]:  # read once, when a judgement is made here (not in the pool)

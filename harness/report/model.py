@@ -1,6 +1,6 @@
 """The model every page renders: the store's runs grouped by machine and image, the newest record of every
 combination, nightly series with change points, and the plan of the judgements (judging.py: image transitions
-and each machine's nights paired for the morning question, compared with the gate's own ``compare_records``).
+and each machine's nights paired for the morning question, compared with the gate's own ``compare_runs``).
 
 The model aggregates, so the index stays small for a fleet of any size; anything per run or per combination lives
 on the per-topic and per-machine pages, and long tables are capped with the count of rows left out.
@@ -17,7 +17,9 @@ import numpy as np
 
 from ..analysis import changepoint
 from ..analysis.pairing import machine_key
+from ..analysis.thresholds import Thresholds
 from ..collect.store import Store
+from ..core.records import RecordKind
 from .fmt import hardware_label, settings_str, slug
 from .judging import Judging, NightlyComparison, finish, judge_in, judgements, nightly_plan, transition_pairs
 from .reading import current_records
@@ -77,6 +79,7 @@ class Model:
     regressed: Counter = field(default_factory=Counter)
     nightly: list[tuple[Any, list[NightlyComparison]]] = field(default_factory=list)
     fp_offered: list[dict[str, Any]] | None = None  # the fingerprints page's runs, computed once
+    thresholds: Thresholds = field(default_factory=Thresholds)  # the gate's settings every judgement is made with
 
 
 def _series(store: Store, machine: str, image: str, runs: list[dict[str, Any]],
@@ -108,7 +111,7 @@ def _distinct_per_column(M: np.ndarray, missing: int) -> np.ndarray:
 
 def _combo_label(c: dict[str, Any]) -> dict[str, Any]:
     settings = json.loads(c["settings"]) if isinstance(c["settings"], str) else c["settings"]
-    if c.get("kind", "measurement") != "measurement":
+    if c.get("kind", RecordKind.MEASUREMENT) != RecordKind.MEASUREMENT:
         settings = {"record": c["kind"], **settings}
     return {"case": c["case"], "backend": c["backend"], "direction": c["direction"], "algo": c["algo"],
             "math": c["math"], "dtype": c["dtype"], "layout": c["layout"], "settings": settings_str(settings),
@@ -137,9 +140,12 @@ def one_machine_per_gpu(runs: list[dict[str, Any]], info: dict[int, dict[str, An
         r["machine"] += f" ({host}/{gpu[:12]})" if many_hosts[name] else f" ({gpu[:12]})"
 
 
-def gather(store: Store, title: str, pool: Any = None, complete: bool = True) -> Model:
+def gather(store: Store, title: str, pool: Any = None, complete: bool = True,
+           thresholds: Thresholds | None = None) -> Model:
     """The model of every page. ``pool`` (a multiprocessing pool forked before the store was read): the
-    judgements run in its processes. ``complete=False``: without the judgements yet (``finish(g)`` adds them)."""
+    judgements run in its processes. ``complete=False``: without the judgements yet (``finish(g)`` adds them).
+    ``thresholds``: the gate's settings (analysis/thresholds.py; default: its calibrated ones)."""
+    th = thresholds or Thresholds()
     runs = store.runs()
     info = store.run_jsons()  # fingerprint and options: stacks, studies
     one_machine_per_gpu(runs, info)
@@ -173,7 +179,7 @@ def gather(store: Store, title: str, pool: Any = None, complete: bool = True) ->
     plan = nightly_plan(runs, info)
     pairs = transition_pairs(machines, latest, info)
     # the judgements (60% of a fleet report's CPU) run in the pool's processes while this one reads and draws
-    pending = judge_in(pool, store, judgements(plan, pairs, runs_of, all_vectors)) if pool is not None else None
+    pending = judge_in(pool, store, judgements(plan, pairs, runs_of, all_vectors), th) if pool is not None else None
     memo: dict[int, list[dict[str, Any]]] = {}
     current = {key: current_records(store, runs_of[key], all_vectors, memo) for key in latest}
     series: list[Series] = []
@@ -189,7 +195,7 @@ def gather(store: Store, title: str, pool: Any = None, complete: bool = True) ->
             steps_up[(s.machine, s.image)] += sum(c.ratio > 1 for c in chs)
     g = Model(title=title, runs=runs, combos=combos, names=names, machines=machines, minfo=minfo,
               images=images_order, latest=latest, series=series, steps_up=steps_up, store=store, current=current,
-              info=info, plan=plan, judging=Judging(pending, pairs, runs_of, all_vectors, memo))
+              info=info, plan=plan, judging=Judging(pending, pairs, runs_of, all_vectors, memo), thresholds=th)
     if complete:
         finish(g)
     return g

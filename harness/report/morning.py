@@ -1,8 +1,8 @@
 """The index: what changed last night, machine by machine, in the gate's own verdicts and words.
 
 For each machine (a GPU on a host) its latest night against its previous night on the same stack and against its
-previous stack (pairing.py), judged by ``compare.compare_records`` and ``compare.gate`` with the calibrated
-``Thresholds()``: the counts first, then the top findings with their explanation, then what the machine stopped
+previous stack (pairing.py), judged by ``compare.compare_runs`` and ``compare.gate`` with the report's gate
+settings (``Model.thresholds``, named on the index): the counts first, then the top findings with their explanation, then what the machine stopped
 running and why. Verdict words come from the findings themselves, so a new verdict shows up without a change here.
 """
 
@@ -14,8 +14,8 @@ from collections import Counter
 from typing import Any
 
 from ..analysis import pairing, rollup
-from ..analysis.compare import BITS_CHANGED, _field, gate
-from ..analysis.timechange import Thresholds
+from ..analysis.compare import BITS_CHANGED, fingerprint_field, gate
+from ..analysis.thresholds import Thresholds, settings_lines
 from ..analysis.workload import workload
 from ..core.records import OK, SKIPPED
 from .fmt import minute, settings_str, slug
@@ -89,7 +89,7 @@ def comparison(c: NightlyComparison, th: Thresholds) -> dict[str, Any]:
                           c.base_records, c.head_records)[:TOP]
     shared = len(c.base_records.keys() & c.head_records.keys())
     n = rollup.net(c.findings, c.base_records, c.head_records, len(failing))
-    gpu = str(_field(c.head_fp, "gpu.name") or c.machine.name) if c.head_fp else c.machine.name
+    gpu = str(fingerprint_field(c.head_fp, "gpu.name") or c.machine.name) if c.head_fp else c.machine.name
     wl = workload(c.base_records, c.head_records, gpu)
     return {"what": c.comparison.what, "base": c.comparison.base, "head": c.comparison.head, "shared": shared,
             "n_base": len(c.base_records), "n_head": len(c.head_records),
@@ -110,7 +110,7 @@ def comparison(c: NightlyComparison, th: Thresholds) -> dict[str, Any]:
 
 def morning(g: Model) -> dict[str, Any]:
     """Index context: one block per machine, the ones with gate failures first."""
-    th = Thresholds()
+    th = g.thresholds
     blocks = []
     for m, comps in g.nightly:
         latest = m.latest
@@ -131,7 +131,8 @@ def morning(g: Model) -> dict[str, Any]:
             "folded": [] if len(loud) <= OPEN_BLOCKS else loud[OPEN_BLOCKS:],
             "quiet": [b for b in blocks if not b["n_findings"]],
             "silent": [b for b in blocks if b["night"] != last],  # no run last night: their latest is read
-            "machines_failing": sum(1 for b in blocks if b["n_failing"]), "thresholds": th}
+            "machines_failing": sum(1 for b in blocks if b["n_failing"]), "thresholds": th,
+            "settings": settings_lines(th)}
 
 
 def overview(g: Model) -> dict[str, Any]:

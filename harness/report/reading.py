@@ -77,7 +77,7 @@ def combo_keys(store: Store) -> dict[int, str]:
 
 def history_records(store: Store, runs: list[dict[str, Any]], vectors: dict[int, dict[str, np.ndarray]],
                     keys: dict[int, str]) -> list[list[dict[str, Any]]]:
-    """What ``compare_records`` reads of the earlier runs it takes as the gate's history (timechange.own_noise):
+    """What ``compare_runs`` reads of the earlier runs it takes as the gate's history (timechange.own_noise):
     the key and median of each ok record, one list per run, as ``current_records(store, [run])`` would give
     them. Read as the run's medians (Store.medians, float64 as the records have them) and its vectors' status
     instead of as whole records: decoding every text and sample of 500 history runs was 6.8 of 54 CPU-s

@@ -7,7 +7,6 @@ from collections import Counter
 from typing import Any
 
 from ..analysis.compare import fingerprint_diff
-from ..analysis.timechange import Thresholds
 from .changes import record_rows
 from .charts import ratio_scatter, strip_plot
 from .fingerprints import link as fingerprint_link
@@ -123,4 +122,4 @@ def regressions(g: Model, parts: Parts | None = None) -> dict[str, Any]:
     steps.sort(key=lambda x: -abs(math.log(x["ratio"])))
     return {"groups": groups, "n_pairs": len(g.transitions), "n_regs": sum(x["n_regs"] for x in groups),
             "n_bad": sum(1 for x in groups if x["n_newest"]), "top": TOP_PER_MACHINE, "steps": parts.table("steps", steps, "steps", "change points across nights, the largest first",
-                                 inline=STEPS_INLINE), "n_steps": len(steps), "thresholds": Thresholds()}
+                                 inline=STEPS_INLINE), "n_steps": len(steps), "thresholds": g.thresholds}

@@ -3,7 +3,7 @@
 First screen: one verdict per stack pair over all its studies and GPUs (the workload impact on ResNet-50 and onnxruntime's models, the
 slower / faster / unchanged counts, output bits changed, less accurate, status changes, how many findings a second
 GPU confirmed, the worst changes grouped); then each study. A/A studies (one stack on both sides) prove the judge
-quiet and are folded under "calibration". The judgement is paired.judge, which is the gate's compare: the page,
+quiet and are folded under "calibration". The judgement is judgement.judge, which is the gate's compare: the page,
 `convbench upgrade` and `convbench compare` say the same words.
 """
 
@@ -13,16 +13,16 @@ import math
 from collections import Counter
 from typing import Any
 
+from ..analysis import paired_judgement as judgement
 from ..analysis import rollup
-from ..analysis.compare import PRECISION_RANK, _field
+from ..analysis.compare import PRECISION_RANK, fingerprint_field
 from ..analysis.pairing import fields_change, stack_fields, stack_line
 from ..analysis.workload import over_gpus, workload
-from ..run import paired
 from .model import Model
 
 TOP = 15  # rows of each table of a study (25 made the sample's page 318 KB; 300 KB is the budget)
 TOP_GROUPS = 10  # grouped worst changes in a stack pair's verdict
-# paired.judge's counts in the order and words a reader wants them; bad ones are marked
+# judgement.judge's counts in the order and words a reader wants them; bad ones are marked
 LABELS = (("time:slower", "slower", True), ("time:faster", "faster", False),
           ("bits:change", "output bits changed vs base", False),
           ("expected bits:change", "bits of documented non-deterministic algorithms", False),
@@ -33,7 +33,7 @@ LABELS = (("time:slower", "slower", True), ("time:faster", "faster", False),
           ("determinism:improvement", "now deterministic", False),
           ("determinism:change", "flips of documented non-determinism", False),
           ("time:ambiguous", "timing ambiguous", False))
-# the verdict's counts: (label, keys of paired.judge's counts summed, bad)
+# the verdict's counts: (label, keys of judgement.judge's counts summed, bad)
 VERDICT = (("slower", ("time:slower",), True), ("faster", ("time:faster",), False),
            ("unchanged", ("time:same",), False), ("output bits changed vs base", ("bits:change",), False),
            ("less accurate", ("accuracy:regression",), True),
@@ -53,7 +53,7 @@ def accuracy_order(f) -> tuple:
 
 
 def _gpu_name(leg: dict[str, Any]) -> str:
-    return str(_field(leg["B"]["fingerprint"], "gpu.name") or "")
+    return str(fingerprint_field(leg["B"]["fingerprint"], "gpu.name") or "")
 
 
 def verdict(pair: tuple[str, str], studies: list[dict[str, Any]]) -> dict[str, Any]:
@@ -87,7 +87,7 @@ def verdict(pair: tuple[str, str], studies: list[dict[str, Any]]) -> dict[str, A
 
 def upgrade(g: Model) -> dict[str, Any]:
     studies, calibration = [], []
-    for s in paired.studies(g.store, info=g.info):
+    for s in judgement.studies(g.store, g.thresholds, info=g.info):
         legs = []
         for gpu, leg in s["legs"].items():
             fs = leg["findings"]
@@ -98,8 +98,8 @@ def upgrade(g: Model) -> dict[str, Any]:
                                        if leg["counts"].get(k)],
                 "change": fields_change(stack_fields(leg["A"]["fingerprint"]), stack_fields(leg["B"]["fingerprint"])),
                 "same": leg["counts"].get("time:same", 0), "combinations": leg["combinations"],
-                "both_ok": leg["both_ok"], "runs": {r: leg[r]["run"] for r in paired.ROLES},
-                "stacks": {r: stack_line(leg[r]["fingerprint"]) for r in paired.ROLES},
+                "both_ok": leg["both_ok"], "runs": {r: leg[r]["run"] for r in judgement.ROLES},
+                "stacks": {r: stack_line(leg[r]["fingerprint"]) for r in judgement.ROLES},
                 "slower": [r for r in time if r["f"].verdict == "regression"][:TOP],
                 "faster": [r for r in time if r["f"].verdict == "improvement"][:TOP],
                 "accuracy": sorted((f for f in fs if f.kind == "accuracy"), key=accuracy_order)[:TOP],

@@ -21,7 +21,7 @@ from ..backends.cudnn import ConvSession, CudnnBackend, CudnnError, WorkspaceToo
 from ..backends.cudnn_lib import ALGOS, Conv, Handle
 from ..backends.pytorch import conv_settings
 from ..core.cases import Case
-from ..core.records import OK, Determinism, Record
+from ..core.records import OK, Determinism, Record, RecordKind
 from ..measurement import accuracy
 from .autotune_study import TuneOptions
 from .finalize import finalize
@@ -34,7 +34,7 @@ def _record(case: Case, backend: str, direction: str, math: str, dtype: str, lay
             hashes: list[str], winners: list[str], extra: dict) -> Record:
     counts = collections.Counter(winners)
     return Record(case=case.id, backend=backend, direction=direction, algo="auto", math=math, dtype=dtype,
-                  layout=layout, status=OK, device="cuda", settings=settings, kind="autotune",
+                  layout=layout, status=OK, device="cuda", settings=settings, kind=RecordKind.AUTOTUNE,
                   chosen_algo=counts.most_common(1)[0][0] if counts else None,
                   determinism=Determinism(hash=hashes[0] if hashes else "", hash_algo=accuracy.HASH_ALGO,
                                           repeats=len(hashes), repeat_equal=len(set(hashes)) <= 1,
@@ -243,7 +243,7 @@ def measure_crosscheck(case: Case, dtype: str = "fp32", layout: str = "NCHW") ->
     tf32_default = (torch.backends.cudnn.conv.fp32_precision if hasattr(torch.backends.cudnn, "conv")
                     and hasattr(torch.backends.cudnn.conv, "fp32_precision") else torch.backends.cudnn.allow_tf32)
     rec = Record(case=case.id, backend="torch-vs-cudnn", direction="fwd", algo=best[0] if best else "-",
-                 math="FMA", dtype=dtype, layout=layout, device="cuda", kind="crosscheck", accuracy=acc_torch,
+                 math="FMA", dtype=dtype, layout=layout, device="cuda", kind=RecordKind.CROSSCHECK, accuracy=acc_torch,
                  settings={"torch_defaults": True, "torch_tf32": str(tf32_default)},
                  extra={"max_abs_delta": best[1] if best else None,
                         "torch_class": acc_torch.precision_class,

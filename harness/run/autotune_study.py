@@ -27,7 +27,7 @@ from ..backends import Combo, SweepOptions
 from ..core import cases as catalogue
 from ..core.cases import Case
 from ..core.intake import UserError
-from ..core.records import OK, Record, wholly_failed
+from ..core.records import OK, Record, RecordKind, wholly_failed
 from . import sweep, worker
 from .journal import JOURNAL_FILE, Journal, iter_journal
 
@@ -78,25 +78,25 @@ def torch_combos(k: int, layouts, dtype: str) -> list[Combo]:
 
 def is_finding(rec: Record) -> bool:
     """What the command prints and counts: an autotune record with something to say, or any record that failed."""
-    return bool(rec.explanation) and (rec.kind == "autotune" or rec.status != OK)
+    return bool(rec.explanation) and (rec.kind == RecordKind.AUTOTUNE or rec.status != OK)
 
 
 def study(journal: Journal, pool: worker.WorkerPool, cases: list[Case], k: int, layouts, dtype: str = "fp32",
           plan: Plan = Plan()) -> Iterator[Record]:
     """The three stages into ``journal`` through ``pool``; yields each record as it is journaled."""
     opts = TuneOptions(k=k, dtype=dtype)
-    done = journal.done_keys("crosscheck", cross_identity)
+    done = journal.done_keys(RecordKind.CROSSCHECK, cross_identity)
     for case in cases:
         combos = [c for c in cross_combos(dtype) if case.id.startswith("seed.")
-                  and cross_identity(c.record(case, CROSS, kind="crosscheck")) not in done]
+                  and cross_identity(c.record(case, CROSS, kind=RecordKind.CROSSCHECK)) not in done]
         if combos:
-            yield from pool.run_slice(CROSS, case, combos, opts, runner=plan.crosscheck, kind="crosscheck",
+            yield from pool.run_slice(CROSS, case, combos, opts, runner=plan.crosscheck, kind=RecordKind.CROSSCHECK,
                                       identity=cross_identity)
-    done = journal.done_keys("autotune")
+    done = journal.done_keys(RecordKind.AUTOTUNE)
     for case in cases:
         combos = [c for c in find_combos(k, layouts, dtype) if c.key(case, "cudnn") not in done]
         if combos:
-            yield from pool.run_slice("cudnn", case, combos, opts, runner=plan.find, kind="autotune")
+            yield from pool.run_slice("cudnn", case, combos, opts, runner=plan.find, kind=RecordKind.AUTOTUNE)
     pending = {case.id: (case, combos) for case in cases
                if (combos := [c for c in torch_combos(k, layouts, dtype) if c.key(case, "torch") not in done])}
     if not pending:
@@ -110,12 +110,12 @@ def study(journal: Journal, pool: worker.WorkerPool, cases: list[Case], k: int, 
             status, reason = failure
             for case, combos in pending.values():
                 yield from pool.fail(case, combos, "torch", status, f"not measured: fresh process {i + 1} of {k} "
-                                     f"failed ({status}: {reason})", opts.device, kind="autotune")
+                                     f"failed ({status}: {reason})", opts.device, kind=RecordKind.AUTOTUNE)
             return
         processes.append(answer)
     opts = TuneOptions(k=k, dtype=dtype, processes=processes)
     for case, combos in pending.values():
-        yield from pool.run_slice("torch", case, combos, opts, runner=plan.torch, kind="autotune")
+        yield from pool.run_slice("torch", case, combos, opts, runner=plan.torch, kind=RecordKind.AUTOTUNE)
 
 
 def _resumed(run_dir: Path) -> tuple[Journal, list[Case], int, tuple[str, ...]]:
@@ -156,7 +156,7 @@ def run(cases: list[Case], k: int, layouts, results: Path, resume: Path | None =
         pool.close()
         os.close(lock)
     recs = [Record.from_dict(d) for d in iter_journal(journal.path / JOURNAL_FILE)
-            if d.get("kind") in ("autotune", "crosscheck")]
+            if d.get("kind") in (RecordKind.AUTOTUNE, RecordKind.CROSSCHECK)]
     summary: dict[str, Any] = {"seconds": round(time.perf_counter() - t0, 1),
                                "flagged": sum(map(is_finding, recs)), "k": k,
                                "failed_backends": wholly_failed((r.backend, r.status) for r in recs)}

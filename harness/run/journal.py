@@ -26,7 +26,7 @@ from typing import Any
 
 from ..core import intake
 from ..core.intake import UserError
-from ..core.records import SCHEMA_VERSION, Ranking, Record, dumps
+from ..core.records import SCHEMA_VERSION, Ranking, Record, RecordKind, dumps
 from ..core.schema import SchemaError, check_name, check_night, check_record, check_run_header
 from ..measurement import fingerprint as fpmod
 
@@ -155,7 +155,7 @@ class Journal:
         _write_atomic(path / RUN_FILE, meta)
         return cls(path)
 
-    def done_keys(self, kind: str = "measurement", identity: Callable[[Record], str] = Record.key) -> set[str]:
+    def done_keys(self, kind: str = RecordKind.MEASUREMENT, identity: Callable[[Record], str] = Record.key) -> set[str]:
         """Keys (``identity``, by default Record.key) of the records of ``kind`` already journaled, failure
         records included; a torn last line (killed mid-write) is ignored. Every line is checked as collect
         checks it: a run collect would refuse is not resumed."""

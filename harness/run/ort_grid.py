@@ -32,7 +32,7 @@ from ..backends import Combo
 from ..backends.ort import CUDA_EP, ModelOptions, OrtBackend, architectures
 from ..backends.ort.model_runs import ModelSubject
 from ..core.intake import UserError
-from ..core.records import OK, Record, wholly_failed
+from ..core.records import OK, Record, RecordKind, wholly_failed
 from ..measurement import fingerprint
 from . import worker
 from .finalize import finalize
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     done = journal.done_keys()
     kept = [Record.from_dict(d) for d in iter_journal(journal.path / JOURNAL_FILE)
-            if d.get("kind") == "measurement"] if done else []
+            if d.get("kind") == RecordKind.MEASUREMENT] if done else []
     counts: dict[str, int] = defaultdict(int)
     for rec in kept:
         counts[rec.status] += 1
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 made = _in_process(journal, model_records(backend, m, combos, opts))
             for rec in made:
-                if rec.kind == "measurement":
+                if rec.kind == RecordKind.MEASUREMENT:
                     kept.append(rec)
                     counts[rec.status] += 1
     except KeyboardInterrupt:

@@ -21,13 +21,13 @@ from pathlib import Path
 from ..backends import Combo, SweepOptions, by_problem
 from ..core.cases import Case, get
 from ..core.explain import nondeterminism_cause
-from ..core.records import ERROR, OK, Determinism, Record
+from ..core.records import ERROR, OK, Determinism, Record, RecordKind
 from ..measurement import accuracy
 from . import sweep, worker
 from .finalize import finalize
 from .journal import JOURNAL_FILE, Journal, iter_records
 
-KIND = "repro"
+KIND = RecordKind.REPRO
 # the runner (worker.resolve names) that recomputes each backend's records; the tests add a fault-injecting one
 RUNNERS = {"cudnn": "harness.run.repro:CudnnRepro", "torch": "harness.run.repro:TorchRepro"}
 
@@ -111,7 +111,7 @@ def recompute(run_dir: Path, runners: dict[str, str] | None = None, timeout_s: f
     run_dir = Path(run_dir)
     slices: dict[tuple[str, str, str], dict[str, Record]] = {}
     for d in iter_records(run_dir / JOURNAL_FILE):  # schema-checked lines
-        if d.get("kind") == "measurement" and d.get("status") == OK and d.get("backend") in runners:
+        if d.get("kind") == RecordKind.MEASUREMENT and d.get("status") == OK and d.get("backend") in runners:
             r = Record.from_dict(d)
             slices.setdefault((r.backend, r.case, r.device), {})[r.key()] = r
     journal = Journal(run_dir)

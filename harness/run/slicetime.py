@@ -14,13 +14,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..core.records import RecordKind
 from .journal import iter_journal, open_append
 
 SLICES_FILE = "slices.jsonl"
 
 
 class SliceClock:
-    def __init__(self, backend: str, case_id: str, kind: str = "measurement"):
+    def __init__(self, backend: str, case_id: str, kind: str = RecordKind.MEASUREMENT):
         """``kind``: the records the slice makes (a repro or autotune slice is not the sweep's measuring)."""
         self.backend, self.case_id, self.kind = backend, case_id, kind
         self.start = self.last = time.perf_counter()
@@ -32,7 +33,7 @@ class SliceClock:
         now = time.perf_counter()
         gap, self.last = now - self.last, now
         self.records += 1
-        if rec.kind == "ranking":
+        if rec.kind == RecordKind.RANKING:
             self.rankings_s += gap
             return
         wall = ((getattr(rec, "extra", None) or {}).get("wall_ms") or 0.0) / 1e3

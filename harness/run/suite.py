@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.cases import Case
-from ..core.records import settings_key
+from ..core.records import RecordKind, settings_key
 from .suiteshape import NUMERICS, STABILITY, TIME, SweepData, precision_of
 
 SWEEP_DATA_FILE = "asv-sweeps.pickle"  # what `convbench bench` read from the journal, for asv's setup_cache
@@ -53,7 +53,7 @@ def read_sweeps(run_dir: Path) -> dict[tuple[str, str], SweepData]:
     best: dict[tuple[str, str], dict] = {}
     sweeps: dict[tuple[str, str], SweepData] = {}
     for rec in iter_journal(run_dir / JOURNAL_FILE):
-        if rec.get("kind") != "measurement" or rec.get("backend") not in ("cudnn", "torch"):
+        if rec.get("kind") != RecordKind.MEASUREMENT or rec.get("backend") not in ("cudnn", "torch"):
             continue
         sweep = (rec["backend"], rec["direction"])
         data = sweeps.get(sweep)

@@ -23,7 +23,7 @@ from ..backends import SweepOptions
 from ..core.cases import Case
 from ..core.intake import UserError
 from ..core.progress import Progress
-from ..core.records import OK, wholly_failed
+from ..core.records import OK, RecordKind, wholly_failed
 from ..measurement import fingerprint
 from . import replicas, worker
 from .finalize import finalize
@@ -156,7 +156,7 @@ def run(cases: list[Case], backend_names: list[str], options: SweepOptions, resu
                 else:
                     made = _in_process(journal, backend, case, combos, replicas.effective(options, backend, False))
                 for rec in made:
-                    if rec.kind == "measurement":
+                    if rec.kind == RecordKind.MEASUREMENT:
                         counts[rec.status] += 1
                     if on_record:
                         on_record(rec)
@@ -196,7 +196,7 @@ def summarize(journal: Journal, cuda: bool, seconds: float) -> dict[str, Any]:
     counts: Counter[str] = Counter()
     statuses = []
     for rec in iter_journal(journal.path / JOURNAL_FILE):
-        if rec.get("kind") == "measurement":
+        if rec.get("kind") == RecordKind.MEASUREMENT:
             counts[rec["status"]] += 1
             statuses.append((rec.get("backend", "?"), rec["status"]))
     summary: dict[str, Any] = {"counts": dict(counts), "ok": counts.get(OK, 0), "seconds": round(seconds, 1),

@@ -31,7 +31,7 @@ from typing import Any
 
 from ..backends import Combo, SweepOptions
 from ..core.cases import Case
-from ..core.records import ERROR, Ranking, Record
+from ..core.records import ERROR, Ranking, Record, RecordKind
 from .finalize import classify, ended, finalize, one_line, oom_kills  # noqa: F401 (classify: kept)
 from .journal import JOURNAL_FILE, Journal
 from .workerchild import backend_names, load_runner, resolve_backend  # noqa: F401 (the pool's names)
@@ -171,7 +171,7 @@ class WorkerPool:
                 killed = finished = True
 
     def run_slice(self, backend: str, case: Case, combos: list[Combo], options: SweepOptions,
-                  runner: str | None = None, finalize: bool = True, kind: str = "measurement",
+                  runner: str | None = None, finalize: bool = True, kind: str = RecordKind.MEASUREMENT,
                   identity: Callable[[Record], str] = Record.key,
                   replicas: dict[str, Record] | None = None) -> Iterator[Record | Ranking]:
         """Yield the slice's records as they are journaled: by the child, or by the parent for a failure.
@@ -256,7 +256,7 @@ class WorkerPool:
             yield rec
 
     def fail(self, case: Case, combos: list[Combo], backend: str, status: str, reason: str, device: str,
-             kind: str = "measurement") -> Iterator[Record]:
+             kind: str = RecordKind.MEASUREMENT) -> Iterator[Record]:
         """Journal ``combos`` as not measured, with ``status`` and ``reason`` (what a call they needed met)."""
         for combo in combos:
             yield self._journal(combo.record(case, backend, status=status, device=device, kind=kind,
@@ -285,6 +285,6 @@ class WorkerPool:
 
 
 def _parse(d: dict[str, Any]) -> Record | Ranking:
-    if d.get("kind") == "ranking":
+    if d.get("kind") == RecordKind.RANKING:
         return Ranking(**d)
     return Record.from_dict(d)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..backends import SweepOptions, get_backend
-from ..core.records import CRASHED, Record
+from ..core.records import CRASHED, Record, RecordKind
 from .finalize import finalize, one_line, raised
 from .journal import Journal
 from .profiling import WorkerProfile
@@ -126,7 +126,7 @@ def _run_slice(msg: dict[str, Any]) -> tuple:
     backend = load_runner(msg["runner"]) if msg.get("runner") else resolve_backend(msg["backend"])
     by_producer = not msg.get("finalize", True)
     _limit_memory(msg.get("memory_limit"))
-    clock = SliceClock(msg["backend"], msg["case"].id, msg.get("kind", "measurement"))
+    clock = SliceClock(msg["backend"], msg["case"].id, msg.get("kind", RecordKind.MEASUREMENT))
     replicas = msg.get("replicas") or {}
     try:
         for rec in backend.run(msg["case"], msg["combos"], msg["options"]):
