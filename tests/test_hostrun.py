@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.core.intake import UserError
+from harness.core.errors import UserError
 from harness.deploy import hostrun, placement
 from harness.measurement import fingerprint
 

@@ -13,7 +13,7 @@ import pytest
 
 from harness.backends import SweepOptions
 from harness.core import cases
-from harness.core.intake import UserError
+from harness.core.errors import UserError
 from harness.core.records import CRASHED, ERROR, OK, OOM, TIMEOUT, Record
 from harness.measurement.timing import TimingPolicy
 from harness.run import sweep, worker

@@ -12,7 +12,7 @@ import os
 import sys
 
 from harness.core import children
-from harness.core.intake import EXIT_ENVIRONMENT, EXIT_NO_DATA, EXIT_USAGE, UserError, printable  # noqa: F401
+from harness.core.errors import EXIT_USAGE, UserError, printable
 from harness.core.paths import DEFAULT_STORE, RESULTS_DIR
 
 # Each module exposes register(subparsers); a subcommand's handler returns the exit code.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..backends import SweepOptions, command_options
 from ..core.cases import DEFAULT_SET, DIRECTIONS
-from ..core.intake import EXIT_ENVIRONMENT, UserError
+from ..core.errors import EXIT_ENVIRONMENT, UserError
 from ..core.progress import Progress
 from ..deploy import resources
 from ..run import asvselect

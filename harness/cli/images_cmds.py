@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from ..core.cases import DEFAULT_SET
-from ..core.intake import EXIT_ENVIRONMENT, UserError, printable
+from ..core.errors import EXIT_ENVIRONMENT, UserError, printable
 from ..core.outputs import write_under
 from ..core.paths import RESULTS_DIR
 from .helptext import command

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..backends import BACKENDS, SweepOptions, command_options
 from ..core import cases as catalogue
 from ..core.cases import DEFAULT_SET, DIRECTIONS, DTYPES, LAYOUTS
-from ..core.intake import EXIT_ENVIRONMENT, UserError, printable
+from ..core.errors import EXIT_ENVIRONMENT, UserError, printable
 from ..core.paths import RESULTS_DIR
 from ..measurement.timing import TimingPolicy
 from ..run.worker import DEFAULT_TIMEOUT_S

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..collect.store import DEFAULT_STORE, Store, StoreError
-from ..core.intake import EXIT_NO_DATA, UserError, printable
+from ..core.errors import EXIT_NO_DATA, UserError, printable
 from .helptext import command
 from .jsonout import SCHEMA, add_json
 

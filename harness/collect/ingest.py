@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import children, intake
-from ..core.intake import EXIT_ENVIRONMENT, UserError
+from ..core.errors import EXIT_ENVIRONMENT, UserError
 from ..core.progress import Progress
 from ..run.journal import END_FILE, JOURNAL_FILE, RUN_FILE
 from . import fresh

@@ -26,7 +26,7 @@ from typing import Any
 from ..backends import Combo, SweepOptions
 from ..core import cases as catalogue
 from ..core.cases import Case
-from ..core.intake import UserError
+from ..core.errors import UserError
 from ..core.records import OK, Record, wholly_failed
 from . import sweep, worker
 from .journal import JOURNAL_FILE, Journal, iter_journal

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import intake
-from ..core.intake import UserError
+from ..core.errors import EXIT_ENVIRONMENT, UserError
 from ..core.records import SCHEMA_VERSION, Ranking, Record, dumps
 from ..core.schema import SchemaError, check_name, check_night, check_record, check_run_header
 from ..measurement import fingerprint as fpmod
@@ -133,7 +133,7 @@ class Journal:
             raise JournalError(f"--results {results}: not a directory") from None
         except OSError as exc:
             raise JournalError(f"--results {results}: cannot create {base} ({exc.strerror})",
-                               intake.EXIT_ENVIRONMENT) from None
+                               EXIT_ENVIRONMENT) from None
         if run_id:
             path = base / run_id
             path.mkdir(exist_ok=False)  # never write into another run

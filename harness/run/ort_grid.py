@@ -31,7 +31,7 @@ from typing import Any
 from ..backends import Combo
 from ..backends.ort import CUDA_EP, ModelOptions, OrtBackend, architectures
 from ..backends.ort.model_runs import ModelSubject
-from ..core.intake import UserError
+from ..core.errors import UserError
 from ..core.records import OK, Record, wholly_failed
 from ..measurement import fingerprint
 from . import worker

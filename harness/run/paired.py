@@ -28,7 +28,7 @@ from ..analysis.compare import Finding, compare_records
 from ..analysis.timechange import Thresholds
 from ..backends import SweepOptions
 from ..core.cases import Case
-from ..core.intake import EXIT_ENVIRONMENT, UserError
+from ..core.errors import EXIT_ENVIRONMENT, UserError
 from ..deploy.stacks import Stack
 from . import replicas, worker
 from .journal import Journal

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..backends import SweepOptions
 from ..core.cases import Case
-from ..core.intake import UserError
+from ..core.errors import UserError
 from ..core.progress import Progress
 from ..core.records import OK, wholly_failed
 from ..measurement import fingerprint
