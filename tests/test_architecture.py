@@ -1,6 +1,6 @@
 """The layout of harness/ as a contract: each sub-package is a layer, and a layer imports only layers below it.
 
-    core < measurement < backends < deploy < analysis < run < collect < report < cli
+    core < measurement < backends < deploy < analysis < collect < run < report < cli
 
 Every import counts, those inside functions too (a lazy import is still a dependency). The asv suite
 (benchmarks/) may import only harness.core and harness.run: asv imports it in processes that must not touch
@@ -16,7 +16,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("core", "measurement", "backends", "deploy", "analysis", "run", "collect", "report", "cli")
+LAYERS = ("core", "measurement", "backends", "deploy", "analysis", "collect", "run", "report", "cli")
 # Modules left at the top of harness/, with the layer they belong to and why they are not inside it.
 TOP_LEVEL = {
     "harness": "core",  # the package itself: __version__ only

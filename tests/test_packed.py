@@ -450,20 +450,41 @@ def test_a_journal_collect_refuses_is_not_packed_and_its_refusal_stays_the_journ
     assert s.added == 0 and len(s.refused) == 1 and "line 2" in s.refused[0]
 
 
-def test_a_hook_that_fails_at_the_runs_end_does_not_fail_the_run(tmp_path, monkeypatch, capsys):
+def test_a_packing_that_fails_at_the_runs_end_does_not_fail_the_run(tmp_path, monkeypatch, capsys):
     from harness.run import journal
 
     def broken(path):
         raise RuntimeError("disk on fire")
 
     monkeypatch.setenv("CONVBENCH_MACHINE", "m1")
-    monkeypatch.setattr(journal, "FINISHED_HOOKS", [broken, pk.write_packed])
+    monkeypatch.setattr(pk, "write_packed", broken)
     j = journal.Journal.create(tmp_path / "results", {"hostname": "h", "gpu": None}, {})
     j.append(record("a"))
     j.finish({"ok": 1})
-    assert (j.path / "end.json").is_file() and (j.path / PACKED_FILE).is_file()  # the next hook still ran
-    assert "broken failed at the run's end (RuntimeError: disk on fire); the run is complete" in capsys.readouterr().err
-    assert collect(tmp_path / "s.sqlite", [j.path]).packed == 1
+    assert (j.path / "end.json").is_file() and not (j.path / PACKED_FILE).is_file()  # the run is complete
+    assert "write_packed failed at the run's end (RuntimeError: disk on fire); the run is complete" in \
+        capsys.readouterr().err
+    s = collect(tmp_path / "s.sqlite", [j.path])
+    assert s.added == 1 and s.packed == 0 and s.records == 1  # collect read the journal instead
+
+
+def test_a_run_finished_outside_the_cli_is_packed(tmp_path):
+    """A run finished by the library alone (as a plain `asv run` of the suite or the ORT grid finish theirs), in
+    a process that never imports the CLI, has its packed copy, and collect reads it."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from harness.core.cases import select; from harness.run import suite; "
+            "print(suite.sweep_direction(select('quick')[:1], 'torch', 'fwd', sys.argv[1])); "
+            "assert not [m for m in sys.modules if m.startswith('harness.cli')]")
+    env = dict(os.environ, CONVBENCH_MACHINE="m1", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "results")], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    run = Path(proc.stdout.strip().splitlines()[-1])
+    assert (run / "end.json").is_file() and (run / PACKED_FILE).is_file()
+    s = collect(tmp_path / "s.sqlite", [run])
+    assert s.added == 1 and s.packed == 1 and not s.refused and s.records > 0
 
 
 def _read_as_an_older_store_kept_it(tmp_path, older) -> tuple[list, list]:

@@ -75,15 +75,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _install_run_hooks() -> None:
-    """Every run this CLI finishes is packed for collect beside its journal (collect/packed.py)."""
-    from ..collect.packed import write_packed
-    from ..run import journal
-
-    if write_packed not in journal.FINISHED_HOOKS:
-        journal.FINISHED_HOOKS.append(write_packed)
-
-
 # what a stopped command leaves, said after "interrupted" (the measuring commands journal as they go)
 _KEPT = {**dict.fromkeys(("run", "sweep", "autotune", "repro", "bench", "upgrade"),
                          "; what was measured is in the journal"),
@@ -92,7 +83,6 @@ _KEPT = {**dict.fromkeys(("run", "sweep", "autotune", "repro", "bench", "upgrade
 
 
 def main(argv: list[str] | None = None) -> int:
-    _install_run_hooks()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):

@@ -34,8 +34,8 @@ import numpy as np
 
 from ..core import intake
 from ..core.records import SCHEMA_VERSION, Accuracy, Determinism, Ranking, Record, Timing
+from ..core.rundir import END_FILE, JOURNAL_FILE, PACKED_FILE, RUN_FILE
 from ..core.schema import MAX_INT, MAX_SAMPLES, SchemaError, check_record
-from ..run.journal import END_FILE, JOURNAL_FILE, PACKED_FILE, RUN_FILE
 from . import columns as column_checks
 from .discovery import RawRun, Refused, dir_run
 from .packed_extras import Unusable, check_extras
