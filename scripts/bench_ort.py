@@ -40,7 +40,7 @@ from harness.backends.ort import (  # noqa: E402
     models,  # noqa: E402
 )
 from harness.backends.ort.options import _provider_options  # noqa: E402
-from harness.run.fresh import FreshProcesses  # noqa: E402
+from harness.run.pool import FreshProcesses  # noqa: E402
 
 AGREEMENT = 0.05
 GRID_BUDGET_S = 300.0
@@ -57,7 +57,7 @@ def agreement(model: str, provider: str, search: str | None, workdir: Path) -> d
     w = WorkerRun({"model": str(built.path), "provider": provider,
                    "inputs": {"image": str(xp)}, "timing_policy": {"min_samples": 20, "max_samples": 200},
                    "configs": [{"key": "k", "provider_options": po, "sessions": 1}]},
-                  name=f"agree-{model}-{search or 'cpu'}", function="harness.backends.ort.worker:profile_agreement")
+                  name=f"agree-{model}-{search or 'cpu'}", function="harness.backends.ort.session_process:profile_agreement")
     w.prepare(workdir)
     FreshProcesses()([w], 1, 600)
     if w.failure:

@@ -30,8 +30,8 @@ from harness.core import cases  # noqa: E402
 from harness.core.records import ERROR, OK, SKIPPED, TIMEOUT, Record  # noqa: E402
 from harness.measurement import accuracy  # noqa: E402
 from harness.run import ort_grid  # noqa: E402
-from harness.run.fresh import FreshProcesses  # noqa: E402
 from harness.run.journal import JOURNAL_FILE, iter_journal  # noqa: E402
+from harness.run.pool import FreshProcesses  # noqa: E402
 
 # cuDNN API log lines as cuDNN prints them (format of the public logs in NVIDIA/cudnn-frontend#39 and
 # pytorch/pytorch#167242); the frontend line is the literal of cudnn_frontend plans.h execute().
@@ -355,7 +355,7 @@ def test_worker_environment_switches_each_log_on_its_own(monkeypatch):
 
 
 def test_the_sweep_gives_the_backend_the_pools_session_processes(tmp_path):
-    """`convbench sweep -b ort`: the pool's resolve_backend hands OrtBackend its process service (run/fresh.py);
+    """`convbench sweep -b ort`: the pool's resolve_backend hands OrtBackend its process service (run/pool.py);
     a backend built without one says so in its records instead of starting processes of its own."""
     from harness.run import sweep
 

@@ -1,7 +1,7 @@
 """The onnxruntime grid through the sweep's worker pool: a killed worker is a record, --resume continues a run.
 
 CPU EP, one session and one process per setting: the worker path is the one a GPU host takes by default. Each
-onnxruntime session process is a fresh worker of the pool too (run/fresh.py): the fault-injecting session
+onnxruntime session process is a fresh worker of the pool too (run/pool.py): the fault-injecting session
 function of tests/faulty_backend.py crashes, hangs or runs out of memory in one, and its setting's records carry
 the pool's status and reason.
 """

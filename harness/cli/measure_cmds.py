@@ -14,7 +14,7 @@ from ..core.cases import DEFAULT_SET, DIRECTIONS, DTYPES, LAYOUTS
 from ..core.errors import EXIT_ENVIRONMENT, UserError, printable
 from ..core.paths import RESULTS_DIR
 from ..measurement.timing import TimingPolicy
-from ..run.worker import DEFAULT_TIMEOUT_S
+from ..run.pool import DEFAULT_TIMEOUT_S
 from .helptext import command
 from .jsonout import add_json, emit
 
@@ -34,7 +34,7 @@ def _list(allowed: tuple[str, ...], what: str):
 
 def _backend_names() -> tuple[str, ...]:
     """The backends a user may name; the fault-injecting one only where CONVBENCH_TEST_BACKENDS=1."""
-    from ..run.worker import backend_names
+    from ..run.runners import backend_names
 
     return backend_names()
 

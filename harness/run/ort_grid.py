@@ -8,7 +8,7 @@ records say about the seed question: how many distinct outputs each search mode 
 and fresh processes, and which conv engines differed.
 
 Every onnxruntime session process (the timing process and the drift processes of each setting, planned by
-backends/ort) is a fresh, watched process of the worker pool (run/worker.py, through run/fresh.py): one that
+backends/ort) is a fresh, watched process of the worker pool (run/pool.py, through run/pool.py): one that
 crashes, hangs or runs out of memory ends with the pool's status and one-line reason, and the records of its
 setting carry them (classified and explained by run/finalize.py). As `convbench sweep` does, on CUDA (or with
 --isolate) each model's own work (references, records) runs in the pool too: a model whose process dies becomes
@@ -34,13 +34,12 @@ from ..backends.ort.model_runs import ModelSubject
 from ..core.errors import UserError
 from ..core.records import OK, Record, wholly_failed
 from ..measurement import fingerprint
-from . import worker
 from .finalize import finalize
-from .fresh import FreshProcesses
 from .journal import JOURNAL_FILE, Journal, JournalError, iter_journal
+from .pool import DEFAULT_TIMEOUT_S, FreshProcesses, WorkerPool
 from .sweep import lock_run
 
-# the pool's runner for one model (worker.load_runner); named by its module, as this one may run as __main__
+# the pool's runner for one model (runners.load_runner); named by its module, as this one may run as __main__
 RUNNER = "harness.run.ort_grid:ModelRunner"
 
 
@@ -53,8 +52,8 @@ def model_records(backend: OrtBackend, model: str, combos: Iterable[Combo], opts
 
 
 class ModelRunner:
-    """Runs one model's combinations in a worker process of the pool (worker.load_runner); its session
-    processes are fresh workers of a pool of their own (run/fresh.py)."""
+    """Runs one model's combinations in a worker process of the pool (runners.load_runner); its session
+    processes are fresh workers of a pool of their own (run/pool.py)."""
 
     name = "ort"
 
@@ -69,7 +68,7 @@ def slice_timeout(opts: ModelOptions, n_combos: int) -> float:
     own watchdog (worker_timeout_s), so a model may take as long as its workers, one batch after another."""
     settings = max(1, n_combos // 2)  # two io modes per setting
     batches = math.ceil(settings * opts.processes / max(1, opts.parallel or 1)) + 1
-    return max(worker.DEFAULT_TIMEOUT_S, opts.worker_timeout_s * batches)
+    return max(DEFAULT_TIMEOUT_S, opts.worker_timeout_s * batches)
 
 
 def seed_table(records) -> list[str]:
@@ -211,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"ort_grid: error: {exc}", file=sys.stderr)
         return 3
-    pool = worker.WorkerPool(journal, keep_fds=(lock,), log=log) if isolate else None
+    pool = WorkerPool(journal, keep_fds=(lock,), log=log) if isolate else None
     try:
         for m in wanted:
             subject = ModelSubject(m)

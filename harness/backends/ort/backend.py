@@ -8,11 +8,11 @@ cudnnGetConvolutionForwardAlgorithm_v7 (HEURISTIC) or IMPLICIT_PRECOMP_GEMM (DEF
 cuDNN frontend graph whose plan comes from heuristics mode B (EXHAUSTIVE), A (HEURISTIC) or FALLBACK
 (DEFAULT) -- no timing at all -- and the max-workspace option no longer enters the conv path.
 
-All onnxruntime work runs in session processes (harness/backends/ort/worker.py): fresh processes are one of the
+All onnxruntime work runs in session processes (harness/backends/ort/session_process.py): fresh processes are one of the
 repetitions the drift question needs, cuDNN's logs can only be switched on before a process loads it, and a
 crash in a native library costs that process's combinations, not the sweep. The backend plans the processes
 (sessions.py) and runs them through the process service it is given (``processes``: the run layer's
-harness.run.fresh.FreshProcesses, the worker pool's fresh, watched processes), which says how each one ended.
+harness.run.pool.FreshProcesses, the worker pool's fresh, watched processes), which says how each one ended.
 This process builds the models, computes the float64 references, hashes the outputs with
 accuracy.output_hash and assembles the records.
 """
@@ -64,7 +64,7 @@ class OrtBackend(ModelRuns):
     name = "ort"
 
     def __init__(self, log=None, processes: SessionProcesses | None = None):
-        """``processes``: the service that runs session processes (harness.run.fresh.FreshProcesses); without
+        """``processes``: the service that runs session processes (harness.run.pool.FreshProcesses); without
         one, whatever needs a session process is an error record that says so."""
         self.log = log or (lambda msg: print(f"[ort] {msg}", file=sys.stderr, flush=True))
         self.processes = processes
