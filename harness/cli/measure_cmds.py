@@ -8,7 +8,8 @@ import os
 import sys
 from pathlib import Path
 
-from ..backends import BACKENDS, SweepOptions, command_options
+from ..backends import SweepOptions, command_options
+from ..backends.registry import BACKENDS
 from ..core import cases as catalogue
 from ..core.cases import DEFAULT_SET, DIRECTIONS, DTYPES, LAYOUTS
 from ..core.errors import EXIT_ENVIRONMENT, UserError, printable
@@ -176,7 +177,7 @@ def register(sub) -> None:
 
 
 def doctor(args) -> int:
-    from ..backends import get_backend
+    from ..backends.registry import get_backend
     from ..measurement import fingerprint
 
     gpus, gpu_why = fingerprint.gpus()

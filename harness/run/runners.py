@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..backends import BACKENDS, get_backend
+from ..backends.registry import BACKENDS, get_backend
 from .pool import FreshProcesses
 
 
