@@ -303,8 +303,10 @@ def run(args) -> int:
 
     select_cases(args.cases)  # refused here (2), as bench and sweep refuse it, not in every worker (1)
     check_results(args.results)
-
-    return hostrun.run(args)
+    return hostrun.run(hostrun.HostRunOptions(
+        results=args.results, cases=args.cases, job=args.job, backends=args.backends, docker=not args.no_docker,
+        rows=args.rows, stacks=args.stacks, gpus=args.gpus, host_name=args.host_name,
+        name_gpus_by=args.name_gpus_by, extra=tuple(args.sweep_args or ())))
 
 
 def _overlay(matrix, name):
