@@ -5,7 +5,7 @@
    our timer (perf_counter around run_with_iobinding, as the backend times it) and the profiler's
    "model_run" durations cover the very same runs. Prints both medians and their ratio; the target is
    agreement within 5 %.
-2. Grid time: the default grid (`python3 -m harness.run.ort_grid`) end to end, wall clock, against the
+2. Grid time: the default grid (`convbench ort-grid`) end to end, wall clock, against the
    5-minute target of the issue (asv runs the same grid in setup_cache).
 
    Then where the grid's time went, per model, from the records' extra.cost_s (reference, timing worker,
@@ -113,7 +113,7 @@ def grid_time(model_list: str, device: str, api_log: str = "setting") -> bool:
     print("\n2. default grid, wall clock")
     with tempfile.TemporaryDirectory(prefix="bench-ort-grid-") as out:
         t0 = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "harness.run.ort_grid", "--out", out, "--device", device,
+        proc = subprocess.run([sys.executable, "-m", "harness.cli", "ort-grid", "--out", out, "--device", device,
                                "--models", model_list, "--api-log", api_log], cwd=ROOT, env=dict(os.environ),
                               capture_output=True, text=True)
         wall = time.monotonic() - t0

@@ -16,8 +16,8 @@ from harness.core.errors import EXIT_USAGE, UserError, printable
 from harness.core.paths import DEFAULT_STORE, RESULTS_DIR
 
 # Each module exposes register(subparsers); a subcommand's handler returns the exit code.
-COMMAND_MODULES = ("harness.cli.measure_cmds", "harness.cli.bench_cmds", "harness.cli.store_cmds", "harness.cli.images_cmds",
-                   "harness.cli.upgrade_cmds")
+COMMAND_MODULES = ("harness.cli.measure_cmds", "harness.cli.bench_cmds", "harness.cli.ort_cmds", "harness.cli.store_cmds",
+                   "harness.cli.images_cmds", "harness.cli.stacks_cmds", "harness.cli.upgrade_cmds")
 
 USAGE = """\
 Benchmark the convolutions of cuDNN, PyTorch and onnxruntime on this host (speed, accuracy against a
@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # what a stopped command leaves, said after "interrupted" (the measuring commands journal as they go)
-_KEPT = {**dict.fromkeys(("run", "sweep", "autotune", "repro", "bench", "upgrade"),
+_KEPT = {**dict.fromkeys(("run", "sweep", "autotune", "repro", "bench", "upgrade", "ort-grid"),
                          "; what was measured is in the journal"),
          "collect": "; a store being built was removed, one collected into keeps the runs stored before",
          "report": "; the last report, if any, is as it was"}

@@ -119,7 +119,7 @@ def build(client, matrix: Matrix, row: Row, cache: Path = WHEEL_CACHE, log=print
     try:
         client.images.get(base.tag)
     except docker.errors.ImageNotFound:
-        raise EngineError(f"base image {base.tag} is missing: make it with `python -m harness.deploy.baseimage "
+        raise EngineError(f"base image {base.tag} is missing: make it with `convbench images base "
                           f"{base.name}` (as root) or scripts/host-docker.sh") from None
     revision = build_revision()
     wheels, lock = wheelhouse(matrix, row, cache, log)

@@ -1,5 +1,5 @@
 """Whole models (ResNet-50, MobileNetV2, models.py) under every setting: the part of OrtBackend that
-`python -m harness.run.ort_grid` and the asv suite's OrtModels use.
+`convbench ort-grid` and the asv suite's OrtModels use.
 """
 
 from __future__ import annotations
