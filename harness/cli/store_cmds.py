@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..collect.store import DEFAULT_STORE, Store, StoreError
+from ..collect.store import DEFAULT_STORE, StoreError
 from ..core.errors import EXIT_NO_DATA, UserError, printable
 from .helptext import command
 from .jsonout import SCHEMA, add_json
@@ -102,68 +102,6 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 # ---- compare ---------------------------------------------------------------------------------------------------
 
-def _open_store(path: str, verify: bool = True) -> Store:
-    try:
-        return Store(path, create=False, verify=verify)
-    except StoreError as exc:
-        raise UserError(str(exc)) from None
-
-
-def resolve(selector: str, store_path: str) -> tuple[Store, list[dict[str, Any]]]:
-    """(store holding the runs, runs) for a compare operand."""
-    from ..collect.ingest import read_runs_into
-
-    if os.path.exists(selector):
-        mem = Store(":memory:")
-        summary = read_runs_into(mem, [selector])
-        for line in summary.refused:
-            print(printable(f"convbench compare: refused: {line}"), file=sys.stderr)
-        runs = mem.runs()
-        if not runs:
-            raise UserError(f"{selector}: no readable runs", EXIT_NO_DATA)
-        return mem, runs
-    store = _open_store(store_path)
-    if selector.startswith("image:"):
-        runs = store.runs("image = ?", (selector[6:],))
-    elif selector.startswith("machine:"):
-        runs = store.runs("machine = ?", (selector[8:],))
-    else:
-        runs = store.runs("run_id = ?", (selector,)) or store.runs("run_id LIKE ? ESCAPE '\\'", (
-            selector.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",))
-        if len({r["run_id"] for r in runs}) > 1 and len({r["machine"] for r in runs}) == 1:
-            raise UserError(f"run id prefix {selector!r} matches {len(runs)} runs; give more of it")
-    if not runs:
-        raise UserError(f"{selector!r} is neither a path nor a run id, image:NAME or machine:NAME in {store_path}")
-    return store, runs
-
-
-def _latest_per_machine(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for r in runs:  # runs come oldest first
-        out[r["machine"]] = r
-    return out
-
-
-def pairs(base_runs, head_runs) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    b, h = _latest_per_machine(base_runs), _latest_per_machine(head_runs)
-    common = sorted(b.keys() & h.keys())
-    if common:
-        return [(b[m], h[m]) for m in common]
-    if len(b) == 1 and len(h) == 1:
-        return [(next(iter(b.values())), next(iter(h.values())))]
-    raise UserError(f"no machine in common between BASE ({', '.join(sorted(b))}) and HEAD ({', '.join(sorted(h))})",
-                    EXIT_NO_DATA)
-
-
-def history(store: Store, base: dict[str, Any], base_fp: dict[str, Any]) -> list[list[dict[str, Any]]]:
-    """Records of the runs before ``base`` on its machine and stack (pairing.history_runs), as the report uses."""
-    from ..analysis.pairing import history_runs
-
-    earlier = history_runs(base, base_fp, store.runs("started < ?", (base["started"],)),
-                           lambda r: store.run_json(r["id"])["fingerprint"])
-    return [store.records(r["id"], with_samples=False) for r in earlier]
-
-
 def _describe(run: dict[str, Any]) -> str:
     hw = run.get("gpu_model") or run["hardware"]
     return f"{run['machine']} [{hw}] image {run['image']} run {run['run_id']}"
@@ -173,6 +111,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from ..analysis.compare import _field, compare_records, fingerprint_diff, gate, machine_identity
     from ..analysis.impact import impact
     from ..analysis.timechange import ABS_FLOOR_US, Thresholds, bounds_problem
+    from ..collect.operands import history, operands
 
     th = Thresholds(time_ratio=args.time_threshold, alpha=args.alpha, error_growth=args.error_growth,
                     bitwise=args.bitwise, ignore=tuple(args.ignore), across_hardware=args.across_hardware,
@@ -181,19 +120,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     problem = bounds_problem(th.time_ratio, th.alpha, th.error_growth, th.abs_us)
     if problem:  # checked before any store is read
         raise UserError(problem)
-    sb, base_runs = resolve(args.base, args.store)
-    sh, head_runs = resolve(args.head, args.store)
+    ops = operands(args.base, args.head, args.store,
+                   refused=lambda line: print(printable(f"convbench compare: refused: {line}"), file=sys.stderr))
+    sb, sh = ops.base_store, ops.head_store
     findings = []
     notes = []
     impacts: list[dict[str, Any]] = []
     in_common = 0
-    matched = pairs(base_runs, head_runs)
-    same = [rb["run_id"] for rb, rh in matched if _same_run(args, sb, sh, rb, rh)]
-    if same:  # a run against itself finds nothing and would pass the gate
-        raise UserError(f"BASE and HEAD are the same run ({same[0]}" + (f" and {len(same) - 1} more" if len(same) > 1
-                                                                        else "") + "): nothing would be compared; "
-                        "give two different runs (e.g. an earlier run id as BASE)")
-    for rb, rh in matched:
+    for rb, rh in ops.pairs:
         fb, fh = sb.run_json(rb["id"])["fingerprint"], sh.run_json(rh["id"])["fingerprint"]
         across = machine_identity(fb) != machine_identity(fh)
         notes.append(f"{_describe(rb)}  ->  {_describe(rh)}")
@@ -248,13 +182,6 @@ def strict_json(doc: dict[str, Any]) -> str:
     return json.dumps(clean, indent=1, default=str, allow_nan=False)
 
 
-def _same_run(args: argparse.Namespace, sb: Store, sh: Store, rb: dict[str, Any], rh: dict[str, Any]) -> bool:
-    """BASE and HEAD name one run: one row of one store (`machine:X machine:X`), or one path given twice."""
-    if sb.path == ":memory:" or sh.path == ":memory:":
-        return sb.path == sh.path and os.path.realpath(args.base) == os.path.realpath(args.head)
-    return os.path.realpath(sb.path) == os.path.realpath(sh.path) and rb["id"] == rh["id"]
-
-
 def _short(value: Any, limit: int = 60) -> str:
     text = json.dumps(value, sort_keys=True, default=str) if isinstance(value, (dict, list)) else str(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -281,10 +208,11 @@ def render_table(findings, notes: list[str], n_failing: int) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from ..collect.operands import open_store
     from ..report import build, output
 
     output.check(args.out)  # an empty or dangerous --out is refused before the store is read
-    store = _open_store(args.store, verify=False)  # build checks every page beside its work
+    store = open_store(args.store, verify=False)  # build checks every page beside its work
     try:
         pages = build(store, args.out, title=args.title, meter=True)
     except StoreError as exc:
