@@ -19,7 +19,16 @@ from ..analysis import changepoint
 from ..analysis.pairing import machine_key
 from ..collect.store import Store
 from .fmt import hardware_label, settings_str, slug
-from .judging import Judging, NightlyComparison, finish, judge_in, judgements, nightly_plan, transition_pairs
+from .judging import (
+    Judging,
+    MachineInfo,
+    NightlyComparison,
+    judge,
+    judge_in,
+    judgements,
+    nightly_plan,
+    transition_pairs,
+)
 from .reading import current_records
 
 MAX_ROWS = 3000  # per table; more rows are counted, not shown
@@ -28,17 +37,6 @@ MAX_EVIDENCE_PLOTS = 40  # sample strips per page: each is two rows of up to 100
 
 
 # ---- the model the templates render ------------------------------------------------------------------------------
-
-@dataclass
-class MachineInfo:
-    name: str
-    slug: str
-    hardware: str
-    label: str
-    images: list[str]
-    runs: list[dict[str, Any]]
-    latest_fp: dict[str, Any]
-
 
 @dataclass
 class Series:
@@ -193,3 +191,12 @@ def gather(store: Store, title: str, pool: Any = None, complete: bool = True) ->
     if complete:
         finish(g)
     return g
+
+
+def finish(g: Model) -> None:
+    """The part of the model made of judgements (nightly comparisons, image transitions, their counts), once the
+    pool's processes have made theirs: gather(complete=False) leaves it for after the pages that need none."""
+    if g.judging is None:
+        return  # finished already
+    j, g.judging = g.judging, None
+    g.transitions, g.regressed, g.nightly = judge(j, g.plan, g.store, g.info, g.latest, g.current)
