@@ -39,7 +39,7 @@ from harness.backends.ort import (  # noqa: E402
     imagenet,
     models,  # noqa: E402
 )
-from harness.backends.ort.options import _provider_options  # noqa: E402
+from harness.backends.ort.options import provider_options  # noqa: E402
 from harness.run.pool import FreshProcesses  # noqa: E402
 
 AGREEMENT = 0.05
@@ -53,7 +53,7 @@ def agreement(model: str, provider: str, search: str | None, workdir: Path) -> d
     import numpy as np
 
     np.save(xp, x)
-    po = {} if provider == CPU_EP else _provider_options(search, 1, 1)
+    po = {} if provider == CPU_EP else provider_options(search, 1, 1)
     w = WorkerRun({"model": str(built.path), "provider": provider,
                    "inputs": {"image": str(xp)}, "timing_policy": {"min_samples": 20, "max_samples": 200},
                    "configs": [{"key": "k", "provider_options": po, "sessions": 1}]},

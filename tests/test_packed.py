@@ -385,19 +385,19 @@ def test_binary_numbers_pass_where_check_record_passes_their_values():
     """The rules a key's binary numbers are held to (columns._arrays_pass) are those of its values as JSON: a
     float where an integer belongs, a number where a flag, text or a list belongs, null where none may be, a
     negative or non-finite number: each refused; each allowed value passes."""
-    from harness.collect.columns import Arrays, _values_pass
+    from harness.collect.columns import Arrays, values_pass
     from harness.core.schema import check_record
 
     floats, ints = np.array([1.5, 2.0]), np.array([3, 4])
-    assert _values_pass(Arrays([None], [floats, ints]), float | None, "wall_ms")
-    assert _values_pass(Arrays([], [ints]), int, "throttled_batches")
-    assert not _values_pass(Arrays([], [floats]), int, "throttled_batches")
-    assert not _values_pass(Arrays([None], [ints]), int, "throttled_batches")  # a float may be null (NaN), not so an integer
+    assert values_pass(Arrays([None], [floats, ints]), float | None, "wall_ms")
+    assert values_pass(Arrays([], [ints]), int, "throttled_batches")
+    assert not values_pass(Arrays([], [floats]), int, "throttled_batches")
+    assert not values_pass(Arrays([None], [ints]), int, "throttled_batches")  # a float may be null (NaN), not so an integer
     for tp in (bool | None, str | None, list[float], list[str]):
-        assert not _values_pass(Arrays([], [ints]), tp, "x")
+        assert not values_pass(Arrays([], [ints]), tp, "x")
     for bad in (-1.0, float("nan"), float("inf"), 1e301):
-        assert not _values_pass(Arrays([], [np.array([1.0, bad])]), float | None, "wall_ms")
-    assert not _values_pass(Arrays([], [np.array([-1])]), float | None, "wall_ms")
+        assert not values_pass(Arrays([], [np.array([1.0, bad])]), float | None, "wall_ms")
+    assert not values_pass(Arrays([], [np.array([-1])]), float | None, "wall_ms")
     rec = record("c", clock={"sm_mhz_min": 1980, "sm_mhz_max": 1980.5, "slowdowns": [], "throttled_batches": 2})
     check_record(json.loads(dumps(rec)))  # the values above that pass are values check_record passes
 

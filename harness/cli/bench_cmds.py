@@ -11,7 +11,7 @@ from ..core.cases import DEFAULT_SET, DIRECTIONS
 from ..core.errors import UserError
 from .helptext import command
 from .jsonout import add_json, emit
-from .measure_cmds import DEFAULT_RESULTS, _failed_backends, _list, check_results, select_cases
+from .measure_cmds import DEFAULT_RESULTS, check_results, comma_list, failed_backends, select_cases
 
 
 def register(sub) -> None:
@@ -24,7 +24,7 @@ def register(sub) -> None:
                           "convbench bench --directions bwd_data,bwd_filter -b Backward",
                           "convbench bench --cases seed --json | jq .ok"])
     p.add_argument("--cases", default=DEFAULT_SET, help="case ids and/or sets (default: %(default)s)")
-    p.add_argument("--directions", type=_list(DIRECTIONS, "direction"), default=None,
+    p.add_argument("--directions", type=comma_list(DIRECTIONS, "direction"), default=None,
                    help="directions whose classes run, comma-separated, of " + ", ".join(DIRECTIONS)
                         + " (default: $CONVBENCH_DIRECTIONS, else fwd)")
     p.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="results root (default: %(default)s)")
@@ -45,7 +45,7 @@ def bench(args) -> int:
     from ..run.nightly import bench as night
 
     try:
-        directions = args.directions or _list(DIRECTIONS, "direction")(os.environ.get("CONVBENCH_DIRECTIONS") or "fwd")
+        directions = args.directions or comma_list(DIRECTIONS, "direction")(os.environ.get("CONVBENCH_DIRECTIONS") or "fwd")
     except argparse.ArgumentTypeError as exc:
         raise UserError(f"CONVBENCH_DIRECTIONS: {exc}") from None
     names = args.cases or DEFAULT_SET
@@ -61,4 +61,4 @@ def bench(args) -> int:
         print(f"run written to {result.run} ({summary['seconds']} s: sweep {summary['sweep_seconds']:.1f} s, asv "
               f"{summary['asv_seconds']:.1f} s; {summary['ok']} records ok, counts {summary['counts']}); asv exit "
               f"code {result.asv_returncode}")
-    return _failed_backends(summary) or (0 if result.asv_returncode == 0 else 1)
+    return failed_backends(summary) or (0 if result.asv_returncode == 0 else 1)

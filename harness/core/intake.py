@@ -99,11 +99,11 @@ def check_member(member: tarfile.TarInfo, limit: int) -> None:
                       "(a decompression bomb or not a convbench run)")
 
 
-def _no_constant(token: str) -> Any:
+def no_constant(token: str) -> Any:
     raise Hostile(f"{token} where a number belongs (JSON has no NaN or Infinity)")
 
 
-def _finite_float(text: str) -> float:
+def finite_float(text: str) -> float:
     value = float(text)
     if math.isinf(value):
         raise Hostile(f"number {text[:40]} overflows a double")
@@ -117,7 +117,7 @@ def loads(data: bytes | str, what: str) -> Any:
     try:
         if isinstance(data, bytes):
             data = data.decode("utf-8")
-        value = json.loads(data, parse_constant=_no_constant, parse_float=_finite_float)
+        value = json.loads(data, parse_constant=no_constant, parse_float=finite_float)
     except Hostile as exc:
         raise Hostile(f"{what}: {exc}") from None
     except UnicodeDecodeError as exc:

@@ -97,14 +97,14 @@ def _series(store: Store, machine: str, image: str, runs: list[dict[str, Any]],
     return Series(machine, image, runs, ids, med, hashes, chosen)
 
 
-def _distinct_per_column(M: np.ndarray, missing: int) -> np.ndarray:
+def distinct_per_column(M: np.ndarray, missing: int) -> np.ndarray:
     S = np.sort(M, axis=0)
     new = np.ones(S.shape, dtype=bool)
     new[1:] = S[1:] != S[:-1]
     return (new & (S != missing)).sum(axis=0)
 
 
-def _combo_label(c: dict[str, Any]) -> dict[str, Any]:
+def combo_label(c: dict[str, Any]) -> dict[str, Any]:
     settings = json.loads(c["settings"]) if isinstance(c["settings"], str) else c["settings"]
     if c.get("kind", "measurement") != "measurement":
         settings = {"record": c["kind"], **settings}

@@ -33,7 +33,7 @@ from ..deploy.stacks import Stack
 from . import replicas, runners
 from .journal import Journal
 from .pool import WorkerPool
-from .sweep import _options_dict, lock_run
+from .sweep import lock_run, options_dict
 
 ROLES = ("A", "B")
 PROBE_TIMEOUT_S = 600  # a bound, not a measurement: a stack whose libraries do not load in 10 minutes is broken
@@ -101,7 +101,7 @@ def run(stacks: dict[str, Stack], cases: list[Case], backend_names: list[str], o
             got = probe(st, env, backend_names, options.device)
             fp = got["fingerprint"]
             fp["stack"] = st.name  # the host stack sets no CONVBENCH_STACK (its image stays "native")
-            meta = {"cases": [c.id for c in cases], "backends": backend_names, "sweep": _options_dict(options),
+            meta = {"cases": [c.id for c in cases], "backends": backend_names, "sweep": options_dict(options),
                     "paired": {"study": study, "role": role, "stack": st.name, "gpu": gpu,
                                "other": stacks["B" if role == "A" else "A"].name, "order": "ABBA by case"}}
             leg.journals[role] = Journal.create(results, fp, meta)

@@ -79,11 +79,11 @@ def new_journal(results: Path, options: SweepOptions, cases: list[Case], backend
     cuda, uuid = _cuda_device()
     fp = take_fingerprint(cuda and options.device == "cuda", uuid)
     fp["libraries"] = libraries
-    meta = {"cases": [c.id for c in cases], "backends": backend_names, "sweep": _options_dict(options)}
+    meta = {"cases": [c.id for c in cases], "backends": backend_names, "sweep": options_dict(options)}
     return Journal.create(results, fp, dict(meta, **(study or {})))
 
 
-def _options_dict(options: SweepOptions) -> dict[str, Any]:
+def options_dict(options: SweepOptions) -> dict[str, Any]:
     d = asdict(options)
     d["timing"] = asdict(options.timing)
     return d

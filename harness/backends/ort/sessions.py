@@ -103,13 +103,13 @@ def default_parallel(timed_search: bool, cpus: int | None = None) -> int:
     return min(12, max(1, (cpus if cpus is not None else (os.cpu_count() or 2)) * 3 // 4))
 
 
-def _cfg_result(w: WorkerRun, key: str) -> dict | None:
+def config_result(w: WorkerRun, key: str) -> dict | None:
     if not w.result:
         return None
     return next((c for c in w.result["configs"] if c["key"] == key), None)
 
 
-def _wall(w: WorkerRun) -> float | None:
+def wall_seconds(w: WorkerRun) -> float | None:
     return round(w.ended - w.started, 2) if w.started and w.ended else None
 
 
@@ -119,7 +119,7 @@ def failed(w: WorkerRun, what: str) -> str:
     return f"{what} ({w.name}) {status}: {reason}"
 
 
-def _keep_logs(w: WorkerRun, directory: Path, stem: str) -> None:
+def keep_worker_logs(w: WorkerRun, directory: Path, stem: str) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for kind, path in (("api", w.api_log), ("frontend", w.fe_log)):
         if path and Path(path).exists() and Path(path).stat().st_size:
