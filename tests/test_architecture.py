@@ -6,6 +6,10 @@ Every import counts, those inside functions too (a lazy import is still a depend
 (benchmarks/) may import only harness.core and harness.run: asv imports it in processes that must not touch
 CUDA, and run.suite imports nothing heavy until called. docs/architecture.md explains the order.
 
+Inside the layers, modules are cut by concern: no import cycle between two modules (lazy and TYPE_CHECKING imports
+count), no two modules of one base name, no private name (a leading underscore) used from another module, and no
+run-time import (importlib) of the asv suite.
+
 A module is at most 400 lines: larger, it is split by concern; a small concern stays a small module.
 Package files (__init__.py, __main__.py) are exempt; any other exception is listed in SIZE_EXCEPTIONS with a reason.
 """
