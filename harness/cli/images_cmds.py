@@ -153,34 +153,13 @@ def _rows(matrix, names):
 
 
 def images_list(args) -> int:
-    from ..deploy import imagematrix, images, wheels
+    from ..deploy import images
 
-    matrix = matrix_of(args)
     try:
         client, engine_note = images.engine(), None
     except images.EngineError as exc:
         client, engine_note = None, str(exc)
-    rows = []
-    for row in matrix.rows.values():
-        base = matrix.bases[row.base]
-        path = row.lock_path()
-        wheels_pinned = None
-        if not path.exists():
-            lock = "not locked"
-        else:
-            try:
-                lk = wheels.read_lock(path)
-                wheels_pinned = len(lk.pins) if lk.row_digest == row.digest(base) else None
-                lock = f"{wheels_pinned} wheels" if wheels_pinned is not None else "stale"
-            except imagematrix.MatrixError:
-                lock = "unreadable"
-        info = images.image_info(client, row) if client else None
-        rows.append({"row": row.name, "cuda": row.cuda or None, "cudnn": row.cudnn or None, "torch": row.torch,
-                     "onnxruntime": row.onnxruntime, "sm": list(row.sm), "note": row.note,
-                     "lock": "locked" if wheels_pinned is not None else lock, "wheels": wheels_pinned,
-                     "lock_text": lock, "image": None if info is None else {
-                         "id": info["id"], "size_bytes": info["size"],
-                         "suite_revision": info["labels"].get(images.LABEL_PREFIX + "suite-revision")}})
+    rows = images.row_states(matrix_of(args), client)
     if args.json:
         emit({"rows": [{k: v for k, v in r.items() if k != "lock_text"} for r in rows],
               "engine": engine_note is None, "engine_why_not": engine_note})

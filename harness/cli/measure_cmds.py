@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 from ..backends import SweepOptions, command_options
-from ..backends.registry import BACKENDS
 from ..core import cases as catalogue
 from ..core.cases import DEFAULT_SET, DIRECTIONS, DTYPES, LAYOUTS
 from ..core.errors import EXIT_ENVIRONMENT, UserError, printable
@@ -177,30 +176,12 @@ def register(sub) -> None:
 
 
 def doctor(args) -> int:
-    from ..backends.registry import get_backend
+    from ..backends.registry import availability
     from ..measurement import fingerprint
 
     gpus, gpu_why = fingerprint.gpus()
     sw = fingerprint.software()
-    backends = []
-    for name in BACKENDS:
-        try:
-            backend = get_backend(name)
-            why = backend.available()
-        except ImportError as exc:
-            why = f"not built into this install ({exc.name})"
-        detail = ""
-        if name == "cudnn" and not why:
-            lib = backend.cudnn
-            detail = f" (cuDNN {lib.version} at {lib.path})"
-        elif name == "torch" and not why:
-            import torch
-
-            detail = " on CUDA" if torch.cuda.is_available() else " on the CPU only"
-        elif name == "ort" and not why:
-            cuda_why = backend.cuda_reason()
-            detail = " on CUDA and the CPU" if not cuda_why else f" on the CPU EP only: {cuda_why}"
-        backends.append({"name": name, "can_run": why is None, "detail": detail.strip() or None, "why_not": why})
+    backends = availability()
     code = 0 if any(b["can_run"] for b in backends) else EXIT_ENVIRONMENT
     if args.json:
         emit({"gpus": gpus, "gpu_why_not": gpu_why, "software": sw, "backends": backends, "exit_code": code})
