@@ -294,8 +294,6 @@ IMPORTLIB_USERS = {
     "harness.cli": "the command families of COMMAND_MODULES (a build may leave one out)",
     "harness.run.runners": "a slice runner named 'harness.module:Name' (the pool's worker process)",
 }
-# Modules that still load the asv suite; item 5 of issue 39 (the suite's shape as data) removes the last.
-SUITE_LOADERS_PENDING = {"harness.run.asvselect": "re-imports benchmarks/bench_* to learn the parameter sets"}
 
 
 def _uses_importlib(path: Path) -> bool:
@@ -322,8 +320,15 @@ def test_no_importlib_of_the_asv_suite():
     """The library learns nothing by importing the asv suite (asv imports it, in processes of its own); a run-time
     import is only where IMPORTLIB_USERS says why, and never of the suite."""
     users = {name for name, path in MODULES.items() if _uses_importlib(path)}
+    assert users <= set(IMPORTLIB_USERS), users - set(IMPORTLIB_USERS)
     loaders = {name for name in users if _names_the_suite(MODULES[name])}
-    assert users <= set(IMPORTLIB_USERS) | set(SUITE_LOADERS_PENDING), users - set(IMPORTLIB_USERS)
-    assert loaders <= set(SUITE_LOADERS_PENDING), loaders - set(SUITE_LOADERS_PENDING)
-    stale = set(SUITE_LOADERS_PENDING) - loaders
-    assert not stale, f"{stale} no longer load the suite: drop them from SUITE_LOADERS_PENDING"
+    assert not loaders, loaders
+
+
+def test_the_suite_detector_sees_a_run_time_import_of_the_suite(tmp_path):
+    loader = tmp_path / "loader.py"
+    loader.write_text('import importlib\n\n\ndef load(stem):\n    return importlib.import_module(f"benchmarks.{stem}")\n')
+    plain = tmp_path / "plain.py"
+    plain.write_text('import json\nprint(__import__("json").dumps(1))\n')
+    assert _uses_importlib(loader) and _names_the_suite(loader)
+    assert not _uses_importlib(plain) and not _names_the_suite(plain)
