@@ -177,7 +177,7 @@ def register_machine() -> str | None:
     """asv's machine for this host, named as convbench names it (``vm-cpu``, ``n1-gpu0-nvidia-h200``; the
     same in `convbench bench` and a plain `asv run`) and registered with asv's own defaults the first time, so
     that the first `asv run` neither stops to ask (`asv machine --yes`) nor files results under the hostname."""
-    from .core.intake import UserError
+    from .core.errors import UserError
     from .measurement import fingerprint
 
     try:

@@ -5,7 +5,7 @@
    our timer (perf_counter around run_with_iobinding, as the backend times it) and the profiler's
    "model_run" durations cover the very same runs. Prints both medians and their ratio; the target is
    agreement within 5 %.
-2. Grid time: the default grid (`python3 -m harness.run.ort_grid`) end to end, wall clock, against the
+2. Grid time: the default grid (`convbench ort-grid`) end to end, wall clock, against the
    5-minute target of the issue (asv runs the same grid in setup_cache).
 
    Then where the grid's time went, per model, from the records' extra.cost_s (reference, timing worker,
@@ -39,8 +39,8 @@ from harness.backends.ort import (  # noqa: E402
     imagenet,
     models,  # noqa: E402
 )
-from harness.backends.ort.options import _provider_options  # noqa: E402
-from harness.run.fresh import FreshProcesses  # noqa: E402
+from harness.backends.ort.options import provider_options  # noqa: E402
+from harness.run.pool import FreshProcesses  # noqa: E402
 
 AGREEMENT = 0.05
 GRID_BUDGET_S = 300.0
@@ -53,11 +53,11 @@ def agreement(model: str, provider: str, search: str | None, workdir: Path) -> d
     import numpy as np
 
     np.save(xp, x)
-    po = {} if provider == CPU_EP else _provider_options(search, 1, 1)
+    po = {} if provider == CPU_EP else provider_options(search, 1, 1)
     w = WorkerRun({"model": str(built.path), "provider": provider,
                    "inputs": {"image": str(xp)}, "timing_policy": {"min_samples": 20, "max_samples": 200},
                    "configs": [{"key": "k", "provider_options": po, "sessions": 1}]},
-                  name=f"agree-{model}-{search or 'cpu'}", function="harness.backends.ort.worker:profile_agreement")
+                  name=f"agree-{model}-{search or 'cpu'}", function="harness.backends.ort.session_process:profile_agreement")
     w.prepare(workdir)
     FreshProcesses()([w], 1, 600)
     if w.failure:
@@ -113,7 +113,7 @@ def grid_time(model_list: str, device: str, api_log: str = "setting") -> bool:
     print("\n2. default grid, wall clock")
     with tempfile.TemporaryDirectory(prefix="bench-ort-grid-") as out:
         t0 = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "harness.run.ort_grid", "--out", out, "--device", device,
+        proc = subprocess.run([sys.executable, "-m", "harness.cli", "ort-grid", "--out", out, "--device", device,
                                "--models", model_list, "--api-log", api_log], cwd=ROOT, env=dict(os.environ),
                               capture_output=True, text=True)
         wall = time.monotonic() - t0

@@ -48,7 +48,7 @@ else
 fi
 
 # The base image: made once with debootstrap + docker import (through the SDK); kept when present.
-if ! PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m harness.deploy.baseimage 2>&1 | sed 's/^/host-docker: /'; then
+if ! PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m harness.cli images base 2>&1 | sed 's/^/host-docker: /'; then
   say "could not make the base image; the docker tests will skip"
 fi
 exit 0

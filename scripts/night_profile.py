@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 # (label, module, qualified name): the cumulative time of that function is the phase's.
 PHASES = [
-    ("worker: slices in all", "harness.run.workerchild", "_run_slice"),
+    ("worker: slices in all", "harness.run.poolchild", "_run_slice"),
     ("cuDNN session set-up (operands, float64 reference, descriptors)", "harness.backends.cudnn", "ConvSession.__init__"),
     ("  operands drawn on the host", "harness.measurement.accuracy", "host_inputs"),
     ("  float64 reference", "harness.measurement.accuracy", "reference"),

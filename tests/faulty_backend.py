@@ -1,6 +1,6 @@
 """A test-only backend that misbehaves on purpose, so the worker's fault isolation can be tested for real.
 
-It lives beside the tests, not in the package, and is loaded (harness.run.worker) only when
+It lives beside the tests, not in the package, and is loaded (harness.run.pool) only when
 CONVBENCH_TEST_BACKENDS=1. Each case gets four combinations (algos ``ok0``, ``ok1``, the fault, ``ok2``); the fault for a case comes from CONVBENCH_FAULTS, e.g. ``quick.seed=segv,quick.grouped=hang``
 (cases not named there get ``ok3`` instead of a fault). Its ``ok2`` computes other bits in a timing-only pass
 (a second process), so a test can see a cross-process difference. The faults are real: a SIGSEGV delivered by the kernel
@@ -250,8 +250,8 @@ ORT_SESSION = "faulty_backend:faulty_session"  # ModelOptions.session_function: 
 
 def faulty_session(job: dict) -> dict:
     """One onnxruntime session process: the fault planned for its name (CONVBENCH_FAULTS=drift-00-p0=segv), else
-    the real one (harness.backends.ort.worker.session_process)."""
-    from harness.backends.ort.worker import session_process
+    the real one (harness.backends.ort.session_process.session_process)."""
+    from harness.backends.ort.session_process import session_process
 
     fault = plan().get(job["name"])
     if fault:

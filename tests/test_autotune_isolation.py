@@ -14,7 +14,7 @@ from faulty_backend import autotune_plan
 
 from harness.backends import SweepOptions
 from harness.core import cases
-from harness.core.intake import UserError
+from harness.core.errors import UserError
 from harness.core.records import CRASHED, OK, TIMEOUT, Record
 from harness.run import autotune_study, sweep
 from harness.run.journal import JOURNAL_FILE, iter_journal

@@ -92,8 +92,8 @@ def test_bench_times_in_the_processes_asked_for():
     """`convbench bench --processes 1` times a sweep in one process; without it every direction takes two
     (backends.command_options: the backward sweep fits its 10 minutes in two since 2026-12-01 evening)."""
     from harness.cli import build_parser
-    from harness.cli.bench_cmds import bench_options
     from harness.cli.measure_cmds import sweep_setup
+    from harness.run.nightly import bench_options
 
     assert bench_options(("fwd",), True, None).processes == 2
     assert bench_options(("bwd_data", "bwd_filter"), True, None).processes == 2
@@ -112,8 +112,8 @@ def test_find_ranking_is_forward_only_unless_asked():
     """Find's ranking times every algorithm again: a sweep with a backward direction records Get_v7's alone unless
     --find asks for Find's too; a forward sweep records both unless --no-find (backends.default_find)."""
     from harness.cli import build_parser
-    from harness.cli.bench_cmds import bench_options
     from harness.cli.measure_cmds import sweep_setup
+    from harness.run.nightly import bench_options
 
     assert bench_options(("fwd",), True, None).find
     assert not bench_options(("bwd_data", "bwd_filter"), True, None).find
@@ -159,7 +159,7 @@ def test_ort_class_on_a_gpu_host_without_the_cuda_ep_journals_why(tmp_path, monk
 
 
 def test_asv_keeps_the_pythonpath_that_convbench_runs_with():
-    from harness.cli.bench_cmds import asv_env
+    from harness.run.nightly import asv_env
 
     env = asv_env({"PYTHONPATH": "/opt/ort-gpu:/x", "HOME": "/h"}, CONVBENCH_CASES="seed")
     assert env["ASV_PYTHONPATH"] == "/opt/ort-gpu:/x" and env["CONVBENCH_CASES"] == "seed" and env["HOME"] == "/h"

@@ -37,10 +37,9 @@ def cpu_image(client):
     """The CPU row built from its wheelhouse with network none (the base image is made once and kept)."""
     matrix = imagematrix.load_matrix()
     row = matrix.rows["cpu"]
-    base = matrix.bases[row.base]
     started = time.monotonic()
-    try:
-        baseimage.ensure(client, base.tag, base.suite, base.mirror, base.include)
+    try:  # what `convbench images base BASE` runs
+        baseimage.ensure_bases(matrix, [row.base], client=client)
     except baseimage.BaseImageError as exc:
         pytest.skip(f"cannot make the base image here: {exc}")
     made_base = time.monotonic()
@@ -82,7 +81,7 @@ def test_container_cannot_write_its_root_nor_reach_a_network(client, cpu_image, 
         "out['ifaces'] = sorted(n for _, n in socket.if_nameindex())\n"
         "out['caps'] = [l for l in open('/proc/self/status') if l.startswith('CapEff')][0].split()[1]\n"
         "print(json.dumps(out))\n")
-    cfg = hostrun.container_config(image, worker, machine_dir, user, ["-c", probe])
+    cfg = hostrun.container_config(image, worker, machine_dir, user, ["-c", probe], node="ci")
     cfg.update(entrypoint=["python3"], detach=False, remove=True)
     out = json.loads(client.containers.run(**cfg).decode().strip().splitlines()[-1])
     assert out["uid"] != 0
@@ -165,8 +164,9 @@ def test_a_failing_container_keeps_what_the_other_measured(client, cpu_image, tm
     image = placement.local_rows(client)["cpu"]
     good = placement.Worker("w0", "ci-good", None, [image])
     runner = hostrun.Runner(log=lambda _: None)
-    work_good = hostrun.docker_worker(client, results, hostrun.sweep_args("quick", "torch", "/results", []))
-    work_bad = hostrun.docker_worker(client, results, hostrun.sweep_args("no-such-case", "torch", "/results", []))
+    work_good = hostrun.docker_worker(client, results, hostrun.sweep_args("quick", "torch", "/results", []), node="ci")
+    work_bad = hostrun.docker_worker(client, results, hostrun.sweep_args("no-such-case", "torch", "/results", []),
+                                      node="ci")
     bad = placement.Worker("w1", "ci-bad", None, [image])
     runner.run_all([good, bad], lambda r, w: (work_good if w is good else work_bad)(r, w))
     by = {o.label: o for o in runner.outcomes}
@@ -183,7 +183,7 @@ def test_gpu_request_on_an_engine_without_nvidia_runtime_says_what_to_install(cl
     image = placement.local_rows(client)["cpu"]
     runner = hostrun.Runner(log=lambda _: None)
     runner.run_all([placement.Worker("gpu0", "ci-gpu0", fake_gpu, [image])],
-                   hostrun.docker_worker(client, tmp_path, ["sweep", "--help"]))
+                   hostrun.docker_worker(client, tmp_path, ["sweep", "--help"], node="ci"))
     assert runner.fatal and 'could not select device driver "" with capabilities: [[gpu]]' in runner.fatal[0]
     assert "nvidia-container-toolkit" in runner.fatal[0]
     assert not os.listdir(tmp_path / "ci-gpu0")

@@ -28,7 +28,7 @@ RUN_HERE = (
 # run by another test, which the docs' command names
 ELSEWHERE = {
     "convbench images build [ROW...]": "tests/test_docker_integration.py::cpu_image",
-    "python -m harness.deploy.baseimage [BASE...]": "tests/test_docker_integration.py::cpu_image",
+    "convbench images base [BASE...]": "tests/test_docker_integration.py::cpu_image",
     "mkdir -p results": "tests/test_docker_integration.py::test_two_plain_docker_run_nights_as_the_docs_write_them",
     "docker run --rm --network none": "tests/test_docker_integration.py::test_two_plain_docker_run_nights_as_the_docs_write_them",
     ".venv/bin/python scripts/fleet_night.py [--work DIR]": "tests/test_fleet_night.py::test_the_fleet_night_in_one_command",

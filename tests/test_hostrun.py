@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.core.intake import UserError
+from harness.core.errors import UserError
 from harness.deploy import hostrun, placement
 from harness.measurement import fingerprint
 
@@ -67,7 +67,7 @@ def test_uuid_machine_names_differ_per_gpu_in_pods():
 def test_container_is_one_gpu_unprivileged_read_only_without_network(tmp_path):
     pytest.importorskip("docker")
     worker = placement.Worker("gpu1", "host-gpu1-nvidia-h200", H200, [ROWS["cu130"]])
-    cfg = hostrun.container_config(ROWS["cu130"], worker, tmp_path, "10001:10001", ["sweep"])
+    cfg = hostrun.container_config(ROWS["cu130"], worker, tmp_path, "10001:10001", ["sweep"], node="host")
     assert cfg["network_mode"] == "none" and cfg["read_only"] is True and cfg["privileged"] is False
     assert cfg["cap_drop"] == ["ALL"] and "no-new-privileges" in cfg["security_opt"]
     assert cfg["user"] == "10001:10001"
@@ -77,8 +77,24 @@ def test_container_is_one_gpu_unprivileged_read_only_without_network(tmp_path):
     env = cfg["environment"]
     assert env["CONVBENCH_MACHINE"] == worker.machine and env["CONVBENCH_IMAGE"] == "convbench:cu130"
     assert env["CONVBENCH_IMAGE_ID"] == ROWS["cu130"]["id"] and env["CONVBENCH_REVISION"] == "r1"
-    cpu = hostrun.container_config(ROWS["cpu"], placement.Worker("cpu", "h-cpu", None), tmp_path, "1:1", [])
+    cpu = hostrun.container_config(ROWS["cpu"], placement.Worker("cpu", "h-cpu", None), tmp_path, "1:1", [], node="h")
     assert "device_requests" not in cpu
+
+
+def test_a_worker_is_named_by_its_node_never_by_a_fallback(tmp_path):
+    """The node is the machine's identity: a worker without one is refused, not named after its machine."""
+    pytest.importorskip("docker")
+    worker = placement.Worker("cpu", "h-cpu", None)
+    with pytest.raises(TypeError):
+        hostrun.container_config(ROWS["cpu"], worker, tmp_path, "1:1", [])  # noqa - the missing node is the point
+    with pytest.raises(ValueError, match="node is required"):
+        hostrun.container_config(ROWS["cpu"], worker, tmp_path, "1:1", [], node="")
+    assert hostrun.container_config(ROWS["cpu"], worker, tmp_path, "1:1", [], node="node7")["environment"][
+        "CONVBENCH_NODE"] == "node7"
+    with pytest.raises(TypeError):
+        hostrun.native_worker(tmp_path, ["sweep"])  # noqa - the missing node is the point
+    with pytest.raises(ValueError, match="node is required"):
+        hostrun.native_worker(tmp_path, ["sweep"], node="")(hostrun.Runner(log=lambda _: None), worker)
 
 
 def test_engine_refusal_without_nvidia_runtime_names_the_fix():

@@ -16,7 +16,7 @@ from _report_data import next_night, unpack  # noqa: E402
 from harness.analysis import pairing  # noqa: E402
 from harness.analysis.compare import fingerprint_diff, machine_identity  # noqa: E402
 from harness.cli import main  # noqa: E402
-from harness.core.intake import UserError  # noqa: E402
+from harness.core.errors import UserError  # noqa: E402
 from harness.deploy import hostrun, placement  # noqa: E402
 from harness.measurement import fingerprint  # noqa: E402
 

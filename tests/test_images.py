@@ -201,3 +201,18 @@ def test_a_matrix_that_is_not_a_regular_file_is_one_line_and_no_wait(tmp_path, c
     assert cli.main(["images", "--matrix", str(path), "list"]) == 2
     err = capsys.readouterr().err.strip()
     assert "not a regular file" in err and len(err.splitlines()) == 1
+
+
+def test_images_base_refuses_an_unknown_base_before_asking_the_engine(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    assert main(["images", "base", "nosuch"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown base 'nosuch'; the matrix defines" in err[0]
+
+
+def test_images_base_without_an_engine_is_one_line_and_exit_3(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("docker")
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    assert main(["images", "base"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("convbench images: error:") and "Docker engine" in err[0]

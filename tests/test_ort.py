@@ -26,12 +26,12 @@ from harness.backends.ort import (  # noqa: E402
     model_accuracy,
     node_algorithms,
 )
+from harness.cli import main as cli_main  # noqa: E402
 from harness.core import cases  # noqa: E402
 from harness.core.records import ERROR, OK, SKIPPED, TIMEOUT, Record  # noqa: E402
 from harness.measurement import accuracy  # noqa: E402
-from harness.run import ort_grid  # noqa: E402
-from harness.run.fresh import FreshProcesses  # noqa: E402
 from harness.run.journal import JOURNAL_FILE, iter_journal  # noqa: E402
+from harness.run.pool import FreshProcesses  # noqa: E402
 
 # cuDNN API log lines as cuDNN prints them (format of the public logs in NVIDIA/cudnn-frontend#39 and
 # pytorch/pytorch#167242); the frontend line is the literal of cudnn_frontend plans.h execute().
@@ -306,14 +306,14 @@ def test_model_accuracy_flags_unwritten_and_scales_by_the_yardstick():
 
 
 def test_grid_command_rejects_bad_input(capsys, tmp_path):
-    assert ort_grid.main(["--out", str(tmp_path), "--models", "resnet18"]) == 2
+    assert cli_main(["ort-grid", "--out", str(tmp_path), "--models", "resnet18"]) == 2
     assert "unknown model 'resnet18'" in capsys.readouterr().err
-    assert ort_grid.main(["--out", str(tmp_path), "--sessions", "0", "--device", "cpu"]) == 2
+    assert cli_main(["ort-grid", "--out", str(tmp_path), "--sessions", "0", "--device", "cpu"]) == 2
 
 
 def test_grid_command_writes_a_run_journal(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("CONVBENCH_CACHE", str(tmp_path / "cache"))
-    rc = ort_grid.main(["--out", str(tmp_path / "res"), "--device", "cpu", "--models", "mobilenetv2",
+    rc = cli_main(["ort-grid", "--out", str(tmp_path / "res"), "--device", "cpu", "--models", "mobilenetv2",
                         "--sessions", "1", "--processes", "1"])
     assert rc == 0
     out = capsys.readouterr().out
@@ -334,7 +334,7 @@ def test_grid_command_fails_when_every_record_of_a_model_failed(tmp_path, capsys
 
     monkeypatch.setenv("CONVBENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(imagenet, "model_inputs", no_input)
-    rc = ort_grid.main(["--out", str(tmp_path / "res"), "--device", "cpu", "--models", "mobilenetv2",
+    rc = cli_main(["ort-grid", "--out", str(tmp_path / "res"), "--device", "cpu", "--models", "mobilenetv2",
                         "--sessions", "1", "--processes", "1"])
     err = capsys.readouterr().err
     assert rc == 1
@@ -355,7 +355,7 @@ def test_worker_environment_switches_each_log_on_its_own(monkeypatch):
 
 
 def test_the_sweep_gives_the_backend_the_pools_session_processes(tmp_path):
-    """`convbench sweep -b ort`: the pool's resolve_backend hands OrtBackend its process service (run/fresh.py);
+    """`convbench sweep -b ort`: the pool's resolve_backend hands OrtBackend its process service (run/pool.py);
     a backend built without one says so in its records instead of starting processes of its own."""
     from harness.run import sweep
 

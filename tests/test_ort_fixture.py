@@ -1,6 +1,6 @@
 """What the real onnxruntime grid on the H200 recorded (2026-11-29, onnxruntime-gpu 1.31.1), read from the fixture.
 
-The fixture is the run directory of `python3 -m harness.ort_grid --out ... --parallel 8`, cut by its 250 s
+The fixture is the run directory of `python3 -m harness.ort_grid --out ... --parallel 8` (now `convbench ort-grid`), cut by its 250 s
 limit while MobileNetV2's records were being written (no end.json). Every expectation below is what those
 records say; docs/ort.md quotes the same numbers.
 """
@@ -158,3 +158,17 @@ def test_seed_rows_summarise_the_fixture(run):
     assert len(rn) == 12
     assert {(row["in_process"], row["fresh_process"], row["max_spread"]) for row in rn} == {("1/5", "1/5", 0.0)}
     assert all(row["latency_ms"] > 0 and row["session_create_ms"] > 0 for row in rn)
+
+
+def test_ort_grid_summarize_prints_the_fixtures_seed_table(run, capsys, tmp_path):
+    """`convbench ort-grid --summarize RUN` reads a run (here one cut before its end) and measures nothing."""
+    from harness.cli import main
+
+    run_dir, records = run
+    assert main(["ort-grid", "--summarize", str(run_dir)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{run_dir}: {len(records)} ort records (no end.json)"
+    assert any("model.resnet50" in line and "EXHAUSTIVE" in line for line in out)
+    assert main(["ort-grid", "--summarize", str(tmp_path)]) == 2  # not a run directory: one line, usage
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not a run directory (no run.json)" in err[0]

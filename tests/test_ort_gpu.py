@@ -15,7 +15,7 @@ from harness.backends.ort import CUDA_EP, ModelOptions, OrtBackend, expected_con
 from harness.core import cases  # noqa: E402
 from harness.core.records import OK  # noqa: E402
 from harness.measurement import fingerprint  # noqa: E402
-from harness.run.fresh import FreshProcesses  # noqa: E402
+from harness.run.pool import FreshProcesses  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 TAG = re.compile(r"eng-?\d+(?:_k\d+=-?\d+)*")

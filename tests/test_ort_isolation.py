@@ -1,7 +1,7 @@
 """The onnxruntime grid through the sweep's worker pool: a killed worker is a record, --resume continues a run.
 
 CPU EP, one session and one process per setting: the worker path is the one a GPU host takes by default. Each
-onnxruntime session process is a fresh worker of the pool too (run/fresh.py): the fault-injecting session
+onnxruntime session process is a fresh worker of the pool too (run/pool.py): the fault-injecting session
 function of tests/faulty_backend.py crashes, hangs or runs out of memory in one, and its setting's records carry
 the pool's status and reason.
 """
@@ -26,6 +26,7 @@ pytest.importorskip("onnxruntime")
 from faulty_backend import ORT_SESSION  # noqa: E402
 
 from harness.backends.ort import ModelOptions  # noqa: E402
+from harness.cli import main as cli_main  # noqa: E402
 from harness.core.records import CRASHED, OK, OOM, TIMEOUT, Record  # noqa: E402
 from harness.run import ort_grid  # noqa: E402
 from harness.run.journal import JOURNAL_FILE, iter_journal  # noqa: E402
@@ -35,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _grid(*args: str, tmp_path) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(ROOT), CONVBENCH_CACHE=str(tmp_path / "cache"))
-    return subprocess.Popen([sys.executable, "-m", "harness.run.ort_grid", "--device", "cpu", "--models",
+    return subprocess.Popen([sys.executable, "-m", "harness.cli", "ort-grid", "--device", "cpu", "--models",
                              "mobilenetv2", "--sessions", "1", "--processes", "1", "--isolate", *args],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -89,7 +90,7 @@ def test_grid_resume_measures_only_what_the_journal_lacks(tmp_path):
     recs = [Record.from_dict(json.loads(line)) for line in lines]
     assert len({r.key() for r in recs}) == 2 and all(r.status == OK for r in recs)
     assert json.loads((journal.parent / "end.json").read_text())["records"] == 2
-    assert ort_grid.main(["--resume", str(tmp_path / "res"), "--device", "cpu"]) == 2  # not a run directory
+    assert cli_main(["ort-grid", "--resume", str(tmp_path / "res"), "--device", "cpu"]) == 2  # not a run directory
 
 
 SESSION_FAULTS = {  # the fault of the setting's one drift process -> its records' status, words of the pool's reason
@@ -101,11 +102,11 @@ GRID = ["--device", "cpu", "--models", "mobilenetv2", "--sessions", "1", "--proc
 
 
 def _faulty_grid(monkeypatch, tmp_path, *args: str) -> tuple[int, Path]:
-    """ort_grid.main in this process, its session processes run by the fault-injecting session function."""
+    """`convbench ort-grid` in this process, its session processes run by the fault-injecting session function."""
     monkeypatch.setenv("CONVBENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(ort_grid, "ModelOptions", functools.partial(ModelOptions, session_function=ORT_SESSION,
                                                                     worker_timeout_s=8.0))
-    rc = ort_grid.main([*GRID, *args])
+    rc = cli_main(["ort-grid", *GRID, *args])
     return rc, next((tmp_path / "res").glob(f"*/*/{JOURNAL_FILE}"))
 
 

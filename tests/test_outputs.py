@@ -13,7 +13,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from harness import cli
-from harness.core.intake import EXIT_USAGE, UserError
+from harness.core.errors import EXIT_USAGE, UserError
 from harness.core.outputs import check_file, write_file, write_under
 
 

@@ -385,19 +385,19 @@ def test_binary_numbers_pass_where_check_record_passes_their_values():
     """The rules a key's binary numbers are held to (columns._arrays_pass) are those of its values as JSON: a
     float where an integer belongs, a number where a flag, text or a list belongs, null where none may be, a
     negative or non-finite number: each refused; each allowed value passes."""
-    from harness.collect.columns import Arrays, _values_pass
+    from harness.collect.columns import Arrays, values_pass
     from harness.core.schema import check_record
 
     floats, ints = np.array([1.5, 2.0]), np.array([3, 4])
-    assert _values_pass(Arrays([None], [floats, ints]), float | None, "wall_ms")
-    assert _values_pass(Arrays([], [ints]), int, "throttled_batches")
-    assert not _values_pass(Arrays([], [floats]), int, "throttled_batches")
-    assert not _values_pass(Arrays([None], [ints]), int, "throttled_batches")  # a float may be null (NaN), not so an integer
+    assert values_pass(Arrays([None], [floats, ints]), float | None, "wall_ms")
+    assert values_pass(Arrays([], [ints]), int, "throttled_batches")
+    assert not values_pass(Arrays([], [floats]), int, "throttled_batches")
+    assert not values_pass(Arrays([None], [ints]), int, "throttled_batches")  # a float may be null (NaN), not so an integer
     for tp in (bool | None, str | None, list[float], list[str]):
-        assert not _values_pass(Arrays([], [ints]), tp, "x")
+        assert not values_pass(Arrays([], [ints]), tp, "x")
     for bad in (-1.0, float("nan"), float("inf"), 1e301):
-        assert not _values_pass(Arrays([], [np.array([1.0, bad])]), float | None, "wall_ms")
-    assert not _values_pass(Arrays([], [np.array([-1])]), float | None, "wall_ms")
+        assert not values_pass(Arrays([], [np.array([1.0, bad])]), float | None, "wall_ms")
+    assert not values_pass(Arrays([], [np.array([-1])]), float | None, "wall_ms")
     rec = record("c", clock={"sm_mhz_min": 1980, "sm_mhz_max": 1980.5, "slowdowns": [], "throttled_batches": 2})
     check_record(json.loads(dumps(rec)))  # the values above that pass are values check_record passes
 
@@ -450,20 +450,41 @@ def test_a_journal_collect_refuses_is_not_packed_and_its_refusal_stays_the_journ
     assert s.added == 0 and len(s.refused) == 1 and "line 2" in s.refused[0]
 
 
-def test_a_hook_that_fails_at_the_runs_end_does_not_fail_the_run(tmp_path, monkeypatch, capsys):
+def test_a_packing_that_fails_at_the_runs_end_does_not_fail_the_run(tmp_path, monkeypatch, capsys):
     from harness.run import journal
 
     def broken(path):
         raise RuntimeError("disk on fire")
 
     monkeypatch.setenv("CONVBENCH_MACHINE", "m1")
-    monkeypatch.setattr(journal, "FINISHED_HOOKS", [broken, pk.write_packed])
+    monkeypatch.setattr(pk, "write_packed", broken)
     j = journal.Journal.create(tmp_path / "results", {"hostname": "h", "gpu": None}, {})
     j.append(record("a"))
     j.finish({"ok": 1})
-    assert (j.path / "end.json").is_file() and (j.path / PACKED_FILE).is_file()  # the next hook still ran
-    assert "broken failed at the run's end (RuntimeError: disk on fire); the run is complete" in capsys.readouterr().err
-    assert collect(tmp_path / "s.sqlite", [j.path]).packed == 1
+    assert (j.path / "end.json").is_file() and not (j.path / PACKED_FILE).is_file()  # the run is complete
+    assert "write_packed failed at the run's end (RuntimeError: disk on fire); the run is complete" in \
+        capsys.readouterr().err
+    s = collect(tmp_path / "s.sqlite", [j.path])
+    assert s.added == 1 and s.packed == 0 and s.records == 1  # collect read the journal instead
+
+
+def test_a_run_finished_outside_the_cli_is_packed(tmp_path):
+    """A run finished by the library alone (as a plain `asv run` of the suite or the ORT grid finish theirs), in
+    a process that never imports the CLI, has its packed copy, and collect reads it."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from harness.core.cases import select; from harness.run import suite; "
+            "print(suite.sweep_direction(select('quick')[:1], 'torch', 'fwd', sys.argv[1])); "
+            "assert not [m for m in sys.modules if m.startswith('harness.cli')]")
+    env = dict(os.environ, CONVBENCH_MACHINE="m1", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "results")], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    run = Path(proc.stdout.strip().splitlines()[-1])
+    assert (run / "end.json").is_file() and (run / PACKED_FILE).is_file()
+    s = collect(tmp_path / "s.sqlite", [run])
+    assert s.added == 1 and s.packed == 1 and not s.refused and s.records > 0
 
 
 def _read_as_an_older_store_kept_it(tmp_path, older) -> tuple[list, list]:

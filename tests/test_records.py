@@ -58,10 +58,10 @@ def test_wholly_failed_names_only_backends_with_no_result_at_all():
 
 
 def test_sweep_command_exits_1_when_a_backend_measured_nothing(capsys):
-    from harness.cli.measure_cmds import _failed_backends
+    from harness.cli.measure_cmds import failed_backends
 
-    assert _failed_backends({"failed_backends": []}) == 0
-    assert _failed_backends({"failed_backends": ["ort"]}) == 1
+    assert failed_backends({"failed_backends": []}) == 0
+    assert failed_backends({"failed_backends": ["ort"]}) == 1
     assert "every record of backend ort failed" in capsys.readouterr().err
 
 

@@ -14,8 +14,9 @@ from harness.backends.cudnn import PLACEMENTS, placements
 from harness.core import cases
 from harness.core.records import CRASHED, OK, Determinism, Record, Timing
 from harness.measurement.timing import FLOOR_SAMPLES, TimingPolicy, _enough, pooled
-from harness.run import replicas, sweep, worker
+from harness.run import replicas, runners, sweep
 from harness.run.journal import JOURNAL_FILE, iter_journal
+from harness.run.pool import WorkerPool
 
 
 def test_each_process_samples_its_share_and_keeps_every_sample():
@@ -110,8 +111,8 @@ def _pools(tmp_path):
     journal = sweep.new_journal(tmp_path, SweepOptions(device="cpu"), cases.select("quick.seed"), ["faulty"], {})
     lock = sweep.lock_run(journal.path)
     logs: list[str] = []
-    main = worker.WorkerPool(journal, keep_fds=(lock,), log=logs.append, timeout_s=30)
-    replica = worker.WorkerPool(journal, keep_fds=(lock,), log=logs.append, timeout_s=30)
+    main = WorkerPool(journal, keep_fds=(lock,), log=logs.append, timeout_s=30)
+    replica = WorkerPool(journal, keep_fds=(lock,), log=logs.append, timeout_s=30)
     return journal, main, replica, logs
 
 
@@ -119,7 +120,7 @@ def test_a_slice_is_timed_in_two_worker_processes_and_journaled_once(tmp_path, f
     faults({})
     journal, main, replica, _ = _pools(tmp_path)
     case = cases.select("quick.seed")[0]
-    backend = worker.resolve_backend("faulty")
+    backend = runners.resolve_backend("faulty")
     options = SweepOptions(device="cuda", processes=2)  # the test backend never touches a GPU
     with main, replica:
         made = list(replicas.measure_slice(main, replica, "faulty", backend, case, backend.combos(case, options),
@@ -137,7 +138,7 @@ def test_a_replica_that_crashes_costs_the_replica_only(tmp_path, faults):
     faults({"quick.seed": "segv"})
     journal, main, replica, logs = _pools(tmp_path)
     case = cases.select("quick.seed")[0]
-    backend = worker.resolve_backend("faulty")
+    backend = runners.resolve_backend("faulty")
     options = SweepOptions(device="cuda", processes=2)
     with main, replica:
         list(replicas.measure_slice(main, replica, "faulty", backend, case, backend.combos(case, options), options))

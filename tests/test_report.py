@@ -321,7 +321,7 @@ def test_dangerous_out_is_refused_in_one_line(tmp_path, monkeypatch, capsys, kin
 def test_a_folder_without_the_manifest_is_never_replaced_even_a_report_from_before_manifests(tmp_path):
     """Pages at the top and in machines/ with an index.html may be a user's own site: without the report's manifest
     a folder is refused, untouched (tests/test_report_out.py generates such folders)."""
-    from harness.core.intake import UserError
+    from harness.core.errors import UserError
 
     db = _fleet(tmp_path)
     out = tmp_path / "old"

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from harness.core.intake import EXIT_ENVIRONMENT, EXIT_USAGE, UserError
+from harness.core.errors import EXIT_ENVIRONMENT, EXIT_USAGE, UserError
 from harness.report import output
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.intake import UserError
+from harness.core.errors import UserError
 from harness.deploy import stacks
 from harness.measurement import fingerprint
 

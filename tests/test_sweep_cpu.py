@@ -132,7 +132,7 @@ def test_the_replica_probe_counts_every_timed_record_of_the_pass(capsys):
     assert "replica pass on the CPU" in out and "for 2 cases, torch" in out
     counted = sum(int(n) for n in re.findall(r"torch +[<>]=? [\d.]+ ms: +(\d+) records", out))
     from harness.run.replicas import replica_options
-    from harness.run.workerchild import resolve_backend
+    from harness.run.runners import resolve_backend
 
     options = replica_options(SweepOptions(directions=("fwd",), device="cpu", processes=2))
     torch_backend = resolve_backend("torch")

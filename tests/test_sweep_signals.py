@@ -213,7 +213,7 @@ def test_a_killed_run_takes_its_workers_with_it(tmp_path):
 _FRESH = """
 import sys, types
 from harness.core import children
-from harness.run.fresh import FreshProcesses
+from harness.run.pool import FreshProcesses
 children.exit_on_signals()
 runs = [types.SimpleNamespace(function="faulty_backend:faulty_session", job={"name": f"s{i}"}, env=None,
                               name=f"s{i}") for i in range(4)]

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from harness import cli
 from harness.collect.ingest import collect
 from harness.collect.store import Store, StoreError
-from harness.core.intake import EXIT_NO_DATA, EXIT_USAGE, printable
+from harness.core.errors import EXIT_NO_DATA, EXIT_USAGE, printable
 from harness.core.records import dumps
 from harness.core.schema import SchemaError, check_record
 from harness.run.journal import JOURNAL_FILE, Journal, JournalError

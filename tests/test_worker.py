@@ -8,16 +8,19 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from harness.backends import SweepOptions
 from harness.core import cases
-from harness.core.intake import UserError
+from harness.core.errors import UserError
 from harness.core.records import CRASHED, ERROR, OK, OOM, TIMEOUT, Record
 from harness.measurement.timing import TimingPolicy
-from harness.run import sweep, worker
+from harness.run import pool as pool_module
+from harness.run import sweep
 from harness.run.journal import JOURNAL_FILE, iter_journal
+from harness.run.pool import WorkerPool, _Child, classify
 
 FAULT_PLAN = {  # case -> injected fault -> the status its combination must end with
     "quick.seed": ("segv", CRASHED),
@@ -81,8 +84,8 @@ def test_a_worker_dead_before_it_gets_its_slice_is_a_crash_record(tmp_path, faul
     from faulty_backend import FaultyBackend
 
     case, opts = cases.get("quick.seed"), SweepOptions(device="cpu")
-    with worker.WorkerPool(sweep.new_journal(tmp_path, opts, [case], ["faulty"], {}), timeout_s=5) as pool:
-        pool.child = worker._Child(())
+    with WorkerPool(sweep.new_journal(tmp_path, opts, [case], ["faulty"], {}), timeout_s=5) as pool:
+        pool.child = _Child(())
         pool.child.proc.kill()
         pool.child.proc.wait()
         recs = list(pool.run_slice("faulty", case, FaultyBackend().combos(case, opts), opts))
@@ -92,9 +95,9 @@ def test_a_worker_dead_before_it_gets_its_slice_is_a_crash_record(tmp_path, faul
 def test_out_of_memory_errors_from_a_backend_get_their_status():
     rec = Record("c", "torch", "fwd", "auto", "DEFAULT", "fp32", "NCHW", status=ERROR,
                  reason="OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
-    assert worker.classify(rec).status == OOM
+    assert classify(rec).status == OOM
     other = Record("c", "torch", "fwd", "auto", "DEFAULT", "fp32", "NCHW", status=ERROR, reason="RuntimeError: x")
-    assert worker.classify(other).status == ERROR
+    assert classify(other).status == ERROR
 
 
 def test_isolated_torch_sweep_matches_in_process(tmp_path):
@@ -140,7 +143,7 @@ def test_a_run_is_written_by_one_sweep_at_a_time(tmp_path):
 def test_worker_dies_with_a_killed_sweep(tmp_path):
     """kill -9 of the sweep must not leave a worker writing into the run (PR_SET_PDEATHSIG)."""
     env = dict(os.environ, CONVBENCH_TEST_BACKENDS="1", CONVBENCH_FAULTS="quick.seed=hang",
-               PYTHONPATH=os.pathsep.join([str(worker.Path(worker.__file__).parents[1]),
+               PYTHONPATH=os.pathsep.join([str(Path(pool_module.__file__).parents[1]),
                                            os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "sweep", "--cases", "quick.seed",
                              "--backends", "faulty", "--isolate", "--results", str(tmp_path)], env=env,

@@ -1,5 +1,7 @@
 """Backends share one small interface: list the combinations of a case, then run them, yielding records.
 
+The interface is here; which backends exist is registry.py (it imports them, they import this, nothing else).
+
 A backend never raises out of ``run``: a combination it cannot run becomes a record with a status and a
 reason, so that one unsupported or broken combination costs that combination and nothing else.
 """
@@ -97,22 +99,3 @@ class Backend(Protocol):
 
     def run(self, case: Case, combos: Iterable[Combo], options: SweepOptions) -> Iterator[Record | Ranking]:
         """Measure ``combos`` of ``case``; one record per combo, in any order, plus any rankings."""
-
-
-def get_backend(name: str) -> Backend:
-    if name == "cudnn":
-        from .cudnn import CudnnBackend
-
-        return CudnnBackend()
-    if name == "torch":
-        from .pytorch import TorchBackend
-
-        return TorchBackend()
-    if name == "ort":
-        from .ort import OrtBackend
-
-        return OrtBackend()
-    raise ValueError(f"unknown backend {name!r}; known: cudnn, torch, ort")
-
-
-BACKENDS = ("cudnn", "torch", "ort")

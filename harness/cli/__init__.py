@@ -12,12 +12,12 @@ import os
 import sys
 
 from harness.core import children
-from harness.core.intake import EXIT_ENVIRONMENT, EXIT_NO_DATA, EXIT_USAGE, UserError, printable  # noqa: F401
+from harness.core.errors import EXIT_USAGE, UserError, printable
 from harness.core.paths import DEFAULT_STORE, RESULTS_DIR
 
 # Each module exposes register(subparsers); a subcommand's handler returns the exit code.
-COMMAND_MODULES = ("harness.cli.measure_cmds", "harness.cli.bench_cmds", "harness.cli.store_cmds", "harness.cli.images_cmds",
-                   "harness.cli.upgrade_cmds")
+COMMAND_MODULES = ("harness.cli.measure_cmds", "harness.cli.bench_cmds", "harness.cli.ort_cmds", "harness.cli.store_cmds",
+                   "harness.cli.images_cmds", "harness.cli.stacks_cmds", "harness.cli.upgrade_cmds")
 
 USAGE = """\
 Benchmark the convolutions of cuDNN, PyTorch and onnxruntime on this host (speed, accuracy against a
@@ -75,24 +75,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _install_run_hooks() -> None:
-    """Every run this CLI finishes is packed for collect beside its journal (collect/packed.py)."""
-    from ..collect.packed import write_packed
-    from ..run import journal
-
-    if write_packed not in journal.FINISHED_HOOKS:
-        journal.FINISHED_HOOKS.append(write_packed)
-
-
 # what a stopped command leaves, said after "interrupted" (the measuring commands journal as they go)
-_KEPT = {**dict.fromkeys(("run", "sweep", "autotune", "repro", "bench", "upgrade"),
+_KEPT = {**dict.fromkeys(("run", "sweep", "autotune", "repro", "bench", "upgrade", "ort-grid"),
                          "; what was measured is in the journal"),
          "collect": "; a store being built was removed, one collected into keeps the runs stored before",
          "report": "; the last report, if any, is as it was"}
 
 
 def main(argv: list[str] | None = None) -> int:
-    _install_run_hooks()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
+import sys
 from pathlib import Path
 
-from ..backends import SweepOptions, command_options
 from ..core.cases import DEFAULT_SET, DIRECTIONS
-from ..core.intake import EXIT_ENVIRONMENT, UserError
-from ..core.progress import Progress
-from ..deploy import resources
-from ..run import asvselect
+from ..core.errors import UserError
 from .helptext import command
 from .jsonout import add_json, emit
-from .measure_cmds import DEFAULT_RESULTS, _failed_backends, _list, check_results, select_cases
+from .measure_cmds import DEFAULT_RESULTS, check_results, comma_list, failed_backends, select_cases
 
 
 def register(sub) -> None:
@@ -28,7 +24,7 @@ def register(sub) -> None:
                           "convbench bench --directions bwd_data,bwd_filter -b Backward",
                           "convbench bench --cases seed --json | jq .ok"])
     p.add_argument("--cases", default=DEFAULT_SET, help="case ids and/or sets (default: %(default)s)")
-    p.add_argument("--directions", type=_list(DIRECTIONS, "direction"), default=None,
+    p.add_argument("--directions", type=comma_list(DIRECTIONS, "direction"), default=None,
                    help="directions whose classes run, comma-separated, of " + ", ".join(DIRECTIONS)
                         + " (default: $CONVBENCH_DIRECTIONS, else fwd)")
     p.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="results root (default: %(default)s)")
@@ -43,124 +39,26 @@ def register(sub) -> None:
     p.set_defaults(handler=bench)
 
 
-ASV_STEP = re.compile(r"^\[\s*(\d+(?:\.\d+)?)%\]")  # asv's "[ 12.50%] ··· bench_torch...." lines
-
-
-def asv_with_progress(cmd: list[str], cwd, env: dict[str, str], log) -> int:
-    """Run asv with its output into ``log``, its own percentages shown as the asv phase's progress."""
-    import subprocess
-
-    with Progress("asv", 100, unit="%") as progress, \
-            subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             errors="replace", bufsize=1) as proc:
-        for line in proc.stdout:
-            log.write(line)
-            m = ASV_STEP.match(line)
-            if m:
-                progress.update(int(float(m.group(1))), line[m.end():].strip(" ·\n")[:60])
-        return proc.wait()
-
-
-def asv_env(base: dict[str, str], **extra: str) -> dict[str, str]:
-    """The environment for `asv run`: ``base`` plus ``extra``, with PYTHONPATH carried as ASV_PYTHONPATH.
-
-    asv drops PYTHONPATH from its benchmark processes and keeps ASV_PYTHONPATH. Without this a host whose
-    onnxruntime-gpu (or torch) lives on PYTHONPATH benchmarks another install than the one doctor reports
-    (seen on the H200: every CUDA setting of onnxruntime went n/a).
-    """
-    env = dict(base, **extra)
-    if base.get("PYTHONPATH") and "ASV_PYTHONPATH" not in base:
-        env["ASV_PYTHONPATH"] = base["PYTHONPATH"]
-    return env
-
-
-def bench_options(directions: tuple[str, ...], gpu: bool, processes: int | None,
-                  find: bool | None = None) -> SweepOptions:
-    """The nightly sweep's options: the directions the selected classes read, on the GPU where there is one,
-    the processes and Find's ranking asked for or the commands' defaults (backends.command_options)."""
-    return command_options(directions, "cuda" if gpu else "cpu", processes, find)
-
-
 def bench(args) -> int:
-    """Run the asv suite with one shared run journal; asv keeps its results, the journal keeps everything.
-
-    The sweeps that the selected classes read are measured first, here, in one sweep (one worker process, case
-    by case, each case's operands drawn once for every backend and direction); asv's setup_cache then only reads
-    the journal, and asv is given only the parameter sets that have data (asvselect). Each class sweeping on its
-    own cost a process, a torch import and a CUDA context per class, and drew every case's operands again.
-    """
-    import subprocess
-    import sys
-    import time
-
-    from ..backends.cudnn import cuda_unavailable_reason
-    from ..run import sweep as sweep_mod
+    """Flags to BenchOptions (cases and directions checked before torch is imported), then the night."""
+    from ..run.nightly import BenchOptions
+    from ..run.nightly import bench as night
 
     try:
-        from .. import asvplugin
-    except ImportError:
-        raise UserError("asv is not installed here (pip install asv)", EXIT_ENVIRONMENT) from None
-    root = resources.root()  # the checkout, or the suite shipped in the wheel
-    names = args.cases or DEFAULT_SET
-    try:
-        directions_given = args.directions or _list(DIRECTIONS, "direction")(
-            os.environ.get("CONVBENCH_DIRECTIONS") or "fwd")
+        directions = args.directions or comma_list(DIRECTIONS, "direction")(os.environ.get("CONVBENCH_DIRECTIONS") or "fwd")
     except argparse.ArgumentTypeError as exc:
         raise UserError(f"CONVBENCH_DIRECTIONS: {exc}") from None
-    os.environ["CONVBENCH_DIRECTIONS"] = ",".join(directions_given)  # the suite's classes read it (asv processes too)
-    cases = select_cases(names)  # before torch is imported: a mistyped case is refused at once
+    names = args.cases or DEFAULT_SET
+    cases = select_cases(names)  # a mistyped case is refused at once
     check_results(args.results)
-    gpu = cuda_unavailable_reason() is None
-    out = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the document only
-    if not gpu:
-        print(f"no GPU here: running the CPU backends (PyTorch on the CPU) on {names!r} ({len(cases)} cases); "
-              "the cuDNN combinations are recorded as skipped with the reason", file=out, flush=True)
-    wanted = asvselect.sweeps(args.bench, directions_given)
-    # One sweep over the union of what the classes read (a selection that mixes directions across backends
-    # measures a little more than asv shows; every record is kept all the same).
-    directions = tuple(d for d in DIRECTIONS if any(d in ds for ds in wanted.values()))
-    swept = [f"{b}:{d}" for b in wanted for d in directions]
-    backends = ["cudnn", "torch"]
-    _, _, libraries = sweep_mod.load_backends(backends)
-    options = bench_options(directions or ("fwd",), gpu, args.processes, args.find)
-    results = args.results.resolve()
-    journal = sweep_mod.new_journal(results, options, cases, backends, libraries)
-    t0 = time.perf_counter()
-    if wanted:
-        sweep_mod.run(cases, list(wanted), options, results, into=journal.path)
-    sweep_s = time.perf_counter() - t0
-    chosen = asvselect.bench_selection(args.bench, journal.path)  # the journal read once, shared with asv
-    regexes, n_sets, n_left_out = chosen.regexes, chosen.sets, chosen.left_out
-    env = asv_env(os.environ, CONVBENCH_RUN_DIR=str(journal.path), CONVBENCH_CASES=",".join(c.id for c in cases),
-                  CONVBENCH_RESULTS=str(results), CONVBENCH_SWEPT=",".join(swept))
-    machine = journal.meta["machine"]
-    if resources.in_git_checkout():  # the checkout's own asv project: `asv publish` there shows every run
-        cwd, config, asv_results = root, [], root / ".asv" / "results"
-    else:  # installed (an image) or no git: asv's project, results and machine file inside the run directory
-        cwd = journal.path / "asv"
-        config, asv_results = ["--config", str(asvplugin.project(cwd))], cwd / "results"
-        env["HOME"] = str(cwd / "home")
-    log_path = journal.path / "asv.log"
-    with open(log_path, "w") as log:
-        subprocess.run([sys.executable, "-m", "asv", *config, "machine", "--yes", "--machine", machine], cwd=cwd,
-                       env=env, stdout=log, stderr=subprocess.STDOUT)
-        # HEAD^!: the commit this interpreter's convbench is (asvplugin.HostEnvironment), results saved
-        cmd = [sys.executable, "-m", "asv", *config, "run", "HEAD^!", "--machine", machine, "--show-stderr",
-               "--durations", "all", "--record-samples"]
-        for regex in regexes:
-            cmd += ["-b", regex]
-        print(f"asv run for {len(cases)} cases on {machine}: {n_sets} parameter sets, {n_left_out} left out as "
-              f"n/a (no data in this run); asv's output goes to {log_path}", file=out, flush=True)
-        rc = asv_with_progress(cmd, cwd, env, log) if n_sets else 0
-    seconds = time.perf_counter() - t0
-    summary = sweep_mod.summarize(journal, gpu, seconds)
-    summary.update(asv_returncode=rc, asv_results=str(asv_results / machine),
-                   sweep_seconds=round(sweep_s, 1), asv_seconds=round(seconds - sweep_s, 1))
-    journal.finish(summary)
+    result = night(BenchOptions(cases=cases, case_names=names, directions=directions, results=args.results,
+                                bench=tuple(args.bench), processes=args.processes, find=args.find),
+                   say=sys.stderr if args.json else sys.stdout)  # with --json, stdout holds the document only
+    summary = result.summary
     if args.json:
-        emit({"run": str(journal.path), **summary})
+        emit({"run": str(result.run), **summary})
     else:
-        print(f"run written to {journal.path} ({summary['seconds']} s: sweep {sweep_s:.1f} s, asv "
-              f"{seconds - sweep_s:.1f} s; {summary['ok']} records ok, counts {summary['counts']}); asv exit code "
-              f"{rc}")
-    return _failed_backends(summary) or (0 if rc == 0 else 1)
+        print(f"run written to {result.run} ({summary['seconds']} s: sweep {summary['sweep_seconds']:.1f} s, asv "
+              f"{summary['asv_seconds']:.1f} s; {summary['ok']} records ok, counts {summary['counts']}); asv exit "
+              f"code {result.asv_returncode}")
+    return failed_backends(summary) or (0 if result.asv_returncode == 0 else 1)

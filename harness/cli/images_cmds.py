@@ -1,4 +1,4 @@
-"""Subcommands ``images list|lock|render|build`` (the image matrix) and ``run`` (every GPU of this host)."""
+"""Subcommands ``images list|lock|render|base|build`` (the image matrix) and ``run`` (every GPU of this host)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from ..core.cases import DEFAULT_SET
-from ..core.intake import EXIT_ENVIRONMENT, UserError, printable
+from ..core.errors import EXIT_ENVIRONMENT, UserError, printable
 from ..core.outputs import write_under
 from ..core.paths import RESULTS_DIR
 from .helptext import command
@@ -85,6 +85,15 @@ def register(sub) -> None:
                     help="where --out's files are on the cluster, for the scrontab (default: %(default)s)")
     q.set_defaults(handler=images_render)
 
+    q = command(isub, "base", help="make the matrix's debootstrap base images (as root); one present is kept",
+                description="Make each base image the matrix names (or those given) with `debootstrap "
+                            "--variant=minbase` and import it into the Docker engine, as no registry is reachable "
+                            "from the build hosts. An image of that tag already in the engine is kept. Needs root, "
+                            "debootstrap and a Docker engine (exit 3 without one of them).",
+                examples=["sudo convbench images base", "sudo convbench images base bookworm"])
+    q.add_argument("bases", nargs="*", help="base names from the matrix (default: all)")
+    q.set_defaults(handler=images_base)
+
     q = command(isub, "build", help="download the hashed wheelhouse, then build images with no network",
                 description="Download each row's locked wheels (checked by sha256) into the wheel cache, then "
                             "build its image with no network access. Needs a Docker engine (exit 3 without one).",
@@ -92,39 +101,6 @@ def register(sub) -> None:
     q.add_argument("rows", nargs="*", help="rows (default: all)")
     q.add_argument("--wheel-cache", type=Path, default=None, help="wheelhouse cache (default: ~/.cache/convbench)")
     q.set_defaults(handler=images_build)
-
-    p = command(sub, "stacks", help="stacks without Docker: pinned wheel overlays over this host's own Python",
-                description="Stacks for hosts without Docker: a declared overlay's locked wheels installed into a "
-                            "folder over this host's own Python, named by `convbench run --stacks` and "
-                            "`convbench upgrade`.",
-                examples=["convbench stacks list", "convbench stacks download cudnn91 --wheelhouse wh/",
-                          "convbench stacks install cudnn91 --wheelhouse wh/"])
-    p.add_argument("--matrix", type=Path, default=None, help="matrix file (default: docker/matrix.toml)")
-    ssub = p.add_subparsers(dest="stacks_command", metavar="SUBCOMMAND")
-    p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])
-    q = command(ssub, "list", help="the declared overlays, the rows they stand in for, and which are installed",
-                description="List the overlays declared in the matrix, the image rows they stand in for, and "
-                            "which are installed in the stacks folder.",
-                examples=["convbench stacks list", "convbench stacks list --json"])
-    add_json(q)
-    q.set_defaults(handler=stacks_list)
-    q = command(ssub, "download", help="fetch an overlay's locked wheels into a wheelhouse (needs the index)",
-                description="Download an overlay's locked wheels, checked by sha256, into a folder to copy to a "
-                            "GPU host that has no package index.",
-                examples=["convbench stacks download cudnn91 --wheelhouse wh/"])
-    q.add_argument("name", help="the overlay's name (`convbench stacks list`)")
-    q.add_argument("--wheelhouse", type=Path, required=True, help="folder to download the wheels into")
-    q.set_defaults(handler=stacks_download)
-    q = command(ssub, "install", help="install an overlay offline from a wheelhouse (hashes from its lock)",
-                description="Install an overlay from a wheelhouse with no network, each wheel checked against "
-                            "its lock's sha256, into the stacks folder.",
-                examples=["convbench stacks install cudnn91 --wheelhouse wh/",
-                          "convbench stacks install cudnn91 --wheelhouse wh/ --into /opt/convbench/stacks"])
-    q.add_argument("name", help="the overlay's name (`convbench stacks list`)")
-    q.add_argument("--wheelhouse", type=Path, required=True, help="folder holding the overlay's locked wheels")
-    q.add_argument("--into", type=Path, default=None,
-                   help="stacks folder (default: $CONVBENCH_STACKS or ~/.local/share/convbench/stacks)")
-    q.set_defaults(handler=stacks_install)
 
     p = command(sub, "run", help="run the asv suite on every GPU of this host in parallel (containers or --no-docker)",
                 description="Run the nightly job on every GPU slot of this host in parallel: one container per "
@@ -158,7 +134,7 @@ def register(sub) -> None:
     p.set_defaults(handler=run)
 
 
-def _matrix(args):
+def matrix_of(args):
     from ..deploy import imagematrix
 
     try:
@@ -177,34 +153,13 @@ def _rows(matrix, names):
 
 
 def images_list(args) -> int:
-    from ..deploy import imagematrix, images, wheels
+    from ..deploy import images
 
-    matrix = _matrix(args)
     try:
         client, engine_note = images.engine(), None
     except images.EngineError as exc:
         client, engine_note = None, str(exc)
-    rows = []
-    for row in matrix.rows.values():
-        base = matrix.bases[row.base]
-        path = row.lock_path()
-        wheels_pinned = None
-        if not path.exists():
-            lock = "not locked"
-        else:
-            try:
-                lk = wheels.read_lock(path)
-                wheels_pinned = len(lk.pins) if lk.row_digest == row.digest(base) else None
-                lock = f"{wheels_pinned} wheels" if wheels_pinned is not None else "stale"
-            except imagematrix.MatrixError:
-                lock = "unreadable"
-        info = images.image_info(client, row) if client else None
-        rows.append({"row": row.name, "cuda": row.cuda or None, "cudnn": row.cudnn or None, "torch": row.torch,
-                     "onnxruntime": row.onnxruntime, "sm": list(row.sm), "note": row.note,
-                     "lock": "locked" if wheels_pinned is not None else lock, "wheels": wheels_pinned,
-                     "lock_text": lock, "image": None if info is None else {
-                         "id": info["id"], "size_bytes": info["size"],
-                         "suite_revision": info["labels"].get(images.LABEL_PREFIX + "suite-revision")}})
+    rows = images.row_states(matrix_of(args), client)
     if args.json:
         emit({"rows": [{k: v for k, v in r.items() if k != "lock_text"} for r in rows],
               "engine": engine_note is None, "engine_why_not": engine_note})
@@ -225,7 +180,7 @@ def images_list(args) -> int:
 def images_lock(args) -> int:
     from ..deploy import imagematrix, wheels
 
-    matrix = _matrix(args)
+    matrix = matrix_of(args)
     names = args.rows or list(matrix.rows) + list(matrix.overlays)
     targets = [matrix.overlays[n] for n in names if n in matrix.overlays]
     targets = _rows(matrix, [n for n in names if n not in matrix.overlays]) + targets if len(targets) < len(names) \
@@ -241,7 +196,7 @@ def images_lock(args) -> int:
 def images_render(args) -> int:
     from ..deploy import images, wheels
 
-    matrix = _matrix(args)
+    matrix = matrix_of(args)
     if args.slurm and args.no_docker and args.rows:
         raise UserError("rows pick images; with --no-docker the nodes run their own Python (pick --stacks)")
     rows = _rows(matrix, args.rows)
@@ -284,7 +239,7 @@ def images_render(args) -> int:
 def images_build(args) -> int:
     from ..deploy import imagematrix, images, wheels
 
-    matrix = _matrix(args)
+    matrix = matrix_of(args)
     rows = _rows(matrix, args.rows)
     try:
         client = images.engine()
@@ -297,58 +252,26 @@ def images_build(args) -> int:
     return 0
 
 
+def images_base(args) -> int:
+    from ..deploy import baseimage, imagematrix, images
+
+    try:
+        made = baseimage.ensure_bases(matrix_of(args), args.bases)
+    except (baseimage.BaseImageError, images.EngineError) as exc:
+        raise UserError(str(exc), EXIT_ENVIRONMENT) from None
+    except imagematrix.MatrixError as exc:
+        raise UserError(str(exc)) from None
+    print(f"{len(made)} base image(s) present: " + ", ".join(tag for tag, _, _ in made))
+    return 0
+
+
 def run(args) -> int:
     from ..deploy import hostrun
     from .measure_cmds import check_results, select_cases
 
     select_cases(args.cases)  # refused here (2), as bench and sweep refuse it, not in every worker (1)
     check_results(args.results)
-
-    return hostrun.run(args)
-
-
-def _overlay(matrix, name):
-    if name not in matrix.overlays:
-        raise UserError(f"no overlay {name!r} in {matrix.path}; declared: {', '.join(matrix.overlays) or 'none'}")
-    return matrix.overlays[name]
-
-
-def stacks_list(args) -> int:
-    from ..deploy import stacks
-
-    matrix = _matrix(args)
-    where = stacks.stacks_dir()
-    found = [{"name": ov.name, "libraries": list(ov.libraries), "over": ov.host,
-              "stands_in_for": list(ov.stands_in_for), "installed": (where / ov.name / stacks.MANIFEST).is_file(),
-              "path": str(where / ov.name)} for ov in matrix.overlays.values()]
-    if args.json:
-        emit({"stacks_dir": str(where), "overlays": found})
-        return 0
-    for ov in found:
-        print(f"{ov['name']:12s} {', '.join(ov['libraries'])}; over {ov['over']}; stands in for "
-              f"{', '.join(ov['stands_in_for'])}; {'installed' if ov['installed'] else 'not installed'} ({ov['path']})")
-    return 0
-
-
-def stacks_download(args) -> int:
-    from ..deploy import imagematrix, wheels
-
-    matrix = _matrix(args)
-    overlay = _overlay(matrix, args.name)
-    try:
-        wheels.overlay_lock(overlay)
-        dest, lock = wheels.wheelhouse(matrix, overlay, args.wheelhouse)
-    except imagematrix.MatrixError as exc:
-        raise UserError(str(exc), EXIT_ENVIRONMENT) from None
-    print(f"{len(lock.pins)} locked wheels of {overlay.name} in {dest}; copy that folder to the GPU host and run "
-          f"`convbench stacks install {overlay.name} --wheelhouse {dest}`")
-    return 0
-
-
-def stacks_install(args) -> int:
-    from ..deploy import stacks
-
-    matrix = _matrix(args)
-    stack = stacks.install(_overlay(matrix, args.name), args.wheelhouse, args.into)
-    print(f"stack {stack.name} installed in {stack.prefix}: libraries {', '.join(stack.library_dirs()) or 'none'}")
-    return 0
+    return hostrun.run(hostrun.HostRunOptions(
+        results=args.results, cases=args.cases, job=args.job, backends=args.backends, docker=not args.no_docker,
+        rows=args.rows, stacks=args.stacks, gpus=args.gpus, host_name=args.host_name,
+        name_gpus_by=args.name_gpus_by, extra=tuple(args.sweep_args or ())))

@@ -8,20 +8,20 @@ import os
 import sys
 from pathlib import Path
 
-from ..backends import BACKENDS, SweepOptions, command_options
+from ..backends import SweepOptions, command_options
 from ..core import cases as catalogue
 from ..core.cases import DEFAULT_SET, DIRECTIONS, DTYPES, LAYOUTS
-from ..core.intake import EXIT_ENVIRONMENT, UserError, printable
+from ..core.errors import EXIT_ENVIRONMENT, UserError, printable
 from ..core.paths import RESULTS_DIR
 from ..measurement.timing import TimingPolicy
-from ..run.worker import DEFAULT_TIMEOUT_S
+from ..run.pool import DEFAULT_TIMEOUT_S
 from .helptext import command
 from .jsonout import add_json, emit
 
 DEFAULT_RESULTS = Path(os.environ.get("CONVBENCH_RESULTS", RESULTS_DIR))
 
 
-def _list(allowed: tuple[str, ...], what: str):
+def comma_list(allowed: tuple[str, ...], what: str):
     def parse(text: str) -> tuple[str, ...]:
         items = tuple(x for x in text.split(",") if x)
         bad = [x for x in items if x not in allowed]
@@ -34,7 +34,7 @@ def _list(allowed: tuple[str, ...], what: str):
 
 def _backend_names() -> tuple[str, ...]:
     """The backends a user may name; the fault-injecting one only where CONVBENCH_TEST_BACKENDS=1."""
-    from ..run.worker import backend_names
+    from ..run.runners import backend_names
 
     return backend_names()
 
@@ -63,13 +63,13 @@ def check_results(results: Path) -> None:
 
 def add_sweep_arguments(p) -> None:
     """What a sweep measures and how: shared by `sweep` and `upgrade`."""
-    p.add_argument("--backends", type=_list(_backend_names(), "backend"), default=("cudnn", "torch"),
+    p.add_argument("--backends", type=comma_list(_backend_names(), "backend"), default=("cudnn", "torch"),
                    help="backends to measure, comma-separated (default: cudnn,torch)")
-    p.add_argument("--directions", type=_list(DIRECTIONS, "direction"), default=("fwd",),
+    p.add_argument("--directions", type=comma_list(DIRECTIONS, "direction"), default=("fwd",),
                    help=f"convolution directions, comma-separated, of {', '.join(DIRECTIONS)} (default: fwd)")
-    p.add_argument("--dtypes", type=_list(DTYPES, "dtype"), default=DTYPES,
+    p.add_argument("--dtypes", type=comma_list(DTYPES, "dtype"), default=DTYPES,
                    help=f"data types, comma-separated (default: {','.join(DTYPES)})")
-    p.add_argument("--layouts", type=_list(LAYOUTS, "layout"), default=LAYOUTS,
+    p.add_argument("--layouts", type=comma_list(LAYOUTS, "layout"), default=LAYOUTS,
                    help=f"memory layouts, comma-separated (default: {','.join(LAYOUTS)})")
     p.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="results root (default: %(default)s)")
     p.add_argument("--cold", action="store_true", help="flush L2 before each timed repetition")
@@ -159,7 +159,7 @@ def register(sub) -> None:
                           "convbench autotune --resume results/MACHINE/RUN_ID"])
     p.add_argument("--cases", default=DEFAULT_SET, help="case ids and/or sets (default: %(default)s)")
     p.add_argument("-k", type=int, default=5, help="fresh searches / processes per case (default: 5)")
-    p.add_argument("--layouts", type=_list(LAYOUTS, "layout"), default=("NCHW",),
+    p.add_argument("--layouts", type=comma_list(LAYOUTS, "layout"), default=("NCHW",),
                    help="memory layouts, comma-separated (default: NCHW)")
     p.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="results root (default: %(default)s)")
     p.add_argument("--resume", type=Path, metavar="RUN_DIR",
@@ -176,30 +176,12 @@ def register(sub) -> None:
 
 
 def doctor(args) -> int:
-    from ..backends import get_backend
+    from ..backends.registry import availability
     from ..measurement import fingerprint
 
     gpus, gpu_why = fingerprint.gpus()
     sw = fingerprint.software()
-    backends = []
-    for name in BACKENDS:
-        try:
-            backend = get_backend(name)
-            why = backend.available()
-        except ImportError as exc:
-            why = f"not built into this install ({exc.name})"
-        detail = ""
-        if name == "cudnn" and not why:
-            lib = backend.cudnn
-            detail = f" (cuDNN {lib.version} at {lib.path})"
-        elif name == "torch" and not why:
-            import torch
-
-            detail = " on CUDA" if torch.cuda.is_available() else " on the CPU only"
-        elif name == "ort" and not why:
-            cuda_why = backend.cuda_reason()
-            detail = " on CUDA and the CPU" if not cuda_why else f" on the CPU EP only: {cuda_why}"
-        backends.append({"name": name, "can_run": why is None, "detail": detail.strip() or None, "why_not": why})
+    backends = availability()
     code = 0 if any(b["can_run"] for b in backends) else EXIT_ENVIRONMENT
     if args.json:
         emit({"gpus": gpus, "gpu_why_not": gpu_why, "software": sw, "backends": backends, "exit_code": code})
@@ -256,10 +238,10 @@ def sweep(args) -> int:
     end = (journal.path / "end.json").read_text()
     print(f"run written to {journal.path}")
     print(end.strip())
-    return _failed_backends(json.loads(end))
+    return failed_backends(json.loads(end))
 
 
-def _failed_backends(summary: dict) -> int:
+def failed_backends(summary: dict) -> int:
     """1 (said on stderr) when some backend's every record failed: a run that measured nothing must not pass."""
     failed = summary.get("failed_backends") or []
     if failed:
@@ -296,7 +278,7 @@ def autotune(args) -> int:
                                           libraries=libraries, on_record=show,
                                           log=lambda msg: print(msg, file=sys.stderr, flush=True))
     print(f"run written to {journal.path} ({summary['seconds']:.0f} s, {summary['flagged']} findings)")
-    return _failed_backends(summary)
+    return failed_backends(summary)
 
 
 def repro(args) -> int:

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..collect.store import DEFAULT_STORE, Store, StoreError
-from ..core.intake import EXIT_NO_DATA, UserError, printable
+from ..collect.store import DEFAULT_STORE, StoreError
+from ..core.errors import EXIT_NO_DATA, UserError, printable
 from .gateflags import add_gate_arguments, thresholds
 from .helptext import command
 from .jsonout import SCHEMA, add_json
@@ -89,63 +89,6 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 # ---- compare ---------------------------------------------------------------------------------------------------
 
-def _open_store(path: str, verify: bool = True) -> Store:
-    try:
-        return Store(path, create=False, verify=verify)
-    except StoreError as exc:
-        raise UserError(str(exc)) from None
-
-
-def resolve(selector: str, store_path: str) -> tuple[Store, list[dict[str, Any]]]:
-    """(store holding the runs, runs) for a compare operand."""
-    from ..collect.ingest import read_runs_into
-
-    if os.path.exists(selector):
-        mem = Store(":memory:")
-        summary = read_runs_into(mem, [selector])
-        for line in summary.refused:
-            print(printable(f"convbench compare: refused: {line}"), file=sys.stderr)
-        runs = mem.runs()
-        if not runs:
-            raise UserError(f"{selector}: no readable runs", EXIT_NO_DATA)
-        return mem, runs
-    store = _open_store(store_path)
-    if selector.startswith("image:"):
-        runs = store.runs("image = ?", (selector[6:],))
-    elif selector.startswith("machine:"):
-        runs = store.runs("machine = ?", (selector[8:],))
-    else:
-        runs = store.runs("run_id = ?", (selector,)) or store.runs("run_id LIKE ? ESCAPE '\\'", (
-            selector.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",))
-        if len({r["run_id"] for r in runs}) > 1 and len({r["machine"] for r in runs}) == 1:
-            raise UserError(f"run id prefix {selector!r} matches {len(runs)} runs; give more of it")
-    if not runs:
-        raise UserError(f"{selector!r} is neither a path nor a run id, image:NAME or machine:NAME in {store_path}")
-    return store, runs
-
-
-def pairs(sb: Store, base_runs: list[dict[str, Any]], sh: Store,
-          head_runs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """The runs compared: the report's pairing (analysis/pairing.latest_pairs: by GPU on node)."""
-    from ..analysis.pairing import latest_pairs
-
-    matched = latest_pairs(base_runs, head_runs, lambda r: sb.run_json(r["id"])["fingerprint"],
-                           lambda r: sh.run_json(r["id"])["fingerprint"])
-    if not matched:
-        b, h = sorted({r["machine"] for r in base_runs}), sorted({r["machine"] for r in head_runs})
-        raise UserError(f"no machine in common between BASE ({', '.join(b)}) and HEAD ({', '.join(h)})", EXIT_NO_DATA)
-    return matched
-
-
-def history(store: Store, base: dict[str, Any], base_fp: dict[str, Any]) -> list[list[dict[str, Any]]]:
-    """Records of the runs before ``base`` on its machine and stack (pairing.history_runs), as the report uses."""
-    from ..analysis.pairing import history_runs
-
-    earlier = history_runs(base, base_fp, store.runs("started < ?", (base["started"],)),
-                           lambda r: store.run_json(r["id"])["fingerprint"])
-    return [store.records(r["id"], with_samples=False) for r in earlier]
-
-
 def _describe(run: dict[str, Any]) -> str:
     hw = run.get("gpu_model") or run["hardware"]
     return f"{run['machine']} [{hw}] image {run['image']} run {run['run_id']}"
@@ -154,21 +97,17 @@ def _describe(run: dict[str, Any]) -> str:
 def cmd_compare(args: argparse.Namespace) -> int:
     from ..analysis.compare import compare_runs, fingerprint_diff, fingerprint_field, gate, machine_identity
     from ..analysis.workload import workload
+    from ..collect.operands import history, operands
 
     th = thresholds(args, lost_coverage_fails=True)  # checked before any store is read
-    sb, base_runs = resolve(args.base, args.store)
-    sh, head_runs = resolve(args.head, args.store)
+    ops = operands(args.base, args.head, args.store,
+                   refused=lambda line: print(printable(f"convbench compare: refused: {line}"), file=sys.stderr))
+    sb, sh = ops.base_store, ops.head_store
     findings = []
     notes = []
     pooled: dict[str, dict[str, Any]] = {}  # per head machine, its runs' records: a night's fwd and bwd runs
     in_common = 0
-    matched = pairs(sb, base_runs, sh, head_runs)
-    same = [rb["run_id"] for rb, rh in matched if _same_run(args, sb, sh, rb, rh)]
-    if same:  # a run against itself finds nothing and would pass the gate
-        raise UserError(f"BASE and HEAD are the same run ({same[0]}" + (f" and {len(same) - 1} more" if len(same) > 1
-                                                                        else "") + "): nothing would be compared; "
-                        "give two different runs (e.g. an earlier run id as BASE)")
-    for rb, rh in matched:
+    for rb, rh in ops.pairs:
         fb, fh = sb.run_json(rb["id"])["fingerprint"], sh.run_json(rh["id"])["fingerprint"]
         across = machine_identity(fb) != machine_identity(fh)
         notes.append(f"{_describe(rb)}  ->  {_describe(rh)}")
@@ -240,13 +179,6 @@ def strict_json(doc: dict[str, Any]) -> str:
     return json.dumps(clean, indent=1, default=str, allow_nan=False)
 
 
-def _same_run(args: argparse.Namespace, sb: Store, sh: Store, rb: dict[str, Any], rh: dict[str, Any]) -> bool:
-    """BASE and HEAD name one run: one row of one store (`machine:X machine:X`), or one path given twice."""
-    if sb.path == ":memory:" or sh.path == ":memory:":
-        return sb.path == sh.path and os.path.realpath(args.base) == os.path.realpath(args.head)
-    return os.path.realpath(sb.path) == os.path.realpath(sh.path) and rb["id"] == rh["id"]
-
-
 def _short(value: Any, limit: int = 60) -> str:
     text = json.dumps(value, sort_keys=True, default=str) if isinstance(value, (dict, list)) else str(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -273,11 +205,12 @@ def render_table(findings, notes: list[str], n_failing: int) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from ..collect.operands import open_store
     from ..report import build, output
 
     output.check(args.out)  # an empty or dangerous --out is refused before the store is read
     th = thresholds(args)
-    store = _open_store(args.store, verify=False)  # build checks every page beside its work
+    store = open_store(args.store, verify=False)  # build checks every page beside its work
     try:
         pages = build(store, args.out, title=args.title, meter=True, thresholds=th)
     except StoreError as exc:

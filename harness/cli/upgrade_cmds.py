@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.cases import DEFAULT_SET
-from ..core.intake import UserError
+from ..core.errors import UserError
 from ..core.outputs import check_file, write_file
 from .gateflags import add_gate_arguments, thresholds
 from .helptext import command

@@ -59,7 +59,7 @@ def remember(d: dict[str, Any]) -> None:
             pass
 
 
-def _hint(cls: type, name: str) -> Any:
+def field_type(cls: type, name: str) -> Any:
     hints = _HINTS.get(cls)
     if hints is None:
         hints = _HINTS[cls] = typing.get_type_hints(cls)
@@ -87,7 +87,7 @@ def check_column(values: list[Any], cls: type, name: str) -> bool:
     """Whether check_record would pass every value of ``values`` as field ``name`` of dataclass ``cls`` (a field
     of a record, of its time, accuracy or determinism). False also where this cannot tell at once (the caller then
     checks line by line): never True for a value check_record refuses."""
-    return _values_pass(values, _hint(cls, name), name)
+    return values_pass(values, field_type(cls, name), name)
 
 
 def check_columns(rows: list[tuple], cls: type, names: tuple[str, ...]) -> bool:
@@ -97,12 +97,12 @@ def check_columns(rows: list[tuple], cls: type, names: tuple[str, ...]) -> bool:
         return True
     numeric: dict[Any, list[tuple]] = {}
     for name, col in zip(names, zip(*rows, strict=True), strict=True):
-        tp = _hint(cls, name)
+        tp = field_type(cls, name)
         if tp in _NUMERIC:
             numeric.setdefault(tp, []).append(col)
-        elif not _values_pass(col, tp, name):
+        elif not values_pass(col, tp, name):
             return False
-    return all(_values_pass(list(itertools.chain.from_iterable(cols)), tp, "")
+    return all(values_pass(list(itertools.chain.from_iterable(cols)), tp, "")
                for tp, cols in numeric.items())
 
 
@@ -111,7 +111,7 @@ _NUMERIC = (float, float | None, int, int | None, bool, bool | None)
 
 class Flat:
     """The values of a column of lists, some of them given as lists (``values``) and the rest as (width, items)
-    of lists of numbers kept flat (store_packing.encode_values): _values_pass checks their items as they are."""
+    of lists of numbers kept flat (store_packing.encode_values): values_pass checks their items as they are."""
 
     def __init__(self, values: list, flats: list[tuple[int, list]]):
         self.values, self.flats = values, flats
@@ -119,21 +119,21 @@ class Flat:
 
 class Arrays:
     """The values of a column, some given as lists (``values``: a list, or Flat) and the rest as arrays of binary
-    numbers (store_packing.Area): _values_pass checks the arrays as numpy arrays."""
+    numbers (store_packing.Area): values_pass checks the arrays as numpy arrays."""
 
     def __init__(self, values: Any, arrays: list[np.ndarray]):
         self.values, self.arrays = values, arrays
 
 
 def _flat_pass(column: Flat, tp: Any, name: str) -> bool:
-    if tp not in (list[float], list[str]) or not _values_pass(column.values, tp, name):
+    if tp not in (list[float], list[str]) or not values_pass(column.values, tp, name):
         return False
     if max(w for w, _ in column.flats) > (RULES.max_samples if name == "samples_ms" else RULES.max_items):
         return False
     items = list(itertools.chain.from_iterable(f for _, f in column.flats if f.__class__ is list))
     arrays = [f for _, f in column.flats if f.__class__ is not list]
     item = float if tp == list[float] else str
-    return _values_pass(items, item, name) and (not arrays or _arrays_pass(arrays, item))
+    return values_pass(items, item, name) and (not arrays or _arrays_pass(arrays, item))
 
 
 def _arrays_pass(arrays: list[np.ndarray], tp: Any) -> bool:
@@ -150,11 +150,11 @@ def _arrays_pass(arrays: list[np.ndarray], tp: Any) -> bool:
     return bool(low >= 0 and high <= (RULES.max_int if integer else 1e300))
 
 
-def _values_pass(values: Any, tp: Any, name: str) -> bool:
+def values_pass(values: Any, tp: Any, name: str) -> bool:
     if values.__class__ is Flat:
         return _flat_pass(values, tp, name)
     if values.__class__ is Arrays:
-        return _values_pass(values.values, tp, name) and _arrays_pass(values.arrays, tp)
+        return values_pass(values.values, tp, name) and _arrays_pass(values.arrays, tp)
     if not values:
         return True
     if tp in (str, str | None):  # distinct values first: a str is equal only to a str, so no type hides in them
@@ -201,7 +201,7 @@ def _values_pass(values: Any, tp: Any, name: str) -> bool:
     if tp == list[str]:  # a timer's flags, a clock's slowdowns: the items checked as one text column
         if types != {list} or max(map(len, values)) > RULES.max_items:
             return False
-        return _values_pass(list(itertools.chain.from_iterable(values)), str, name)
+        return values_pass(list(itertools.chain.from_iterable(values)), str, name)
     if tp == list[float]:  # timing samples (null items are left to the line-by-line check)
         if types != {list} or max(map(len, values)) > (RULES.max_samples if name == "samples_ms" else RULES.max_items):
             return False
@@ -251,4 +251,4 @@ def take_optional(t: dict[str, Any] | None, extra: dict[str, Any], optional: dic
 
 def optional_pass(optional: dict[str, list]) -> bool:
     """Every optional value take_optional gathered passes the check check_record makes of it."""
-    return all(_values_pass(values, OPTIONAL_TYPES[name], name) for name, values in optional.items())
+    return all(values_pass(values, OPTIONAL_TYPES[name], name) for name, values in optional.items())

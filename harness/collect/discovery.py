@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import intake
-from ..run.journal import END_FILE, JOURNAL_FILE, PACKED_FILE, RUN_FILE
+from ..core.rundir import END_FILE, JOURNAL_FILE, PACKED_FILE, RUN_FILE
 
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
 _RUN_FILES = (RUN_FILE, JOURNAL_FILE, END_FILE, PACKED_FILE)

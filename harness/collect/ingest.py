@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from ..core import children, intake
-from ..core.intake import EXIT_ENVIRONMENT, UserError
+from ..core.errors import EXIT_ENVIRONMENT, UserError
 from ..core.progress import Progress
-from ..run.journal import END_FILE, JOURNAL_FILE, RUN_FILE
+from ..core.rundir import END_FILE, JOURNAL_FILE, RUN_FILE
 from . import fresh
 from .asv_results import parse_asv
 from .discovery import Archive, AsvFile, RawRun, Refused, count, discover, read_optional

@@ -43,7 +43,7 @@ try:  # three times faster on the fleet's ten million lines; the standard librar
     _loads = _fastjson.loads
 except ImportError:  # pragma: no cover - depends on the environment
     def _loads(line: bytes) -> Any:  # as strict as orjson: no NaN, Infinity, overflow or lone surrogates
-        d = json.loads(line, parse_constant=intake._no_constant, parse_float=intake._finite_float)
+        d = json.loads(line, parse_constant=intake.no_constant, parse_float=intake.finite_float)
         if b"\\u" in line:
             intake.check_text(d, "record")
         return d
@@ -123,8 +123,8 @@ class _NotPlain(Exception):
 
 
 _PLAIN_TOP = ("status", "reason", "device", "workspace_bytes", "chosen_algo", "explanation")
-_RANK_FIELDS = tuple(f.name for f in dataclasses.fields(Ranking) if f.name not in ("kind", "schema"))
-_GET_RANK = operator.itemgetter(*_RANK_FIELDS)
+RANK_FIELDS = tuple(f.name for f in dataclasses.fields(Ranking) if f.name not in ("kind", "schema"))
+_GET_RANK = operator.itemgetter(*RANK_FIELDS)
 _TIME_EXTRAS = ("clock", "flags", "host_ms")
 _BLANK = re.compile(rb"[ \t\r\n]*\Z")  # what bytes.strip(b" \t\r\n") empties, found without copying the journal
 
@@ -133,7 +133,7 @@ def _plain_ranking(d: dict[str, Any]) -> tuple | None:
     """A ranking line's row where the line is every field of a ranking and nothing else (its values are checked
     per run, in columns); None for anything else, which check_record reads."""
     schema = d.get("schema")
-    if len(d) != len(_RANK_FIELDS) + 2 or schema.__class__ is not int or schema != SCHEMA_VERSION:  # + kind, schema
+    if len(d) != len(RANK_FIELDS) + 2 or schema.__class__ is not int or schema != SCHEMA_VERSION:  # + kind, schema
         return None
     try:
         return _GET_RANK(d)
@@ -293,7 +293,7 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
                           f"({repr(exc)[:200]})") from None
     if not full and not (_columns_pass(tops, times, accs, reductions, dets)
                          and column_checks.optional_pass(optional)
-                         and column_checks.check_columns(rankings, Ranking, _RANK_FIELDS)):
+                         and column_checks.check_columns(rankings, Ranking, RANK_FIELDS)):
         raise _NotPlain
     rows = list(map(operator.add, rows, zip(extras)))  # the extra column
     if len({c[0] for c in combos}) != len(combos):  # a line written twice (a resumed run): the last one counts

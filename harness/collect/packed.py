@@ -34,8 +34,8 @@ import numpy as np
 
 from ..core import intake
 from ..core.records import SCHEMA_VERSION, Accuracy, Determinism, Ranking, Record, RecordKind, Timing
+from ..core.rundir import END_FILE, JOURNAL_FILE, PACKED_FILE, RUN_FILE
 from ..core.schema import MAX_INT, MAX_SAMPLES, SchemaError, check_record
-from ..run.journal import END_FILE, JOURNAL_FILE, PACKED_FILE, RUN_FILE
 from . import columns as column_checks
 from .discovery import RawRun, Refused, dir_run
 from .packed_extras import Unusable, check_extras
@@ -272,8 +272,8 @@ def _texts(section: bytes, n: int, journal_bytes: int) -> tuple[bytes, list]:
             or set(map(len, cols)) != {n}):
         raise Unusable(f"texts are not {width} columns of {n}")
     for name, col in zip(TEXT_COLUMNS, cols, strict=False):
-        tp = column_checks._hint(_OWNER[name], name)
-        if not column_checks._values_pass(col, tp if name == "status" else tp | None, name):
+        tp = column_checks.field_type(_OWNER[name], name)
+        if not column_checks.values_pass(col, tp if name == "status" else tp | None, name):
             raise Unusable(f"column {name} does not pass the record schema")
     check_extras(texts["shape"], texts["extras"], n, area)
     return section, cols
@@ -308,7 +308,7 @@ def _number_bounds() -> tuple[np.ndarray, np.ndarray]:
     """Per NUMBER_COLUMNS: the largest value check_record lets through, and whether it must be whole."""
     top, whole = [], []
     for name in NUMBER_COLUMNS:
-        tp = column_checks._hint(_OWNER[name], name)
+        tp = column_checks.field_type(_OWNER[name], name)
         base = next(t for t in (bool, int, float) if tp in (t, t | None))
         top.append({bool: 1.0, int: float(MAX_INT), float: 1e300}[base])
         whole.append(base is not float)
@@ -330,16 +330,16 @@ def _samples(counts_section: bytes, samples: bytes, n: int) -> tuple[bytes, byte
 
 
 def _rankings(section: bytes) -> list[tuple]:
-    from .journals import _RANK_FIELDS
+    from .journals import RANK_FIELDS
 
     try:
         rows = loads_texts(section)
     except ValueError:
         raise Unusable("rankings are not JSON") from None
     if type(rows) is not list or (rows and (set(map(type, rows)) != {list}
-                                            or set(map(len, rows)) != {len(_RANK_FIELDS)})):
+                                            or set(map(len, rows)) != {len(RANK_FIELDS)})):
         raise Unusable("rankings are not rows of ranking fields")
     rows = list(map(tuple, rows))
-    if not column_checks.check_columns(rows, Ranking, _RANK_FIELDS):
+    if not column_checks.check_columns(rows, Ranking, RANK_FIELDS):
         raise Unusable("a ranking does not pass the ranking schema")
     return rows

@@ -56,7 +56,7 @@ def check_extras(shape: list, extras: list, n: int, area: Any = b"") -> None:
     if not _tiled(refs, len(area) // 8):
         raise Unusable("the binary numbers are not each named once by the extras")
     if walk:
-        full = value_check(column_checks._hint(Record, "extra"), "extra", True)
+        full = value_check(column_checks.field_type(Record, "extra"), "extra", True)
         try:
             for keys, values, count in walk:
                 for row in zip(*(decode_values(v, count, area) for v in values), strict=True):

@@ -26,7 +26,7 @@ import sqlite3
 import time
 from typing import Any, Protocol
 
-from ..core.intake import UserError
+from ..core.errors import UserError
 from ..core.paths import DEFAULT_STORE  # noqa: F401 - re-exported by store.py
 
 STORE_SCHEMA = 2  # 2: records packed per run (run_records) instead of one SQLite row each

@@ -1,7 +1,4 @@
-"""The one error contract of convbench and the refusal of untrusted input, in one place.
-
-The error contract: errors a user can cause (``UserError``), with the one-line message and exit code the CLI gives
-them (``EXIT_USAGE``, ``EXIT_ENVIRONMENT``, ``EXIT_NO_DATA``), and ``printable`` for names shown on a terminal.
+"""The refusal of untrusted input (the error contract is core/errors.py).
 
 Reading untrusted result files: what ``collect`` may open, how much it may read, and what JSON it accepts.
 Result files arrive from a fleet of machines and images, so a file can be anything: a symlink to /dev/zero,
@@ -16,36 +13,10 @@ import hashlib
 import json
 import math
 import os
-import re
 import stat
 import tarfile
 from pathlib import Path, PurePosixPath
 from typing import Any
-
-# --- The error contract: errors a user can cause, with the one-line message and exit code the CLI gives them ---
-
-EXIT_USAGE = 2
-EXIT_ENVIRONMENT = 3  # the host lacks what the command needs (GPU, library, engine)
-EXIT_NO_DATA = 4  # `compare` had nothing to decide on (no records, nothing in common): neither pass (0) nor fail (1)
-
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-
-
-def printable(text: str) -> str:
-    """``text`` safe for a terminal: control characters (escape sequences, CR, bidi overrides) shown escaped,
-    so a file, machine or case name cannot move the cursor, rewrite a line or recolour the screen; and a path's
-    bytes that are not UTF-8 (lone surrogates, which no UTF-8 stream can print) shown as their escapes."""
-    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
-                            else f"\\u{ord(m.group()):04x}", str(text))
-
-
-class UserError(Exception):
-    """An error with a one-line message for the user and an exit code."""
-
-    def __init__(self, message: str, code: int = EXIT_USAGE):
-        super().__init__(message)
-        self.code = code
-
 
 # --- Untrusted input: what collect may open, how much it may read, and what JSON it accepts ---
 
@@ -134,11 +105,11 @@ def check_member(member: tarfile.TarInfo, limit: int) -> None:
                       "(a decompression bomb or not a convbench run)")
 
 
-def _no_constant(token: str) -> Any:
+def no_constant(token: str) -> Any:
     raise Hostile(f"{token} where a number belongs (JSON has no NaN or Infinity)")
 
 
-def _finite_float(text: str) -> float:
+def finite_float(text: str) -> float:
     value = float(text)
     if math.isinf(value):
         raise Hostile(f"number {text[:40]} overflows a double")
@@ -152,7 +123,7 @@ def loads(data: bytes | str, what: str) -> Any:
     try:
         if isinstance(data, bytes):
             data = data.decode("utf-8")
-        value = json.loads(data, parse_constant=_no_constant, parse_float=_finite_float)
+        value = json.loads(data, parse_constant=no_constant, parse_float=finite_float)
     except Hostile as exc:
         raise Hostile(f"{what}: {exc}") from None
     except UnicodeDecodeError as exc:

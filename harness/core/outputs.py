@@ -14,7 +14,7 @@ import os
 import stat
 from pathlib import Path, PurePosixPath
 
-from .intake import EXIT_ENVIRONMENT, UserError, printable
+from .errors import EXIT_ENVIRONMENT, UserError, printable
 
 
 def check_file(path: Path, flag: str) -> Path:

@@ -2,16 +2,14 @@
 
 No registry is reachable from the hosts this suite is built on, so ``FROM debian`` cannot be pulled; instead
 the matrix names a base (Debian suite, mirror, packages) and this module makes it once with
-``debootstrap --variant=minbase`` and ``docker import`` through the SDK. An existing image of that tag is kept.
+``debootstrap --variant=minbase`` and ``docker import`` through the SDK (`convbench images base`). An existing image of that tag is kept.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
-import sys
 import tarfile
 import tempfile
 import time
@@ -84,28 +82,19 @@ def ensure(client, tag: str, suite: str = "bookworm", mirror: str = "http://deb.
     return image.id, True
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Make every base the matrix names (or those given) unless the engine already has it."""
-    from . import imagematrix, images
+def ensure_bases(matrix, names: list[str], client=None, log=print) -> list[tuple[str, str, bool]]:
+    """(tag, image id, made now?) of every base the matrix names (or of ``names``), each made unless present.
+    An unknown name is refused before the engine is asked (imagematrix.MatrixError); ``client``: the engine's,
+    else images.engine()."""
+    from .imagematrix import MatrixError
+    from .images import engine
 
-    parser = argparse.ArgumentParser(prog="python -m harness.deploy.baseimage", description=__doc__.splitlines()[0])
-    parser.add_argument("bases", nargs="*", help="base names from the matrix (default: all)")
-    parser.add_argument("--matrix", type=Path, default=imagematrix.DEFAULT_MATRIX)
-    args = parser.parse_args(argv)
-    try:
-        matrix = imagematrix.load_matrix(args.matrix)
-        client = images.engine()
-        names = args.bases or sorted(matrix.bases)
-        for name in names:
-            if name not in matrix.bases:
-                raise imagematrix.MatrixError(f"unknown base {name!r}; the matrix defines {', '.join(sorted(matrix.bases))}")
-            b = matrix.bases[name]
-            ensure(client, b.tag, b.suite, b.mirror, b.include)
-    except (BaseImageError, imagematrix.MatrixError, images.EngineError) as exc:
-        print(f"base image: error: {exc}", file=sys.stderr)
-        return 3
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    unknown = [n for n in names if n not in matrix.bases]
+    if unknown:
+        raise MatrixError(f"unknown base {unknown[0]!r}; the matrix defines {', '.join(sorted(matrix.bases))}")
+    client = client or engine()
+    out = []
+    for name in names or sorted(matrix.bases):
+        b = matrix.bases[name]
+        out.append((b.tag, *ensure(client, b.tag, b.suite, b.mirror, b.include, log=log)))
+    return out

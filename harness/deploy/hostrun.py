@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.intake import EXIT_ENVIRONMENT, UserError
+from ..core.errors import EXIT_ENVIRONMENT, UserError
 from ..measurement import fingerprint
 from .imagematrix import CONTAINER_UID
 from .images import LABEL_PREFIX
@@ -84,9 +84,10 @@ def identity_env(worker: Worker, node: str) -> dict[str, str]:
 
 
 def container_config(image: dict[str, Any], worker: Worker, machine_dir: Path, user: str,
-                     command: list[str], node: str = "") -> dict[str, Any]:
+                     command: list[str], *, node: str) -> dict[str, Any]:
     """Arguments of containers.create for one worker: one GPU, no network, read-only root, no capabilities,
-    the machine's results directory the only writable mount."""
+    the machine's results directory the only writable mount. ``node`` names the host as the scheduler does (the
+    machine's identity: never the container's hostname, never guessed from the worker)."""
     import docker
 
     config: dict[str, Any] = {
@@ -102,7 +103,7 @@ def container_config(image: dict[str, Any], worker: Worker, machine_dir: Path, u
         "pids_limit": 4096,
         "volumes": {str(machine_dir.resolve()): {"bind": f"{CONTAINER_RESULTS}/{worker.machine}", "mode": "rw"}},
         "environment": {
-            **identity_env(worker, node or worker.machine),
+            **identity_env(worker, _required(node)),
             "CONVBENCH_IMAGE": image["tag"],
             "CONVBENCH_IMAGE_ID": image["id"],
             "CONVBENCH_REVISION": image["revision"],
@@ -115,6 +116,12 @@ def container_config(image: dict[str, Any], worker: Worker, machine_dir: Path, u
                                                                 capabilities=[["gpu"]])]
         config["environment"]["NVIDIA_VISIBLE_DEVICES"] = worker.gpu["uuid"]
     return config
+
+
+def _required(node: str) -> str:
+    if not node:
+        raise ValueError("a worker's node is required (the scheduler's or the host's name), not guessed")
+    return node
 
 
 def engine_error(exc: Exception) -> str | None:
@@ -186,7 +193,7 @@ class Runner:
                     item.wait()
 
 
-def docker_worker(client, results: Path, command: list[str], node: str = ""):
+def docker_worker(client, results: Path, command: list[str], *, node: str):
     import docker
 
     def work(runner: Runner, worker: Worker) -> None:
@@ -199,7 +206,7 @@ def docker_worker(client, results: Path, command: list[str], node: str = ""):
             runner.say(worker.label, f"row {image['row']} ({image['id'][7:19]}) -> {machine_dir}")
             try:
                 container = client.containers.create(**container_config(image, worker, machine_dir, user, command,
-                                                                        node))
+                                                                        node=node))
             except docker.errors.APIError as exc:
                 runner.fatal.append(engine_error(exc) or f"could not create the container: {exc.explanation or exc}")
                 runner.record(Outcome(worker.label, image["row"], EXIT_ENVIRONMENT, runner.fatal[-1]))
@@ -244,7 +251,7 @@ _NATIVE_CHILD = ("import os, signal, sys\n"
                  "from harness.cli import main\nsys.exit(main(sys.argv[2:]))")
 
 
-def native_worker(results: Path, command: list[str], stacks: list | None = None, node: str = ""):
+def native_worker(results: Path, command: list[str], stacks: list | None = None, *, node: str):
     """Processes of this interpreter, one GPU each; with ``stacks`` (stacks.Stack) each GPU runs them in turn,
     each process in its stack's environment (its libraries first on LD_LIBRARY_PATH, its wheels on PYTHONPATH)."""
     from .stacks import Stack
@@ -255,7 +262,7 @@ def native_worker(results: Path, command: list[str], stacks: list | None = None,
             if runner.stopping:
                 return
             before = _listing(machine_dir)
-            base = dict(os.environ, **identity_env(worker, node or worker.machine), CUDA_DEVICE_ORDER="PCI_BUS_ID",
+            base = dict(os.environ, **identity_env(worker, _required(node)), CUDA_DEVICE_ORDER="PCI_BUS_ID",
                         CUDA_VISIBLE_DEVICES=worker.gpu["uuid"] if worker.gpu else "", PYTHONUNBUFFERED="1")
             env = stack.env(base)
             started = time.monotonic()
@@ -282,44 +289,61 @@ def native_worker(results: Path, command: list[str], stacks: list | None = None,
     return work
 
 
-def _stacks(args) -> list:
+@dataclass(frozen=True)
+class HostRunOptions:
+    """What `convbench run` was asked: the job each GPU slot runs, where, and under which names."""
+
+    results: Path
+    cases: str
+    job: str = "bench"  # bench: the asv suite; sweep: a plain sweep of ``backends``
+    backends: str = "torch,cudnn"
+    docker: bool = True
+    rows: list[str] | None = None  # image rows (Docker)
+    stacks: list[str] | None = None  # stacks each GPU runs in turn (without Docker)
+    gpus: str | None = None  # NVML indices as the scheduler hands them out; None: all
+    host_name: str | None = None  # the node's name as the scheduler names it; None: found here
+    name_gpus_by: str = "index"
+    extra: tuple[str, ...] = ()  # more flags of the job's command
+
+
+def _stacks(names: list[str]) -> list:
     """--stacks resolved: declared overlays by name (installed), host, or NAME=FOLDER; each once."""
     from .stacks import resolve_all
 
-    out = resolve_all(list(args.stacks))
+    out = resolve_all(list(names))
     names = [s.name for s in out]
     if len(set(names)) != len(names):
         raise UserError(f"--stacks names a stack twice: {', '.join(names)}", 2)
     return out
 
 
-def run(args, log=print) -> int:
-    """The ``convbench run`` handler."""
-    results = Path(args.results).resolve()
-    host = fingerprint.check_node_name(args.host_name, "--host-name") if args.host_name else fingerprint.node()["name"]
+def run(opts: HostRunOptions, log=print) -> int:
+    """Every GPU slot of this host runs ``opts.job`` in parallel; 0 when every worker's run ended well."""
+    results = Path(opts.results).resolve()
+    host = fingerprint.check_node_name(opts.host_name, "--host-name") if opts.host_name else fingerprint.node()["name"]
     found, why = fingerprint.gpus()
-    slots = parse_slots(args.gpus) if not found else None
-    gpus = select_gpus(found, args.gpus) if found else []
+    slots = parse_slots(opts.gpus) if not found else None
+    gpus = select_gpus(found, opts.gpus) if found else []
     if slots:
         log(f"NVML sees no GPU on this node ({why or 'none found'}): the {len(slots)} GPU slot(s) given "
             f"({', '.join(map(str, slots))}) run one CPU worker each")
     elif not gpus:
         log(f"no GPU on this host ({why or 'NVML sees none'}): running one CPU worker")
-    extra = list(args.sweep_args or [])
+    extra = list(opts.extra)
     if extra[:1] == ["--"]:
         extra = extra[1:]
-    if args.no_docker:
-        if args.rows:
+    if not opts.docker:
+        if opts.rows:
             raise UserError("--rows picks image rows; it has no meaning with --no-docker", 2)
-        stacks = _stacks(args) if getattr(args, "stacks", None) else None
-        workers = [Worker(f"gpu{g['index']}", machine_for(g, host, args.name_gpus_by), g, slot=g["index"])
+        stacks = _stacks(opts.stacks) if opts.stacks else None
+        workers = [Worker(f"gpu{g['index']}", machine_for(g, host, opts.name_gpus_by), g, slot=g["index"])
                    for g in gpus] or cpu_workers(host, slots)
-        target = native_worker(results, worker_args(args.job, args.cases, args.backends, str(results), extra),
-                               stacks, host)
+        target = native_worker(results, worker_args(opts.job, opts.cases, opts.backends, str(results), extra),
+                               stacks, node=host)
         if stacks:
             log(f"stacks, in turn on each worker: {', '.join(s.name for s in stacks)}")
     else:
-        if getattr(args, "stacks", None):
+        if opts.stacks:
             raise UserError("--stacks runs overlays on this host's Python; it needs --no-docker (images are the "
                             "stacks with Docker: --rows)", 2)
         from .images import EngineError, engine
@@ -328,9 +352,9 @@ def run(args, log=print) -> int:
             client = engine()
         except EngineError as exc:
             raise UserError(str(exc), EXIT_ENVIRONMENT) from None
-        workers = plan_docker(gpus, local_rows(client), args.rows, host, args.name_gpus_by, log, slots)
-        target = docker_worker(client, results, worker_args(args.job, args.cases, args.backends, CONTAINER_RESULTS,
-                                                            extra), host)
+        workers = plan_docker(gpus, local_rows(client), opts.rows, host, opts.name_gpus_by, log, slots)
+        target = docker_worker(client, results, worker_args(opts.job, opts.cases, opts.backends, CONTAINER_RESULTS,
+                                                            extra), node=host)
     log(f"{len(workers)} worker(s) in parallel: " + ", ".join(
         f"{w.label} -> {w.machine}" + (f" [{', '.join(i['row'] for i in w.images)}]" if w.images else "")
         for w in workers))

@@ -119,7 +119,7 @@ def build(client, matrix: Matrix, row: Row, cache: Path = WHEEL_CACHE, log=print
     try:
         client.images.get(base.tag)
     except docker.errors.ImageNotFound:
-        raise EngineError(f"base image {base.tag} is missing: make it with `python -m harness.deploy.baseimage "
+        raise EngineError(f"base image {base.tag} is missing: make it with `convbench images base "
                           f"{base.name}` (as root) or scripts/host-docker.sh") from None
     revision = build_revision()
     wheels, lock = wheelhouse(matrix, row, cache, log)
@@ -167,3 +167,32 @@ def image_info(client, row: Row) -> dict[str, Any] | None:
         return None
     return {"id": image.id, "labels": image.labels or {}, "size": image.attrs.get("Size", 0),
             "created": image.attrs.get("Created")}
+
+
+def row_states(matrix: Matrix, client=None) -> list[dict[str, Any]]:
+    """Each row of the matrix with its versions, its lock's state (``lock``, ``wheels``; ``lock_text`` in words)
+    and its image in the engine (None: not built, or no ``client``) for `convbench images list`."""
+    from . import imagematrix, wheels
+
+    rows: list[dict[str, Any]] = []
+    for row in matrix.rows.values():
+        base = matrix.bases[row.base]
+        path = row.lock_path()
+        wheels_pinned = None
+        if not path.exists():
+            lock = "not locked"
+        else:
+            try:
+                lk = wheels.read_lock(path)
+                wheels_pinned = len(lk.pins) if lk.row_digest == row.digest(base) else None
+                lock = f"{wheels_pinned} wheels" if wheels_pinned is not None else "stale"
+            except imagematrix.MatrixError:
+                lock = "unreadable"
+        info = image_info(client, row) if client else None
+        rows.append({"row": row.name, "cuda": row.cuda or None, "cudnn": row.cudnn or None, "torch": row.torch,
+                     "onnxruntime": row.onnxruntime, "sm": list(row.sm), "note": row.note,
+                     "lock": "locked" if wheels_pinned is not None else lock, "wheels": wheels_pinned,
+                     "lock_text": lock, "image": None if info is None else {
+                         "id": info["id"], "size_bytes": info["size"],
+                         "suite_revision": info["labels"].get(LABEL_PREFIX + "suite-revision")}})
+    return rows

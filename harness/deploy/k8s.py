@@ -17,7 +17,7 @@ import re
 import unicodedata
 
 from .imagematrix import CONTAINER_UID, Matrix, MatrixError, Row
-from .manifests import _env, pool_rows
+from .manifests import pool_rows, templates
 
 CRONJOB_NAME_MAX = 52  # the CronJob controller appends 11 characters to name each Job
 LABEL_MAX = 63
@@ -122,7 +122,7 @@ def render_k8s(matrix: Matrix, rows: list[Row], registry: str = "", cases: str =
     if registry and not registry.endswith("/"):
         registry += "/"
 
-    env = _env()
+    env = templates()
     env.filters["q"] = yaml_scalar
     env.filters["kq"] = lambda v: yaml_scalar(expand_escaped(v))  # command, args, env values
     settings = dict(schedule=schedule, time_zone=time_zone, cpu=cpu, memory=memory, uid=CONTAINER_UID,

@@ -11,7 +11,7 @@ from .imagematrix import DOCKER_DIR, Matrix, MatrixError, Row
 FLEET_DIR = DOCKER_DIR / "fleet"
 
 
-def _env():
+def templates():
     import jinja2
 
     return jinja2.Environment(loader=jinja2.FileSystemLoader(str(FLEET_DIR)), undefined=jinja2.StrictUndefined,

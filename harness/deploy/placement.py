@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.intake import EXIT_ENVIRONMENT, UserError
+from ..core.errors import EXIT_ENVIRONMENT, UserError
 from ..measurement import fingerprint
 from .imagematrix import IMAGE_REPO
 from .images import LABEL_PREFIX

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..core.intake import UserError
+from ..core.errors import UserError
 
 # Environment variables that change numerics or algorithm choice without any code change.
 NUMERICS_ENV = (

@@ -38,9 +38,8 @@ from .fingerprints import fingerprints
 from .fleet import fleet
 from .fmt import fmt_err, fmt_time, minute, settings_str, slug
 from .investigations import findings, ort, rankings
-from .judging import finish
 from .machine import machine_page
-from .model import MAX_ROWS, MachineInfo, Model, gather
+from .model import MAX_ROWS, MachineInfo, Model, finish, gather
 from .morning import morning, overview
 from .paging import Parts
 from .regressions import machine_pages, regressions

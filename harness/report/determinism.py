@@ -12,7 +12,7 @@ from ..core.explain import documented_nondeterminism
 from ..core.records import OK, RecordKind
 from .fmt import settings_str
 from .investigations import findings
-from .model import Model, _combo_label, _distinct_per_column
+from .model import Model, combo_label, distinct_per_column
 from .paging import Parts
 
 GROUP_INLINE = 10  # rows of a documented cause's group on the page itself
@@ -97,20 +97,20 @@ def determinism(g: Model, parts: Parts | None = None) -> dict[str, Any]:
         if len(s.runs) < 2:
             continue
         n_series += 1
-        distinct = _distinct_per_column(s.hashes, 0)
+        distinct = distinct_per_column(s.hashes, 0)
         for col in np.flatnonzero(distinct > 1):
-            c = _combo_label(g.combos[int(s.combos[col])])
+            c = combo_label(g.combos[int(s.combos[col])])
             hashes = s.hashes[:, col][s.hashes[:, col] != 0]
             across.append({"machine": s.machine, "image": s.image, "combo": c, "distinct": int(distinct[col]),
                            "nights": len(hashes), "top_share": _most_common(hashes)[0][1] / max(1, len(hashes)),
                            "cause": causes_of.get((s.machine, s.image), {}).get(int(s.combos[col]))})
         has = (s.chosen >= 0).any(axis=0)
-        dch = _distinct_per_column(s.chosen, -1)
+        dch = distinct_per_column(s.chosen, -1)
         for col in np.flatnonzero(has):
             chosen = s.chosen[:, col][s.chosen[:, col] >= 0]
             if len(chosen) < 2:  # one night says nothing about stability across nights
                 continue
-            c = _combo_label(g.combos[int(s.combos[col])])
+            c = combo_label(g.combos[int(s.combos[col])])
             counts = _most_common(chosen)
             top, top_n = counts[0]
             autotune.append({"machine": s.machine, "image": s.image, "combo": c, "distinct": int(dch[col]),

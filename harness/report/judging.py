@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -19,8 +19,18 @@ from ..collect.store import Store
 from ..core import children
 from .reading import combo_keys, covering_runs, current_records, history_records
 
-if TYPE_CHECKING:
-    from .model import MachineInfo, Model
+
+@dataclass
+class MachineInfo:
+    """A machine of the store: its images and runs (oldest first), the label the pages show."""
+
+    name: str
+    slug: str
+    hardware: str
+    label: str
+    images: list[str]
+    runs: list[dict[str, Any]]
+    latest_fp: dict[str, Any]
 
 
 @dataclass
@@ -34,14 +44,12 @@ class Judging:
     memo: dict[int, list[dict[str, Any]]]
 
 
-def finish(g: Model) -> None:
-    """The part of the model made of judgements (nightly comparisons, image transitions, their counts), once the
-    pool's processes have made theirs: gather(complete=False) leaves it for after the pages that need none."""
-    if g.judging is None:
-        return  # finished already
-    j, g.judging = g.judging, None
-    pending, plan, pairs, runs_of, all_vectors, memo = j.pending, g.plan, j.pairs, j.runs_of, j.vectors, j.memo
-    store, info, latest, current = g.store, g.info, g.latest, g.current
+def judge(j: Judging, plan: list[tuple[Any, list[tuple]]], store: Store, info: dict[int, dict[str, Any]],
+          latest: dict[tuple[str, str], dict[str, Any]], current: dict[tuple[str, str], list[dict[str, Any]]],
+          th: Thresholds) -> tuple[list[dict[str, Any]], Counter, list[tuple[Any, list[NightlyComparison]]]]:
+    """(image transitions, regressions per machine and image, nightly comparisons) of the model (model.finish),
+    judged with the report's gate settings ``th``, once the pool's processes have made their judgements."""
+    pending, pairs, runs_of, all_vectors, memo = j.pending, j.pairs, j.runs_of, j.vectors, j.memo
     verdicts: dict[tuple, list[Any]] = {}  # one compare_runs per pair of record sets, shared by the pages
     if pending is not None:
         try:
@@ -50,7 +58,6 @@ def finish(g: Model) -> None:
             parts = []  # this process judges instead, and an error of the judgement itself is raised here
         for part in parts:
             verdicts.update(part)
-    th = g.thresholds
     nightly = nightly_comparisons(store, plan, info, all_vectors, memo, verdicts, th)
     del memo
 
@@ -78,7 +85,7 @@ def finish(g: Model) -> None:
     regressed: Counter = Counter()
     for t in transitions:
         regressed[(t["machine"], t["head"]["image"])] += sum(f.verdict == "regression" for f in t["findings"])
-    g.transitions, g.regressed, g.nightly = transitions, regressed, nightly
+    return transitions, regressed, nightly
 
 
 @dataclass

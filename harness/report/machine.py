@@ -14,7 +14,7 @@ from ..analysis.pairing import stack_line
 from .charts import heatmaps, line_chart, time_heatmaps
 from .fingerprints import link as fingerprint_link
 from .fmt import flatten, history_key
-from .model import MAX_CHARTS, MAX_ROWS, MachineInfo, Model, Series, _combo_label
+from .model import MAX_CHARTS, MAX_ROWS, MachineInfo, Model, Series, combo_label
 
 # newest runs shown with their whole fingerprint (~7 KB each); every run keeps its stack, its diff to the run before
 # and a link to both fingerprints side by side
@@ -120,7 +120,7 @@ def picker_data(g: Model, h: dict[str, Any], found: set[str] = frozenset()) -> d
         col = median[:, j]
         if finite[:, j].sum() < 2:
             continue
-        c = _combo_label(g.combos[combo])
+        c = combo_label(g.combos[combo])
         key = [c["case"], c["backend"], c["direction"], c["algo"], c["math"], c["dtype"], c["layout"],
                c["settings"] or "-"]
         text = row % tuple(col.tolist())
@@ -171,7 +171,7 @@ def machine_page(g: Model, m: MachineInfo) -> dict[str, Any]:
             j = h["col"][combo]
             at = {id(r): i for i, r in enumerate(h["runs"])}
             moved = [changepoint.Change(at[id(s_.runs[c.index])], c.before, c.after, c.ratio, c.score) for c in chs]
-            charts.append({"image": s_.image, "combo": _combo_label(g.combos[combo]),
+            charts.append({"image": s_.image, "combo": combo_label(g.combos[combo]),
                            "chart": line_chart(stamps, h["median"][:, j], moved, events=h["events"]),
                            "changes": [{"night": s_.runs[c.index]["night"], "ratio": c.ratio, "before": c.before,
                                         "after": c.after} for c in chs]})

@@ -21,7 +21,16 @@ from ..analysis.thresholds import Thresholds
 from ..collect.store import Store
 from ..core.records import RecordKind
 from .fmt import hardware_label, settings_str, slug
-from .judging import Judging, NightlyComparison, finish, judge_in, judgements, nightly_plan, transition_pairs
+from .judging import (
+    Judging,
+    MachineInfo,
+    NightlyComparison,
+    judge,
+    judge_in,
+    judgements,
+    nightly_plan,
+    transition_pairs,
+)
 from .reading import current_records
 
 MAX_ROWS = 3000  # per table; more rows are counted, not shown
@@ -30,17 +39,6 @@ MAX_EVIDENCE_PLOTS = 40  # sample strips per page: each is two rows of up to 100
 
 
 # ---- the model the templates render ------------------------------------------------------------------------------
-
-@dataclass
-class MachineInfo:
-    name: str
-    slug: str
-    hardware: str
-    label: str
-    images: list[str]
-    runs: list[dict[str, Any]]
-    latest_fp: dict[str, Any]
-
 
 @dataclass
 class Series:
@@ -102,14 +100,14 @@ def _series(store: Store, machine: str, image: str, runs: list[dict[str, Any]],
     return Series(machine, image, runs, ids, med, hashes, chosen)
 
 
-def _distinct_per_column(M: np.ndarray, missing: int) -> np.ndarray:
+def distinct_per_column(M: np.ndarray, missing: int) -> np.ndarray:
     S = np.sort(M, axis=0)
     new = np.ones(S.shape, dtype=bool)
     new[1:] = S[1:] != S[:-1]
     return (new & (S != missing)).sum(axis=0)
 
 
-def _combo_label(c: dict[str, Any]) -> dict[str, Any]:
+def combo_label(c: dict[str, Any]) -> dict[str, Any]:
     settings = json.loads(c["settings"]) if isinstance(c["settings"], str) else c["settings"]
     if c.get("kind", RecordKind.MEASUREMENT) != RecordKind.MEASUREMENT:
         settings = {"record": c["kind"], **settings}
@@ -199,3 +197,12 @@ def gather(store: Store, title: str, pool: Any = None, complete: bool = True,
     if complete:
         finish(g)
     return g
+
+
+def finish(g: Model) -> None:
+    """The part of the model made of judgements (nightly comparisons, image transitions, their counts), once the
+    pool's processes have made theirs: gather(complete=False) leaves it for after the pages that need none."""
+    if g.judging is None:
+        return  # finished already
+    j, g.judging = g.judging, None
+    g.transitions, g.regressed, g.nightly = judge(j, g.plan, g.store, g.info, g.latest, g.current, g.thresholds)

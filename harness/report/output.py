@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..core import children
-from ..core.intake import EXIT_ENVIRONMENT, UserError
+from ..core.errors import EXIT_ENVIRONMENT, UserError
 
 MANIFEST = ".convbench-report"  # the files a build made, one relative path a line
 

@@ -11,7 +11,7 @@ from .changes import record_rows
 from .charts import ratio_scatter, strip_plot
 from .fingerprints import link as fingerprint_link
 from .fmt import settings_str
-from .model import Model, _combo_label
+from .model import Model, combo_label
 from .morning import anchor
 from .paging import Parts
 
@@ -113,7 +113,7 @@ def regressions(g: Model, parts: Parts | None = None) -> dict[str, Any]:
     for s in g.series:
         nights = [r["night"] for r in s.runs]
         for col, chs in s.changes.items():
-            c = _combo_label(g.combos[int(s.combos[col])])
+            c = combo_label(g.combos[int(s.combos[col])])
             for ch in chs:
                 steps.append({"machine": s.machine, "slug": g.minfo[s.machine].slug,
                               "label": g.minfo[s.machine].label, "image": s.image, "combo": c,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.cases import DIRECTIONS
-from ..core.intake import UserError
+from ..core.errors import UserError
 from . import suite, suiteshape
 from .suiteshape import AsvClass, SweepData
 

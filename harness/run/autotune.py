@@ -165,7 +165,7 @@ def torch_record(case: Case, layout: str, dtype: str, tf32: bool, hashes: list[s
                    matches, {"trials": [{"hash": h, "same_bits_as": m} for h, m in zip(hashes, matches, strict=True)]})
 
 
-# --- the study's slices, run in the worker pool (worker.load_runner) ---------------------------------------
+# --- the study's slices, run in the worker pool (runners.load_runner) --------------------------------------
 
 class FindRunner:
     """K cudnnFind searches on fresh handles per combination (layout x math) of a case."""

@@ -7,7 +7,7 @@ The study runs, in this order, what autotune.py measures:
 3. K fresh processes, each autotuning every conv with PyTorch's cudnn.benchmark (WorkerPool.call: a new worker
    every time), then per case each process's output matched to the legacy cuDNN candidates: autotune records.
 
-Every slice runs in the sweep's worker pool (run/worker.py), so a search or a process that crashes, hangs or
+Every slice runs in the sweep's worker pool (run/pool.py), so a search or a process that crashes, hangs or
 runs out of memory becomes a record of its kind with that status (finalized, run/finalize.py) and the study
 goes on; a fresh process that fails leaves the torch records it was needed for as failed, with its reason.
 ``--resume RUN_DIR`` continues an interrupted study: what its journal holds (failures included) is not
@@ -26,10 +26,11 @@ from typing import Any
 from ..backends import Combo, SweepOptions
 from ..core import cases as catalogue
 from ..core.cases import Case
-from ..core.intake import UserError
+from ..core.errors import UserError
 from ..core.records import OK, Record, RecordKind, wholly_failed
-from . import sweep, worker
+from . import sweep
 from .journal import JOURNAL_FILE, Journal, iter_journal
+from .pool import DEFAULT_TIMEOUT_S, WorkerPool
 
 MATHS = ("DEFAULT", "FMA")
 CROSS = "torch-vs-cudnn"  # the crosscheck records' backend
@@ -47,7 +48,7 @@ class TuneOptions:
 
 @dataclass(frozen=True)
 class Plan:
-    """Who runs each stage in the pool (worker.resolve names); the tests name fault-injecting ones."""
+    """Who runs each stage in the pool (runners.resolve names); the tests name fault-injecting ones."""
 
     crosscheck: str = "harness.run.autotune:CrosscheckRunner"
     find: str = "harness.run.autotune:FindRunner"
@@ -81,7 +82,7 @@ def is_finding(rec: Record) -> bool:
     return bool(rec.explanation) and (rec.kind == RecordKind.AUTOTUNE or rec.status != OK)
 
 
-def study(journal: Journal, pool: worker.WorkerPool, cases: list[Case], k: int, layouts, dtype: str = "fp32",
+def study(journal: Journal, pool: WorkerPool, cases: list[Case], k: int, layouts, dtype: str = "fp32",
           plan: Plan = Plan()) -> Iterator[Record]:
     """The three stages into ``journal`` through ``pool``; yields each record as it is journaled."""
     opts = TuneOptions(k=k, dtype=dtype)
@@ -136,7 +137,7 @@ def _resumed(run_dir: Path) -> tuple[Journal, list[Case], int, tuple[str, ...]]:
 
 def run(cases: list[Case], k: int, layouts, results: Path, resume: Path | None = None,
         libraries: dict[str, Any] | None = None, on_record: Callable[[Record], None] | None = None,
-        log: Callable[[str], None] | None = None, plan: Plan = Plan(), timeout_s: float = worker.DEFAULT_TIMEOUT_S,
+        log: Callable[[str], None] | None = None, plan: Plan = Plan(), timeout_s: float = DEFAULT_TIMEOUT_S,
         memory_limit: int | None = None) -> tuple[Journal, dict[str, Any]]:
     """A new study (or ``resume``, with the K, layouts and cases it was started with), finished; the summary
     written to end.json is returned with its journal."""
@@ -146,7 +147,7 @@ def run(cases: list[Case], k: int, layouts, results: Path, resume: Path | None =
         journal = sweep.new_journal(results, SweepOptions(), cases, ["autotune"], libraries or {},
                                     {"autotune": {"k": k, "layouts": list(layouts)}})
     lock = sweep.lock_run(journal.path)
-    pool = worker.WorkerPool(journal, timeout_s=timeout_s, memory_limit=memory_limit, keep_fds=(lock,), log=log)
+    pool = WorkerPool(journal, timeout_s=timeout_s, memory_limit=memory_limit, keep_fds=(lock,), log=log)
     t0 = time.perf_counter()
     try:
         for rec in study(journal, pool, cases, k, layouts, plan=plan):

@@ -25,18 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from ..core import intake
-from ..core.intake import UserError
+from ..core.errors import EXIT_ENVIRONMENT, UserError
 from ..core.records import SCHEMA_VERSION, Ranking, Record, RecordKind, dumps
+from ..core.rundir import END_FILE, JOURNAL_FILE, PACKED_FILE, RUN_FILE  # noqa: F401 (the run's files, named here too)
 from ..core.schema import SchemaError, check_name, check_night, check_record, check_run_header
 from ..measurement import fingerprint as fpmod
-
-# What a finished run directory gets after end.json, each a callable of its path: installed by the layer that
-# composes runs (the CLI installs collect's packed copy, harness/collect/packed.py; this layer may not import it)
-FINISHED_HOOKS: list[Callable[[Path], object]] = []
-RUN_FILE = "run.json"
-JOURNAL_FILE = "records.jsonl"
-END_FILE = "end.json"
-PACKED_FILE = "records.packed"  # the journal as the store keeps it, for collect (collect/packed.py)
 
 
 def suite_revision() -> str:
@@ -133,7 +126,7 @@ class Journal:
             raise JournalError(f"--results {results}: not a directory") from None
         except OSError as exc:
             raise JournalError(f"--results {results}: cannot create {base} ({exc.strerror})",
-                               intake.EXIT_ENVIRONMENT) from None
+                               EXIT_ENVIRONMENT) from None
         if run_id:
             path = base / run_id
             path.mkdir(exist_ok=False)  # never write into another run
@@ -192,12 +185,20 @@ class Journal:
         self.close()
         summary = dict(summary, finished=dt.datetime.now(dt.timezone.utc).isoformat())
         _write_atomic(self.path / END_FILE, summary)
-        for hook in FINISHED_HOOKS:
-            try:
-                hook(self.path)
-            except Exception as exc:  # noqa: BLE001 - what was measured is written; a hook never fails the run
-                print(f"convbench: {self.path}: {getattr(hook, '__name__', hook)} failed at the run's end "
-                      f"({type(exc).__name__}: {str(exc)[:200]}); the run is complete", file=sys.stderr)
+        pack(self.path)
+
+
+def pack(run_dir: Path) -> None:
+    """The finished run packed for collect beside its journal (collect/packed.py), by whoever finished it: the
+    CLI, a plain `asv run` of the suite, the ORT grid. The journal is the record, so a packing that fails is
+    said on stderr and the run stays complete (collect then reads the journal)."""
+    from ..collect.packed import write_packed
+
+    try:
+        write_packed(run_dir)
+    except Exception as exc:  # noqa: BLE001 - what was measured is written; its cache never fails the run
+        print(f"convbench: {run_dir}: write_packed failed at the run's end ({type(exc).__name__}: "
+              f"{str(exc)[:200]}); the run is complete", file=sys.stderr)
 
 
 def _drop_torn_tail(path: Path) -> None:

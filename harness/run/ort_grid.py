@@ -1,6 +1,6 @@
-"""The onnxruntime grid in one command: every model x search mode x TF32 x max workspace, into a run journal.
+"""The onnxruntime grid: every model x search mode x TF32 x max workspace, into a run journal.
 
-    python3 -m harness.run.ort_grid --out DIR [--models resnet50,mobilenetv2] [--device cuda|cpu]
+    convbench ort-grid --out DIR [--models resnet50,mobilenetv2] [--device cuda|cpu]
 
 Records go to DIR/<machine>/<run_id>/records.jsonl as they are made (the same run format as `convbench
 sweep`), the first drift worker's cuDNN logs to .../cudnn_logs/ (gzipped), and the end prints what the
@@ -8,7 +8,7 @@ records say about the seed question: how many distinct outputs each search mode 
 and fresh processes, and which conv engines differed.
 
 Every onnxruntime session process (the timing process and the drift processes of each setting, planned by
-backends/ort) is a fresh, watched process of the worker pool (run/worker.py, through run/fresh.py): one that
+backends/ort) is a fresh, watched process of the worker pool (run/pool.py, through run/pool.py): one that
 crashes, hangs or runs out of memory ends with the pool's status and one-line reason, and the records of its
 setting carry them (classified and explained by run/finalize.py). As `convbench sweep` does, on CUDA (or with
 --isolate) each model's own work (references, records) runs in the pool too: a model whose process dies becomes
@@ -18,29 +18,28 @@ records with that status, the rest of it goes to a fresh worker, and the run loc
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..backends import Combo
 from ..backends.ort import CUDA_EP, ModelOptions, OrtBackend, architectures
 from ..backends.ort.model_runs import ModelSubject
-from ..core.intake import UserError
+from ..core.errors import EXIT_ENVIRONMENT, UserError
 from ..core.records import OK, Record, RecordKind, wholly_failed
 from ..measurement import fingerprint
-from . import worker
 from .finalize import finalize
-from .fresh import FreshProcesses
-from .journal import JOURNAL_FILE, Journal, JournalError, iter_journal
+from .journal import JOURNAL_FILE, Journal, iter_journal
+from .pool import DEFAULT_TIMEOUT_S, FreshProcesses, WorkerPool
 from .sweep import lock_run
 
-# the pool's runner for one model (worker.load_runner); named by its module, as this one may run as __main__
+# the pool's runner for one model (runners.load_runner), named by its module
 RUNNER = "harness.run.ort_grid:ModelRunner"
 
 
@@ -53,8 +52,8 @@ def model_records(backend: OrtBackend, model: str, combos: Iterable[Combo], opts
 
 
 class ModelRunner:
-    """Runs one model's combinations in a worker process of the pool (worker.load_runner); its session
-    processes are fresh workers of a pool of their own (run/fresh.py)."""
+    """Runs one model's combinations in a worker process of the pool (runners.load_runner); its session
+    processes are fresh workers of a pool of their own (run/pool.py)."""
 
     name = "ort"
 
@@ -69,7 +68,7 @@ def slice_timeout(opts: ModelOptions, n_combos: int) -> float:
     own watchdog (worker_timeout_s), so a model may take as long as its workers, one batch after another."""
     settings = max(1, n_combos // 2)  # two io modes per setting
     batches = math.ceil(settings * opts.processes / max(1, opts.parallel or 1)) + 1
-    return max(worker.DEFAULT_TIMEOUT_S, opts.worker_timeout_s * batches)
+    return max(DEFAULT_TIMEOUT_S, opts.worker_timeout_s * batches)
 
 
 def seed_table(records) -> list[str]:
@@ -133,72 +132,74 @@ def _setting(s: dict) -> str:
     return (f"{s['cudnn_conv_algo_search']:10} tf32={s['use_tf32']} max_ws={s['cudnn_conv_use_max_workspace']}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m harness.run.ort_grid", description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, help="results directory (a run directory is made inside; required to measure)")
-    ap.add_argument("--models", default=",".join(architectures.MODELS), help="comma-separated: resnet50, mobilenetv2")
-    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--sessions", type=int, default=5, help="fresh sessions in one process per setting (>= 1)")
-    ap.add_argument("--processes", type=int, default=5, help="fresh processes per setting (>= 1)")
-    ap.add_argument("--parallel", type=int, default=None, help="concurrent drift workers (default: automatic)")
-    ap.add_argument("--no-cpu-ep", action="store_true", help="on a GPU host, skip the CPU EP cross-check")
-    ap.add_argument("--no-logs", action="store_true", help="do not capture cuDNN logs")
-    ap.add_argument("--api-log", choices=("setting", "mode"), default="setting",
-                    help="cuDNN's API log in the 5-session process of every setting (default) or only of the "
-                         "first setting per search mode (faster; the frontend log still names every engine)")
-    ap.add_argument("--summarize", type=Path, metavar="RUN_DIR",
-                    help="measure nothing: print the seed table of an existing run directory")
-    ap.add_argument("--resume", type=Path, metavar="RUN_DIR",
-                    help="continue an interrupted run: what its journal holds is not measured again")
-    iso = ap.add_mutually_exclusive_group()
-    iso.add_argument("--isolate", dest="isolate", action="store_true", default=None,
-                     help="each model in the sweep's worker pool (the default on CUDA)")
-    iso.add_argument("--no-isolate", dest="isolate", action="store_false",
-                     help="each model in this process (the default on the CPU)")
-    args = ap.parse_args(argv)
-    if args.summarize:
-        return summarize(args.summarize)
-    if args.out is None and args.resume is None:
-        ap.error("--out is required (or --summarize RUN_DIR to read a run, --resume RUN_DIR to continue one)")
-    wanted = [m for m in args.models.split(",") if m]
-    try:
-        for m in wanted:
+@dataclass(frozen=True)
+class GridOptions:
+    """What the grid measures (`convbench ort-grid`): the models, the device, the repetitions of each setting."""
+
+    out: Path | None  # results root (a run directory is made inside); None only with ``resume``
+    models: tuple[str, ...] = tuple(architectures.MODELS)
+    device: str = "cuda"
+    batch: int = 1
+    sessions: int = 5  # fresh sessions in one process per setting
+    processes: int = 5  # fresh processes per setting
+    parallel: int | None = None  # concurrent drift workers; None: automatic
+    cpu_ep: bool = True  # on a GPU host, the CPU EP cross-check too
+    logs: bool = True  # capture cuDNN's logs
+    api_log: str = "setting"  # cuDNN's API log in every setting's 5-session process, or once per search "mode"
+    resume: Path | None = None  # an interrupted run to continue
+    isolate: bool | None = None  # each model in the pool; None: on CUDA only
+
+    def meta(self) -> dict[str, Any]:
+        """The options as the run's header keeps them (the key names runs of every version carry)."""
+        return {"out": None if self.out is None else str(self.out), "models": ",".join(self.models),
+                "device": self.device, "batch": self.batch, "sessions": self.sessions, "processes": self.processes,
+                "parallel": self.parallel, "no_cpu_ep": not self.cpu_ep, "no_logs": not self.logs,
+                "api_log": self.api_log, "summarize": None, "resume": None, "isolate": self.isolate}
+
+
+@dataclass
+class GridResult:
+    journal: Journal
+    records: list[Record]  # the run's measurement records, those of a resumed run's journal too
+    counts: dict[str, int]
+    seconds: float
+
+    def wholly_failed(self) -> list[str]:
+        """The models whose every record failed: a grid that measured nothing of a model must not pass."""
+        return wholly_failed((rec.case, rec.status) for rec in self.records)
+
+
+def run_grid(opts: GridOptions, log: Callable[[str], None] | None = None) -> GridResult:
+    """Every model x search mode x TF32 x max workspace of ``opts``, journaled as made; refused with a UserError
+    (2: bad options or not a run of this command; 3: onnxruntime or its CUDA EP missing, or the run locked)."""
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    if opts.out is None and opts.resume is None:
+        raise UserError("--out is required (or --resume RUN_DIR to continue a run)")
+    for m in opts.models:
+        try:
             architectures.check_model(m)
-    except architectures.UnknownModel as exc:
-        print(f"ort_grid: error: {exc}", file=sys.stderr)
-        return 2
-    if args.sessions < 1 or args.processes < 1 or args.batch < 1:
-        print("ort_grid: error: --sessions, --processes and --batch must be >= 1", file=sys.stderr)
-        return 2
-    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+        except architectures.UnknownModel as exc:
+            raise UserError(str(exc)) from None
+    if opts.sessions < 1 or opts.processes < 1 or opts.batch < 1:
+        raise UserError("--sessions, --processes and --batch must be >= 1")
     backend = OrtBackend(processes=FreshProcesses(log=log))
     why = backend.available()
     if why:
-        print(f"ort_grid: error: {why}", file=sys.stderr)
-        return 3
-    if args.device == "cuda" and backend.cuda_reason():
-        print(f"ort_grid: error: {backend.cuda_reason()} (use --device cpu for the CPU EP)", file=sys.stderr)
-        return 3
-    opts = ModelOptions(device=args.device, batch=args.batch, sessions=args.sessions, processes=args.processes,
-                        parallel=args.parallel, log=not args.no_logs, cpu_ep=not args.no_cpu_ep,
-                        api_log=args.api_log)
-    if args.resume is not None:
-        try:
-            journal = Journal(args.resume)
-        except JournalError as exc:
-            print(f"ort_grid: error: {exc}", file=sys.stderr)
-            return 2
+        raise UserError(why, EXIT_ENVIRONMENT)
+    if opts.device == "cuda" and backend.cuda_reason():
+        raise UserError(f"{backend.cuda_reason()} (use --device cpu for the CPU EP)", EXIT_ENVIRONMENT)
+    model_opts = ModelOptions(device=opts.device, batch=opts.batch, sessions=opts.sessions, processes=opts.processes,
+                              parallel=opts.parallel, log=opts.logs, cpu_ep=opts.cpu_ep, api_log=opts.api_log)
+    if opts.resume is not None:
+        journal = Journal(opts.resume)  # a JournalError is a UserError (2)
         if "ort_grid" not in (journal.meta.get("options") or {}):
-            print(f"ort_grid: error: {args.resume} is not a run of this command", file=sys.stderr)
-            return 2
+            raise UserError(f"{opts.resume} is not a run of this command")
     else:
-        fp = fingerprint.take(0 if args.device == "cuda" else None)
-        journal = Journal.create(args.out, fp, {"ort_grid": vars(args) | {"out": str(args.out),
-                                                                           "resume": None}, "models": wanted})
-    opts.keep_logs = None if args.no_logs else str(journal.path / "cudnn_logs")
-    print(f"run directory: {journal.path}", flush=True)
-    isolate = args.device == "cuda" if args.isolate is None else args.isolate
+        fp = fingerprint.take(0 if opts.device == "cuda" else None)
+        journal = Journal.create(opts.out, fp, {"ort_grid": opts.meta(), "models": list(opts.models)})
+    model_opts.keep_logs = str(journal.path / "cudnn_logs") if opts.logs else None
+    log(f"run directory: {journal.path}")
+    isolate = opts.device == "cuda" if opts.isolate is None else opts.isolate
     t0 = time.monotonic()
     done = journal.done_keys()
     kept = [Record.from_dict(d) for d in iter_journal(journal.path / JOURNAL_FILE)
@@ -206,47 +207,31 @@ def main(argv: list[str] | None = None) -> int:
     counts: dict[str, int] = defaultdict(int)
     for rec in kept:
         counts[rec.status] += 1
+    lock = lock_run(journal.path)  # another writer holds it: a UserError (3)
+    pool = WorkerPool(journal, keep_fds=(lock,), log=log) if isolate else None
     try:
-        lock = lock_run(journal.path)
-    except UserError as exc:
-        print(f"ort_grid: error: {exc}", file=sys.stderr)
-        return 3
-    pool = worker.WorkerPool(journal, keep_fds=(lock,), log=log) if isolate else None
-    try:
-        for m in wanted:
+        for m in opts.models:
             subject = ModelSubject(m)
-            combos = [c for c in backend.model_combos(m, opts) if c.key(subject, backend.name) not in done]
+            combos = [c for c in backend.model_combos(m, model_opts) if c.key(subject, backend.name) not in done]
             if not combos:
                 continue
             if pool is not None:
-                pool.timeout_s = slice_timeout(opts, len(combos))
-                made = pool.run_slice(backend.name, subject, combos, opts, runner=RUNNER, finalize=False)
+                pool.timeout_s = slice_timeout(model_opts, len(combos))
+                made = pool.run_slice(backend.name, subject, combos, model_opts, runner=RUNNER, finalize=False)
             else:
-                made = _in_process(journal, model_records(backend, m, combos, opts))
+                made = _in_process(journal, model_records(backend, m, combos, model_opts))
             for rec in made:
                 if rec.kind == RecordKind.MEASUREMENT:
                     kept.append(rec)
                     counts[rec.status] += 1
-    except KeyboardInterrupt:
-        print("ort_grid: interrupted; what was measured is in the journal (--resume RUN_DIR continues it)",
-              file=sys.stderr)
-        return 130
     finally:
         if pool is not None:
             pool.close()
         os.close(lock)
     seconds = time.monotonic() - t0
     journal.finish({"records": len(kept), "by_status": dict(counts), "seconds": seconds,
-                    "clocks_after": fingerprint.clocks(0) if args.device == "cuda" else None})
-    print(f"\n{len(kept)} records in {seconds:.0f} s ({dict(counts)}); distinct outputs of the image input:")
-    for line in seed_table(kept):
-        print("  " + line)
-    failed = wholly_failed((rec.case, rec.status) for rec in kept)
-    if failed:
-        first = next(r for r in kept if r.case == failed[0])
-        print(f"ort_grid: error: every record of {', '.join(failed)} failed (first: {first.reason})", file=sys.stderr)
-        return 1
-    return 0
+                    "clocks_after": fingerprint.clocks(0) if opts.device == "cuda" else None})
+    return GridResult(journal, kept, dict(counts), seconds)
 
 
 def _in_process(journal: Journal, records):
@@ -255,23 +240,18 @@ def _in_process(journal: Journal, records):
         yield rec
 
 
-def summarize(run_dir: Path) -> int:
-    """The seed table of a run directory already written (complete or interrupted)."""
+def summary_lines(run_dir: Path) -> list[str]:
+    """The seed table of a run directory already written (complete or interrupted), with each setting's latency."""
     if not (run_dir / "run.json").is_file():
-        print(f"ort_grid: error: {run_dir} is not a run directory (no run.json)", file=sys.stderr)
-        return 2
+        raise UserError(f"{run_dir} is not a run directory (no run.json)")
     records = [Record.from_dict(d) for d in iter_journal(run_dir / JOURNAL_FILE) if d.get("backend") == "ort"]
-    print(f"{run_dir}: {len(records)} ort records{'' if (run_dir / 'end.json').exists() else ' (no end.json)'}")
-    for line in seed_table(records):
-        print("  " + line)
+    lines = [f"{run_dir}: {len(records)} ort records{'' if (run_dir / 'end.json').exists() else ' (no end.json)'}"]
+    lines += ["  " + line for line in seed_table(records)]
     for row in seed_rows(records):
         if row.get("latency_ms") is not None:
-            print(f"  {row['model']:12} {row['setting']:34} {row['latency_ms']:7.3f} ms iob, "
-                  f"{row.get('latency_numpy_ms') or float('nan'):7.3f} ms numpy, create "
-                  f"{row['session_create_ms'] or float('nan'):6.0f} ms, first {row['first_inference_ms'] or float('nan'):6.1f} ms, "
-                  f"rel_l2 {row['rel_l2']:.3g}, hash {row['hash'][:8]}, engines {row['engines']}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+            lines.append(
+                f"  {row['model']:12} {row['setting']:34} {row['latency_ms']:7.3f} ms iob, "
+                f"{row.get('latency_numpy_ms') or float('nan'):7.3f} ms numpy, create "
+                f"{row['session_create_ms'] or float('nan'):6.0f} ms, first {row['first_inference_ms'] or float('nan'):6.1f} ms, "
+                f"rel_l2 {row['rel_l2']:.3g}, hash {row['hash'][:8]}, engines {row['engines']}")
+    return lines

@@ -27,12 +27,13 @@ from typing import Any
 from ..analysis.paired_judgement import ROLES
 from ..backends import SweepOptions
 from ..core.cases import Case
-from ..core.intake import EXIT_ENVIRONMENT, UserError
+from ..core.errors import EXIT_ENVIRONMENT, UserError
 from ..core.records import RecordKind
 from ..deploy.stacks import Stack
-from . import replicas, worker
+from . import replicas, runners
 from .journal import Journal
-from .sweep import _options_dict, lock_run
+from .pool import WorkerPool
+from .sweep import lock_run, options_dict
 
 PROBE_TIMEOUT_S = 600  # a bound, not a measurement: a stack whose libraries do not load in 10 minutes is broken
 
@@ -71,8 +72,8 @@ class Leg:
 
     gpu: str
     journals: dict[str, Journal] = field(default_factory=dict)
-    pools: dict[str, worker.WorkerPool] = field(default_factory=dict)
-    replicas: dict[str, worker.WorkerPool] = field(default_factory=dict)  # each stack's second timing process
+    pools: dict[str, WorkerPool] = field(default_factory=dict)
+    replicas: dict[str, WorkerPool] = field(default_factory=dict)  # each stack's second timing process
     locks: list[int] = field(default_factory=list)
 
 
@@ -99,15 +100,15 @@ def run(stacks: dict[str, Stack], cases: list[Case], backend_names: list[str], o
             got = probe(st, env, backend_names, options.device)
             fp = got["fingerprint"]
             fp["stack"] = st.name  # the host stack sets no CONVBENCH_STACK (its image stays "native")
-            meta = {"cases": [c.id for c in cases], "backends": backend_names, "sweep": _options_dict(options),
+            meta = {"cases": [c.id for c in cases], "backends": backend_names, "sweep": options_dict(options),
                     "paired": {"study": study, "role": role, "stack": st.name, "gpu": gpu,
                                "other": stacks["B" if role == "A" else "A"].name, "order": "ABBA by case"}}
             leg.journals[role] = Journal.create(results, fp, meta)
             leg.locks.append(lock_run(leg.journals[role].path))
-            leg.pools[role] = worker.WorkerPool(leg.journals[role], keep_fds=(leg.locks[-1],), log=log, env=env)
+            leg.pools[role] = WorkerPool(leg.journals[role], keep_fds=(leg.locks[-1],), log=log, env=env)
             if options.processes > 1:
-                leg.replicas[role] = worker.WorkerPool(leg.journals[role], keep_fds=(leg.locks[-1],), log=log,
-                                                       env=env)
+                leg.replicas[role] = WorkerPool(leg.journals[role], keep_fds=(leg.locks[-1],), log=log,
+                                                env=env)
             log(f"study {study}: GPU {gpu} stack {role}={st.name}: run {leg.journals[role].path.name}, "
                 f"cuDNN {fp['libraries'].get('cudnn', {}).get('version')}")
         legs.append(leg)
@@ -138,7 +139,7 @@ def run(stacks: dict[str, Stack], cases: list[Case], backend_names: list[str], o
 
 def _measure_leg(leg: Leg, cases: list[Case], backend_names: list[str], options: SweepOptions,
                  log: Callable[[str], None]) -> None:
-    backends = {name: worker.resolve_backend(name) for name in backend_names}
+    backends = {name: runners.resolve_backend(name) for name in backend_names}
     counts: dict[str, Counter[str]] = {r: Counter() for r in ROLES}
     for case, order in abba(cases):
         for role in order:

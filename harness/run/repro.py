@@ -5,7 +5,7 @@ cannot change: a new CUDA context, new cuDNN library state, new autotuner caches
 becomes a ``repro`` record beside the original in the same journal (append-only), with the sweep's hash
 and whether the fresh process reproduced it bit for bit.
 
-The recomputation runs in the sweep's worker pool (run/worker.py), one slice per backend and case, so a call
+The recomputation runs in the sweep's worker pool (run/pool.py), one slice per backend and case, so a call
 that crashes, hangs or runs out of memory becomes a repro record with that status and reason (finalized,
 run/finalize.py) and the rest goes on in a fresh worker. The runners explain what they reproduced themselves:
 the words need the sweep's record.
@@ -23,12 +23,13 @@ from ..core.cases import Case, get
 from ..core.explain import nondeterminism_cause
 from ..core.records import ERROR, OK, Determinism, Record, RecordKind
 from ..measurement import accuracy
-from . import sweep, worker
+from . import sweep
 from .finalize import finalize
 from .journal import JOURNAL_FILE, Journal, iter_records
+from .pool import DEFAULT_TIMEOUT_S, WorkerPool
 
 KIND = RecordKind.REPRO
-# the runner (worker.resolve names) that recomputes each backend's records; the tests add a fault-injecting one
+# the runner (runners.resolve names) that recomputes each backend's records; the tests add a fault-injecting one
 RUNNERS = {"cudnn": "harness.run.repro:CudnnRepro", "torch": "harness.run.repro:TorchRepro"}
 
 
@@ -103,7 +104,7 @@ class TorchRepro:
                 yield reproduced(options.originals[c.key(case, "torch")], accuracy.output_hash(out))
 
 
-def recompute(run_dir: Path, runners: dict[str, str] | None = None, timeout_s: float = worker.DEFAULT_TIMEOUT_S,
+def recompute(run_dir: Path, runners: dict[str, str] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
         memory_limit: int | None = None, log: Callable[[str], None] | None = None) -> Iterator[Record]:
     """Recompute every ok measurement of ``run_dir`` whose backend has a runner, in fresh worker processes under
     the run's lock; yields each repro record as it is journaled (a failed call's too)."""
@@ -116,7 +117,7 @@ def recompute(run_dir: Path, runners: dict[str, str] | None = None, timeout_s: f
             slices.setdefault((r.backend, r.case, r.device), {})[r.key()] = r
     journal = Journal(run_dir)
     lock = sweep.lock_run(run_dir)
-    pool = worker.WorkerPool(journal, timeout_s=timeout_s, memory_limit=memory_limit, keep_fds=(lock,), log=log)
+    pool = WorkerPool(journal, timeout_s=timeout_s, memory_limit=memory_limit, keep_fds=(lock,), log=log)
     try:
         for (backend, case_id, device), originals in slices.items():
             combos = [Combo(r.direction, r.algo, r.math, r.dtype, r.layout, tuple(r.settings.items()))

@@ -128,9 +128,9 @@ def ort_grid(models: list[str], results_root: Path, label: Callable[[Any], str])
     from ..backends import ort
     from ..measurement import fingerprint
     from . import sweep
-    from .fresh import FreshProcesses
     from .journal import Journal
     from .ort_grid import model_records
+    from .pool import FreshProcesses
 
     backend = ort.OrtBackend(processes=FreshProcesses())
     # A GPU host asks for the CUDA EP even when this onnxruntime lacks it: those settings become skipped

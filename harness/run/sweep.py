@@ -3,7 +3,7 @@
 The one place where the pieces meet: it takes the fingerprint, opens (or resumes) the run directory,
 asks each backend for its combinations, skips those already journaled, and appends what comes back.
 With ``isolate`` (the default on CUDA) each slice (one backend, one case) runs in a worker process under a
-watchdog (worker.py), so a crash, hang or out-of-memory costs that combination and the sweep goes on.
+watchdog (pool.py), so a crash, hang or out-of-memory costs that combination and the sweep goes on.
 The sweep holds an exclusive lock on run.json while it writes, so two sweeps never write one run.
 """
 
@@ -21,13 +21,14 @@ from typing import Any
 
 from ..backends import SweepOptions
 from ..core.cases import Case
-from ..core.intake import UserError
+from ..core.errors import UserError
 from ..core.progress import Progress
 from ..core.records import OK, RecordKind, wholly_failed
 from ..measurement import fingerprint
-from . import replicas, worker
+from . import replicas, runners
 from .finalize import finalize
 from .journal import JOURNAL_FILE, RUN_FILE, Journal, iter_journal
+from .pool import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, WorkerPool
 from .slicetime import SliceClock
 
 
@@ -63,7 +64,7 @@ def shared_run() -> Path | None:
 
 def load_backends(names: list[str]) -> tuple[dict[str, Any], dict[str, str | None], dict[str, Any]]:
     """(backends, why each cannot run or None, the libraries they actually loaded)."""
-    backends = {name: worker.resolve_backend(name) for name in names}
+    backends = {name: runners.resolve_backend(name) for name in names}
     unavailable = {name: b.available() for name, b in backends.items()}
     libraries: dict[str, Any] = {}
     if "cudnn" in backends and not unavailable["cudnn"]:
@@ -78,11 +79,11 @@ def new_journal(results: Path, options: SweepOptions, cases: list[Case], backend
     cuda, uuid = _cuda_device()
     fp = take_fingerprint(cuda and options.device == "cuda", uuid)
     fp["libraries"] = libraries
-    meta = {"cases": [c.id for c in cases], "backends": backend_names, "sweep": _options_dict(options)}
+    meta = {"cases": [c.id for c in cases], "backends": backend_names, "sweep": options_dict(options)}
     return Journal.create(results, fp, dict(meta, **(study or {})))
 
 
-def _options_dict(options: SweepOptions) -> dict[str, Any]:
+def options_dict(options: SweepOptions) -> dict[str, Any]:
     d = asdict(options)
     d["timing"] = asdict(options.timing)
     return d
@@ -109,7 +110,7 @@ def lock_run(run_dir: Path, wait_s: float = 30.0) -> int:
 def run(cases: list[Case], backend_names: list[str], options: SweepOptions, results: Path,
         resume: Path | None = None, log: Callable[[str], None] | None = None,
         on_record: Callable[[Any], None] | None = None, isolate: bool | None = None,
-        timeout_s: float = worker.DEFAULT_TIMEOUT_S, retries: int = worker.DEFAULT_RETRIES,
+        timeout_s: float = DEFAULT_TIMEOUT_S, retries: int = DEFAULT_RETRIES,
         memory_limit: int | None = None, into: Path | None = None) -> Journal:
     """Measure cases x backends into a (new, resumed or shared) run; ``isolate=None`` means: on CUDA only.
 
@@ -130,9 +131,9 @@ def run(cases: list[Case], backend_names: list[str], options: SweepOptions, resu
     journal = Journal(resume or shared) if (resume or shared) else new_journal(results, options, cases,
                                                                                 backend_names, libraries)
     lock = lock_run(journal.path)
-    pool = worker.WorkerPool(journal, timeout_s=timeout_s, retries=retries, memory_limit=memory_limit,
+    pool = WorkerPool(journal, timeout_s=timeout_s, retries=retries, memory_limit=memory_limit,
                              keep_fds=(lock,), log=log) if isolate else None
-    replica_pool = worker.WorkerPool(journal, timeout_s=timeout_s, memory_limit=memory_limit, keep_fds=(lock,),
+    replica_pool = WorkerPool(journal, timeout_s=timeout_s, memory_limit=memory_limit, keep_fds=(lock,),
                                      log=log) if isolate and options.processes > 1 else None
     try:
         counts: Counter[str] = Counter()

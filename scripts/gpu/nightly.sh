@@ -70,7 +70,7 @@ check)
 ort)
   t timeout 400 python3 -m harness.cli bench --cases seed.c8 --results "$RES" -b OrtModels 2>&1 | tail -3
   run=$(newest); asv_copy; pack "$run"
-  python3 -m harness.run.ort_grid --summarize "$run" 2>/dev/null | tail -30
+  python3 -m harness.cli ort-grid --summarize "$run" 2>/dev/null | tail -30
   t timeout 100 python3 -m pytest -q -m gpu tests/test_ort_gpu.py -rs 2>&1 | tail -6
   t timeout 80 python3 scripts/bench_ort.py --skip-grid > "$OUT/bench_ort.log" 2>&1; tail -10 "$OUT/bench_ort.log"
   ;;
@@ -161,7 +161,7 @@ ortold)
   export LD_LIBRARY_PATH=$st/nvidia/cublas/lib:$st/nvidia/cufft/lib:$st/nvidia/curand/lib:$st/nvidia/cuda_runtime/lib:$site/nvidia/cudnn/lib:$site/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export PYTHONPATH=$st:$PYTHONPATH CONVBENCH_STACK=ort1192
   python3 -c "import onnxruntime as o; print(o.__version__, o.get_available_providers())"
-  t timeout 560 python3 -m harness.run.ort_grid --out "$RES" ${ORT_ARGS:-} 2>&1 | tail -25
+  t timeout 560 python3 -m harness.cli ort-grid --out "$RES" ${ORT_ARGS:-} 2>&1 | tail -25
   run=$(ls -td "$RES"/*/*/ | head -1); tar czf "$OUT/ortold-run.tgz" -C "$RES" "${run#$RES/}"
   ;;
 *) echo "unknown stage $stage: fwd, bwd, check, ort, fidelity, probe, power, aa, upgrade, repeat, autotune or ortold" >&2; exit 2 ;;

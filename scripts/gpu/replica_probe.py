@@ -28,7 +28,7 @@ from harness.backends import SweepOptions  # noqa: E402
 from harness.backends.cudnn import cuda_unavailable_reason  # noqa: E402
 from harness.core import cases as catalogue  # noqa: E402
 from harness.run.replicas import replica_options  # noqa: E402
-from harness.run.workerchild import resolve_backend  # noqa: E402
+from harness.run.runners import resolve_backend  # noqa: E402
 
 BANDS_MS = (0.05, 1.0, 5.0)  # the median's band a record's wall time is counted in
 

@@ -8,11 +8,11 @@ cudnnGetConvolutionForwardAlgorithm_v7 (HEURISTIC) or IMPLICIT_PRECOMP_GEMM (DEF
 cuDNN frontend graph whose plan comes from heuristics mode B (EXHAUSTIVE), A (HEURISTIC) or FALLBACK
 (DEFAULT) -- no timing at all -- and the max-workspace option no longer enters the conv path.
 
-All onnxruntime work runs in session processes (harness/backends/ort/worker.py): fresh processes are one of the
+All onnxruntime work runs in session processes (harness/backends/ort/session_process.py): fresh processes are one of the
 repetitions the drift question needs, cuDNN's logs can only be switched on before a process loads it, and a
 crash in a native library costs that process's combinations, not the sweep. The backend plans the processes
 (sessions.py) and runs them through the process service it is given (``processes``: the run layer's
-harness.run.fresh.FreshProcesses, the worker pool's fresh, watched processes), which says how each one ended.
+harness.run.pool.FreshProcesses, the worker pool's fresh, watched processes), which says how each one ended.
 This process builds the models, computes the float64 references, hashes the outputs with
 accuracy.output_hash and assembles the records.
 """
@@ -34,8 +34,8 @@ from ...core.records import ERROR, OK, SKIPPED, Determinism, Record
 from ...measurement import accuracy
 from .. import Combo, SweepOptions
 from . import cudnn_log, models
-from .drift import _reference_device, _torch, spread
-from .engines import _parse_api, _read_log, expected_conv_path, ort_version
+from .drift import reference_device, spread, to_torch
+from .engines import expected_conv_path, ort_version, parse_api_log, read_log
 from .model_runs import ModelRuns
 from .options import (
     CPU_EP,
@@ -45,17 +45,17 @@ from .options import (
     NA,
     ORT_CONV_SOURCE,
     ModelOptions,
-    _policy_dict,
-    _provider_options,
-    _session_key,
-    _settings,
-    _timing,
+    combo_settings,
+    policy_dict,
+    provider_options,
+    session_key,
+    timing_of,
 )
 from .sessions import (
     NO_PROCESSES,
     SessionProcesses,
     WorkerRun,
-    _cfg_result,
+    config_result,
     failed,
 )
 
@@ -64,7 +64,7 @@ class OrtBackend(ModelRuns):
     name = "ort"
 
     def __init__(self, log=None, processes: SessionProcesses | None = None):
-        """``processes``: the service that runs session processes (harness.run.fresh.FreshProcesses); without
+        """``processes``: the service that runs session processes (harness.run.pool.FreshProcesses); without
         one, whatever needs a session process is an error record that says so."""
         self.log = log or (lambda msg: print(f"[ort] {msg}", file=sys.stderr, flush=True))
         self.processes = processes
@@ -114,7 +114,7 @@ class OrtBackend(ModelRuns):
             for direction, dtype, layout in itertools.product(opts.directions, opts.dtypes, opts.layouts):
                 for (search, tf32, ws), io in itertools.product(self._settings_grid(provider), IO_MODES):
                     out.append(Combo(direction, "auto", NA if provider == CPU_EP else f"use_tf32={tf32}", dtype,
-                                     layout, _settings(provider, search, tf32, ws, io)))
+                                     layout, combo_settings(provider, search, tf32, ws, io)))
         return out
 
     @staticmethod
@@ -144,7 +144,7 @@ class OrtBackend(ModelRuns):
                 yield c.record(case, self.name, status=SKIPPED, reason=reason,
                                device="cuda:0" if s["provider"] == CUDA_EP else "cpu")
                 continue
-            runnable.setdefault((s["provider"], c.dtype), {}).setdefault(_session_key(s), []).append(c)
+            runnable.setdefault((s["provider"], c.dtype), {}).setdefault(session_key(s), []).append(c)
         if not runnable:
             return
         if self.processes is None:
@@ -180,12 +180,12 @@ class OrtBackend(ModelRuns):
 
         def job(cfgs, name, log=False):
             return WorkerRun({"model": str(path), "provider": provider, "inputs": {"x": str(workdir / "x.npy")},
-                              "timing_policy": _policy_dict(opts.case_timing), "configs": cfgs}, name=name,
+                              "timing_policy": policy_dict(opts.case_timing), "configs": cfgs}, name=name,
                              log=log, function=opts.session_function)
 
         def cfg(key, cs, sessions, **kw):
             s = dict(cs[0].settings)
-            po = {} if provider == CPU_EP else _provider_options(s["cudnn_conv_algo_search"], s["use_tf32"],
+            po = {} if provider == CPU_EP else provider_options(s["cudnn_conv_algo_search"], s["use_tf32"],
                                                                  s["cudnn_conv_use_max_workspace"])
             return {"key": key, "provider_options": po, "sessions": sessions, **kw}
 
@@ -195,7 +195,7 @@ class OrtBackend(ModelRuns):
         self._run_sessions([timing], workdir, 1, opts.worker_timeout_s)
         self._run_sessions([drift], workdir, 1, opts.worker_timeout_s)
         ref = scale = None
-        ref_device = _reference_device()
+        ref_device = reference_device()
         try:
             import torch
 
@@ -206,13 +206,13 @@ class OrtBackend(ModelRuns):
         else:
             ref_error = None
         # the drift worker ran every setting in one process: its log covers them in order
-        api = _parse_api(drift.api_log)
-        fe = cudnn_log.parse_frontend(_read_log(drift.fe_log)) if drift.fe_log else None
+        api = parse_api_log(drift.api_log)
+        fe = cudnn_log.parse_frontend(read_log(drift.fe_log)) if drift.fe_log else None
         seq, source = cudnn_log.conv_sequence(api, fe)
         pos = 0
         version = ort_version()
         for key, cs in groups.items():
-            tr, dr = _cfg_result(timing, key), _cfg_result(drift, key)
+            tr, dr = config_result(timing, key), config_result(drift, key)
             if dr is None or dr.get("status") != OK:
                 status, why = (drift.failure[0], failed(drift, "session process")) if drift.failure else \
                     (ERROR, (dr or {}).get("reason") or "no result")
@@ -228,7 +228,7 @@ class OrtBackend(ModelRuns):
             distinct = list(dict.fromkeys(digests))
             outs = {d: np.load(next(s["outputs"]["x"]["file"] for s in sessions if s["outputs"]["x"]["digest"] == d))
                     for d in distinct}
-            hashes = {d: accuracy.output_hash(_torch(a)) for d, a in outs.items()}
+            hashes = {d: accuracy.output_hash(to_torch(a)) for d, a in outs.items()}
             first = sessions[0]["outputs"]["x"]
             acc = None
             if ref is not None:
@@ -270,7 +270,7 @@ class OrtBackend(ModelRuns):
             for c in cs:
                 io = dict(c.settings)["io"]
                 t = tr.get("timing", {}).get(io) if tr and tr.get("status") == OK else None
-                rec = c.record(case, self.name, status=OK, device=device, time=_timing(t), accuracy=acc,
+                rec = c.record(case, self.name, status=OK, device=device, time=timing_of(t), accuracy=acc,
                                determinism=det, chosen_algo=chosen if provider == CUDA_EP else "MLAS (CPU EP)",
                                explanation=expl, extra=dict(extra))
                 if t is None:

@@ -41,13 +41,13 @@ def model_accuracy(y: np.ndarray, ref: np.ndarray, yardstick: float, unwritten: 
                     precision_class=accuracy.precision_class(equiv, "fp32", bad))
 
 
-def _torch(a: np.ndarray):
+def to_torch(a: np.ndarray):
     import torch
 
     return torch.from_numpy(np.ascontiguousarray(a))
 
 
-def _reference_device() -> str:
+def reference_device() -> str:
     try:
         import torch
 

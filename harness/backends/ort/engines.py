@@ -42,7 +42,7 @@ def expected_conv_path(version: str | None) -> dict[str, Any]:
             "max_workspace": "caps the workspace cudnnFind may use", "source": f"{ORT_CONV_SOURCE} (<= 1.19)"}
 
 
-def _read_log(path: str | None, limit: int = 512 << 20) -> str:
+def read_log(path: str | None, limit: int = 512 << 20) -> str:
     if not path or not Path(path).exists():
         return ""
     with open(path, "rb") as f:
@@ -52,8 +52,8 @@ def _read_log(path: str | None, limit: int = 512 << 20) -> str:
 def node_algorithms(w: WorkerRun, cfg_result: dict, graph_convs: list[str]) -> dict[str, Any]:
     """Per-session {conv node: engine/algo} of one logged worker, or why it could not be told."""
     t0 = time.monotonic()
-    api = _parse_api(w.api_log)
-    fe_text = _read_log(w.fe_log)
+    api = parse_api_log(w.api_log)
+    fe_text = read_log(w.fe_log)
     fe = cudnn_log.parse_frontend(fe_text) if fe_text else None
     seq, source = cudnn_log.conv_sequence(api, fe)
     info: dict[str, Any] = {
@@ -87,7 +87,7 @@ def node_algorithms(w: WorkerRun, cfg_result: dict, graph_convs: list[str]) -> d
     return info
 
 
-def _parse_api(path: str | None) -> cudnn_log.ApiLog | None:
+def parse_api_log(path: str | None) -> cudnn_log.ApiLog | None:
     if not path or not Path(path).exists() or not Path(path).stat().st_size:
         return None
     return cudnn_log.parse_api_file(path)

@@ -1,5 +1,5 @@
 """Whole models (ResNet-50, MobileNetV2, models.py) under every setting: the part of OrtBackend that
-`python -m harness.run.ort_grid` and the asv suite's OrtModels use.
+`convbench ort-grid` and the asv suite's OrtModels use.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ...core.records import ERROR, OK, SKIPPED, Determinism, Record
 from ...measurement import accuracy
 from .. import Combo
 from . import architectures, cudnn_log, imagenet, models
-from .drift import _torch, model_accuracy, spread
+from .drift import model_accuracy, spread, to_torch
 from .engines import expected_conv_path, node_algorithms, ort_version
 from .options import (
     CPU_EP,
@@ -30,21 +30,21 @@ from .options import (
     IO_MODES,
     NA,
     ModelOptions,
-    _policy_dict,
-    _provider_options,
-    _session_key,
-    _settings,
-    _timing,
+    combo_settings,
+    policy_dict,
+    provider_options,
+    session_key,
+    timing_of,
 )
 from .sessions import (
     NO_PROCESSES,
     WorkerRun,
-    _cfg_result,
-    _keep_logs,
-    _wall,
     api_logged_settings,
+    config_result,
     default_parallel,
     failed,
+    keep_worker_logs,
+    wall_seconds,
 )
 
 
@@ -59,7 +59,7 @@ class ModelRuns:
         for provider in self._providers(opts):
             for (search, tf32, ws), io in itertools.product(self._settings_grid(provider), IO_MODES):
                 out.append(Combo("fwd", "auto", NA if provider == CPU_EP else f"use_tf32={tf32}", "fp32", "NCHW",
-                                 _settings(provider, search, tf32, ws, io)))
+                                 combo_settings(provider, search, tf32, ws, io)))
         return out
 
     def run_model(self, model_id: str, combos: Iterable[Combo], options: Any) -> Iterator[Record]:
@@ -81,7 +81,7 @@ class ModelRuns:
             return
         groups: dict[str, list[Combo]] = {}
         for c in combos:
-            groups.setdefault(_session_key(dict(c.settings)), []).append(c)
+            groups.setdefault(session_key(dict(c.settings)), []).append(c)
         cuda_why = self.cuda_reason()
         runnable = {}
         for key, cs in groups.items():
@@ -122,19 +122,19 @@ class ModelRuns:
         refs = {name: models.reference(model_id, params, x) for name, x in inputs.items()}
         yard = {name: models.fp32_yardstick(model_id, params, inputs[name], refs[name][0]) for name in inputs}
         phases = {"reference_s": round(time.monotonic() - t0, 2)}
-        input_hashes = {name: accuracy.output_hash(_torch(x)) for name, x in inputs.items()}
+        input_hashes = {name: accuracy.output_hash(to_torch(x)) for name, x in inputs.items()}
         version = ort_version()
         expected = expected_conv_path(version)
         legacy = expected.get("path") == "legacy"
 
         def job(cfgs, provider, name, log=False):
             return WorkerRun({"model": str(built.path), "provider": provider, "inputs": input_files,
-                              "timing_policy": _policy_dict(opts.timing), "configs": cfgs}, name=name, log=log,
+                              "timing_policy": policy_dict(opts.timing), "configs": cfgs}, name=name, log=log,
                              function=opts.session_function)
 
         def cfg(key, cs, sessions, **kw):
             s = dict(cs[0].settings)
-            po = {} if s["provider"] == CPU_EP else _provider_options(s["cudnn_conv_algo_search"], s["use_tf32"],
+            po = {} if s["provider"] == CPU_EP else provider_options(s["cudnn_conv_algo_search"], s["use_tf32"],
                                                                       s["cudnn_conv_use_max_workspace"])
             return {"key": key, "provider_options": po, "sessions": sessions, **kw}
 
@@ -207,7 +207,7 @@ class ModelRuns:
                      opts: ModelOptions) -> dict | None:
         """Engines per node from one drift worker's cuDNN logs (None where there is nothing to map)."""
         info = None
-        r = _cfg_result(w, key)
+        r = config_result(w, key)
         if r is not None and r.get("status") == OK and (w.api_log or w.fe_log):
             try:
                 info = node_algorithms(w, r, graph_convs)
@@ -216,7 +216,7 @@ class ModelRuns:
             info["process"] = pi
         if pi == 0 and opts.keep_logs:
             try:
-                _keep_logs(w, Path(opts.keep_logs), f"{model_id}.{_slug(key)}")
+                keep_worker_logs(w, Path(opts.keep_logs), f"{model_id}.{_slug(key)}")
             except OSError as exc:
                 if info is not None:
                     info["logs_not_kept"] = str(exc)[:300]
@@ -225,12 +225,12 @@ class ModelRuns:
     def _model_records(self, model_id, built, inputs, refs, yard, input_hashes, version, expected, key, cs,
                        timing_run, workers, opts, base, infos, phases):
         provider = dict(cs[0].settings)["provider"]
-        tcfg = _cfg_result(timing_run, key)
+        tcfg = config_result(timing_run, key)
         samples: list[dict] = []  # every session of every drift worker
         problems = []
         node_info = []
         for pi, w in enumerate(workers):
-            r = _cfg_result(w, key)
+            r = config_result(w, key)
             if r is None or r.get("status") != OK:
                 problems.append(failed(w, "session process") if w.failure else (r or {}).get("reason", "no result"))
                 continue
@@ -252,7 +252,7 @@ class ModelRuns:
                 o = s["outputs"][name]
                 if o["digest"] not in hashes:
                     arrays[o["digest"]] = np.load(o["file"])
-                    hashes[o["digest"]] = accuracy.output_hash(_torch(arrays[o["digest"]]))
+                    hashes[o["digest"]] = accuracy.output_hash(to_torch(arrays[o["digest"]]))
         drift = {}
         for name in names:
             def stats(subset, _name=name):
@@ -286,7 +286,7 @@ class ModelRuns:
             d = tcfg["sessions"][0]["outputs"][primary]["digest"]
             logged = {s["outputs"][primary]["digest"] for s in samples}
             unlogged = {"digest_in_logged_outputs": d in logged,
-                        "hash": hashes.get(d) or accuracy.output_hash(_torch(np.load(
+                        "hash": hashes.get(d) or accuracy.output_hash(to_torch(np.load(
                             tcfg["sessions"][0]["outputs"][primary]["file"])))}
         extra = {
             "model": model_id, "model_sha256": built.sha256, "batch": built.batch,
@@ -299,8 +299,8 @@ class ModelRuns:
             "graph_optimization_level": "ORT_ENABLE_ALL (default)",
             # where the grid's time goes, measured: the model's phases and this setting's worker processes
             "cost_s": {"model_phases": dict(phases),
-                       "timing_worker_s": _wall(timing_run),
-                       "drift_workers_s": [_wall(w) for w in workers],
+                       "timing_worker_s": wall_seconds(timing_run),
+                       "drift_workers_s": [wall_seconds(w) for w in workers],
                        "log_parse_s": [i.get("parse_s") for i in node_info]},
         }
         if tcfg and tcfg.get("status") == OK:
@@ -317,7 +317,7 @@ class ModelRuns:
         for c in cs:
             io = dict(c.settings)["io"]
             t = (tcfg or {}).get("timing", {}).get(io) if tcfg and tcfg.get("status") == OK else None
-            rec = base(c, status=OK, time=_timing(t), accuracy=acc, determinism=det,
+            rec = base(c, status=OK, time=timing_of(t), accuracy=acc, determinism=det,
                        chosen_algo=(algos or {}).get("chosen_summary") if provider == CUDA_EP else "MLAS (CPU EP)",
                        explanation=explanation, extra=dict(extra))
             if t is None:

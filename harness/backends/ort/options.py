@@ -67,26 +67,26 @@ class ModelOptions:
         return out
 
 
-def _timing(d: dict | None) -> Timing | None:
+def timing_of(d: dict | None) -> Timing | None:
     return Timing(**d) if d else None
 
 
-def _settings(provider: str, search: str, tf32: Any, ws: Any, io: str) -> tuple[tuple[str, object], ...]:
+def combo_settings(provider: str, search: str, tf32: Any, ws: Any, io: str) -> tuple[tuple[str, object], ...]:
     return (("cudnn_conv_algo_search", search), ("use_tf32", tf32), ("cudnn_conv_use_max_workspace", ws),
             ("provider", provider), ("io", io))
 
 
-def _provider_options(search: str, tf32: int, ws: int) -> dict[str, str]:
+def provider_options(search: str, tf32: int, ws: int) -> dict[str, str]:
     return {"device_id": "0", "cudnn_conv_algo_search": search, "use_tf32": str(tf32),
             "cudnn_conv_use_max_workspace": str(ws)}
 
 
-def _session_key(settings: dict) -> str:
+def session_key(settings: dict) -> str:
     return "|".join(f"{k}={settings[k]}" for k in ("provider", "cudnn_conv_algo_search", "use_tf32",
                                                      "cudnn_conv_use_max_workspace"))
 
 
-def _policy_dict(p: TimingPolicy) -> dict:
+def policy_dict(p: TimingPolicy) -> dict:
     from dataclasses import asdict
 
     return asdict(p)

@@ -3,9 +3,9 @@ cuDNN logging, how many at a time; and the service that runs them, which the bac
 
 A session process is part of the measurement (fresh processes are one of the repetitions the drift question
 needs, and cuDNN's logging can only be set before a process loads it), so the backend decides what each one
-runs (``WorkerRun``: a job for worker.py's ``session_process``, a name, the logs) and reads what they return.
+runs (``WorkerRun``: a job for session_process.py's ``session_process``, a name, the logs) and reads what they return.
 Starting, watching and judging processes is not the backend's: it is the one fresh-process service of the run
-layer (harness/run/worker.py's pool, through ``harness.run.fresh.FreshProcesses``), which the backend cannot
+layer (harness/run/pool.py's pool, through ``harness.run.pool.FreshProcesses``), which the backend cannot
 import (backends come before run) and is therefore handed, as ``OrtBackend(processes=...)``. That service
 ends each WorkerRun with what its function returned, or with the pool's (status, one-line reason) for a
 process that crashed, hung, ran out of memory or raised, classified by run/finalize.py: the same words a
@@ -24,9 +24,9 @@ from typing import Protocol
 
 from . import cudnn_log
 
-SESSION_FUNCTION = "harness.backends.ort.worker:session_process"  # what a session process runs (WorkerPool.call)
+SESSION_FUNCTION = "harness.backends.ort.session_process:session_process"  # what a session process runs (WorkerPool.call)
 NO_PROCESSES = ("onnxruntime runs in fresh session processes, and this OrtBackend was given no process service "
-                "to run them (harness.run.fresh.FreshProcesses)")
+                "to run them (harness.run.pool.FreshProcesses)")
 
 
 @dataclass
@@ -59,7 +59,7 @@ class WorkerRun:
 
 
 class SessionProcesses(Protocol):
-    """The run layer's fresh-process service (harness.run.fresh.FreshProcesses): runs each WorkerRun's
+    """The run layer's fresh-process service (harness.run.pool.FreshProcesses): runs each WorkerRun's
     ``function(job)`` in a fresh, watched process with its ``env``, at most ``parallel`` at a time, in order; each
     ends with ``result`` or ``failure`` (never an exception), timed (``started``, ``ended``); ``on_done(run)`` as
     each one ends."""
@@ -103,13 +103,13 @@ def default_parallel(timed_search: bool, cpus: int | None = None) -> int:
     return min(12, max(1, (cpus if cpus is not None else (os.cpu_count() or 2)) * 3 // 4))
 
 
-def _cfg_result(w: WorkerRun, key: str) -> dict | None:
+def config_result(w: WorkerRun, key: str) -> dict | None:
     if not w.result:
         return None
     return next((c for c in w.result["configs"] if c["key"] == key), None)
 
 
-def _wall(w: WorkerRun) -> float | None:
+def wall_seconds(w: WorkerRun) -> float | None:
     return round(w.ended - w.started, 2) if w.started and w.ended else None
 
 
@@ -119,7 +119,7 @@ def failed(w: WorkerRun, what: str) -> str:
     return f"{what} ({w.name}) {status}: {reason}"
 
 
-def _keep_logs(w: WorkerRun, directory: Path, stem: str) -> None:
+def keep_worker_logs(w: WorkerRun, directory: Path, stem: str) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for kind, path in (("api", w.api_log), ("frontend", w.fe_log)):
         if path and Path(path).exists() and Path(path).stat().st_size:

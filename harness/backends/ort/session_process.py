@@ -7,7 +7,7 @@ logs is the one onnxruntime loaded by itself.
 
 The functions here are what one process runs: ``session_process(job)`` (and ``profile_agreement(job)`` for
 scripts/bench_ort.py). The run layer starts each one in a fresh, watched process of its worker pool
-(harness.run.fresh, through WorkerPool.call) with the environment the backend planned (sessions.py); what it
+(harness.run.pool, through WorkerPool.call) with the environment the backend planned (sessions.py); what it
 returns comes back through the pool, and a crash, hang or out-of-memory is the pool's to classify.
 
 Each configuration of the job gets ``sessions`` fresh InferenceSessions in this process. Every session runs

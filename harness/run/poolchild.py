@@ -1,4 +1,4 @@
-"""The worker process of the pool (worker.py): it runs slice after slice of records, or a single call, as the
+"""The worker process of the pool (pool.py): it runs slice after slice of records, or a single call, as the
 parent asks over its socket, and says how each ended.
 
 Each record is finalized (run/finalize.py) and journaled here the moment it is made, so nothing a worker
@@ -18,72 +18,19 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from ..backends import SweepOptions, get_backend
+from ..backends import SweepOptions
 from ..core.records import CRASHED, Record, RecordKind
 from .finalize import finalize, one_line, raised
 from .journal import Journal
 from .profiling import WorkerProfile
 from .replicas import merge
+from .runners import load_runner, resolve, resolve_backend
 from .slicetime import SliceClock
 
 # Messages of errors after which the CUDA context is unusable (sticky errors): the worker must be replaced.
 _STICKY_CUDA = ("illegal memory access", "illegal address", "unspecified launch failure", "misaligned address",
                 "illegal instruction", "device-side assert", "an illegal", "CUDA_ERROR_LAUNCH_FAILED",
                 "CUDNN_STATUS_EXECUTION_FAILED", "CUDNN_STATUS_INTERNAL_ERROR")
-
-
-def _test_backend():
-    """The tests' fault-injecting backend (tests/faulty_backend.py, not shipped in the wheel) when
-    CONVBENCH_TEST_BACKENDS=1 and this is a checkout that has it; else None."""
-    if os.environ.get("CONVBENCH_TEST_BACKENDS") != "1":
-        return None
-    tests = str(Path(__file__).resolve().parents[2] / "tests")
-    if tests not in sys.path:
-        sys.path.append(tests)
-    try:
-        import faulty_backend
-    except ImportError:
-        return None
-    return faulty_backend
-
-
-def resolve_backend(name: str):
-    """A backend by name; the fault-injecting test backend only when CONVBENCH_TEST_BACKENDS=1. A backend that
-    runs processes of its own (``processes``: onnxruntime's sessions) gets the pool's (run/fresh.py)."""
-    faulty = _test_backend()
-    if faulty and name == faulty.FaultyBackend.name:
-        return faulty.FaultyBackend()
-    backend = get_backend(name)
-    if getattr(backend, "processes", False) is None:
-        from .fresh import FreshProcesses  # here: fresh.py imports the pool, which imports this module
-
-        backend.processes = FreshProcesses()
-    return backend
-
-
-def backend_names() -> tuple[str, ...]:
-    from ..backends import BACKENDS
-
-    return BACKENDS + (("faulty",) if _test_backend() else ())
-
-
-def resolve(spec: str):
-    """What ``"package.module:Name"`` names, in a harness module (or in the fault-injecting test module,
-    ``"faulty_backend:Name"``, only when CONVBENCH_TEST_BACKENDS=1)."""
-    import importlib
-
-    module, _, attr = spec.partition(":")
-    faulty = _test_backend() if module == "faulty_backend" else None
-    if not (module.startswith("harness.") or faulty) or not attr:
-        raise ValueError(f"slice runner {spec!r} is not a harness class")
-    return getattr(faulty or importlib.import_module(module), attr)
-
-
-def load_runner(spec: str):
-    """A slice runner named ``"package.module:Name"`` (a class with ``name`` and ``run(subject, combos, options)``),
-    instantiated: how a driver that is not a registered backend (the onnxruntime model grid, the autotuner) runs
-    its slices through the same pool, with the same crash, timeout and OOM records."""
-    return resolve(spec)()
 
 
 def _cuda_broken() -> str | None:

@@ -11,8 +11,8 @@ same status, so a case whose every combination hangs costs (retries + 1) timeout
 
 One worker process serves slice after slice (a torch import and a CUDA context cost seconds); it is
 replaced only after a failure; ``call`` runs one function in a fresh worker under the same watchdog and
-judgement (the autotuner's fresh cudnn.benchmark processes; onnxruntime's session processes, fresh.py). The
-worker's side is workerchild.py. The child dies with the sweep (PR_SET_PDEATHSIG) and holds the run lock with
+judgement (the autotuner's fresh cudnn.benchmark processes; onnxruntime's session processes, FreshProcesses
+below). The worker's side is poolchild.py. The child dies with the sweep (PR_SET_PDEATHSIG) and holds the run lock with
 it, so a ``kill -9`` of the sweep never leaves a writer behind for ``--resume`` to race.
 """
 
@@ -23,8 +23,10 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -32,9 +34,8 @@ from typing import Any
 from ..backends import Combo, SweepOptions
 from ..core.cases import Case
 from ..core.records import ERROR, Ranking, Record, RecordKind
-from .finalize import classify, ended, finalize, one_line, oom_kills  # noqa: F401 (classify: kept)
+from .finalize import classify, ended, finalize, one_line, oom_kills, raised  # noqa: F401 (classify: kept)
 from .journal import JOURNAL_FILE, Journal
-from .workerchild import backend_names, load_runner, resolve_backend  # noqa: F401 (the pool's names)
 
 DEFAULT_TIMEOUT_S = 600.0  # no new record for this long: the watchdog ends the worker
 DEFAULT_RETRIES = 2
@@ -48,7 +49,7 @@ class _Child:
         env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         fd = child_sock.fileno()
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", f"from harness.run.workerchild import child_main; child_main({fd}, {os.getpid()})"],
+            [sys.executable, "-c", f"from harness.run.poolchild import child_main; child_main({fd}, {os.getpid()})"],
             pass_fds=(fd, *keep_fds), env=env, stdin=subprocess.DEVNULL)
         child_sock.close()
         self.conn = Connection(parent_sock.detach())
@@ -78,7 +79,7 @@ class WorkerPool:
                  memory_limit: int | None = None, keep_fds: tuple[int, ...] = (),
                  log: Callable[[str], None] | None = None, env: dict[str, str] | None = None):
         """``env``: the worker's environment (a stack's, stacks.Stack.env), by default this process's;
-        ``journal`` None: a pool that only calls (``call`` journals nothing; run/fresh.py)."""
+        ``journal`` None: a pool that only calls (``call`` journals nothing; run/pool.py)."""
         self.journal = journal
         self.env = env
         self.path = journal.path / JOURNAL_FILE if journal is not None else None
@@ -288,3 +289,59 @@ def _parse(d: dict[str, Any]) -> Record | Ranking:
     if d.get("kind") == RecordKind.RANKING:
         return Ranking(**d)
     return Record.from_dict(d)
+
+
+# --- fresh processes a backend plans: onnxruntime's session processes --------------------------------------
+# Its drift measurement needs processes as part of the measurement (a second process is one of the repetitions;
+# cuDNN's logging must be set before a process loads it), so the backend plans them (backends/ort/sessions.py)
+# and is handed this service to run them, each as a ``WorkerPool.call``: a session process that crashes, hangs
+# or runs out of memory ends with the pool's status and reason, and nothing in the backend classifies a process.
+# Handed, not imported: backends come before run, and the pool journals and judges records (the run layer's
+# business). A call journals nothing, so these pools have no journal; several run at once (threads, one pool and
+# one process each) when the backend asks for ``parallel`` processes at a time.
+
+class FreshProcesses:
+    """Runs each job's ``function(job)`` in a fresh worker of the pool (backends/ort/sessions.SessionProcesses)."""
+
+    def __init__(self, log: Callable[[str], None] | None = None):
+        self.log = log  # where the pool says that a process failed (its status and reason)
+
+    def __call__(self, runs: list[Any], parallel: int, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 on_done: Callable[[Any], None] | None = None) -> None:
+        live: set[WorkerPool] = set()  # the pools whose process runs now: a stop (Ctrl-C, SIGTERM) ends them
+        stopped = threading.Event()
+
+        def one(run: Any) -> None:
+            if stopped.is_set():
+                return
+            pool = WorkerPool(None, timeout_s=timeout_s, env=run.env, log=self.log)
+            live.add(pool)
+            run.started = time.monotonic()
+            try:
+                run.result, run.failure = pool.call(run.function, run.job, name=run.name)
+            except Exception as exc:  # noqa: BLE001 - a process that could not even start is a failed run too
+                run.failure = raised(exc)
+            finally:
+                live.discard(pool)
+                pool.close()
+                run.ended = time.monotonic()
+            if on_done and not stopped.is_set():
+                on_done(run)
+
+        if max(1, parallel) == 1:
+            for run in runs:
+                one(run)
+            return
+        with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="fresh") as threads:
+            futures = [threads.submit(one, run) for run in runs]
+            try:
+                for future in futures:
+                    future.result()
+            except BaseException:
+                # the threads wait on their processes, not on this signal: end the processes, start no more
+                stopped.set()
+                for future in futures:
+                    future.cancel()
+                for pool in list(live):
+                    pool.abort()
+                raise

@@ -1,0 +1,101 @@
+"""What `convbench compare` compares: its two operands (each a run directory, tarball or results tree read into
+memory, or a run id, prefix, image:NAME or machine:NAME in the store) resolved to runs, and paired per machine (its GPU on its node).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.errors import EXIT_NO_DATA, UserError
+from .store import Store, StoreError
+
+Run = dict[str, Any]
+
+
+def open_store(path: str, verify: bool = True) -> Store:
+    """An existing store for reading; a missing or damaged one is the user's one-line error."""
+    try:
+        return Store(path, create=False, verify=verify)
+    except StoreError as exc:
+        raise UserError(str(exc)) from None
+
+
+def resolve(selector: str, store_path: str, refused: Callable[[str], None] | None = None) -> tuple[Store, list[Run]]:
+    """(store holding the runs, runs) for an operand; ``refused`` hears each source a path held that is no run."""
+    from .ingest import read_runs_into
+
+    if os.path.exists(selector):
+        mem = Store(":memory:")
+        summary = read_runs_into(mem, [selector])
+        for line in summary.refused:
+            if refused:
+                refused(line)
+        runs = mem.runs()
+        if not runs:
+            raise UserError(f"{selector}: no readable runs", EXIT_NO_DATA)
+        return mem, runs
+    store = open_store(store_path)
+    if selector.startswith("image:"):
+        runs = store.runs("image = ?", (selector[6:],))
+    elif selector.startswith("machine:"):
+        runs = store.runs("machine = ?", (selector[8:],))
+    else:
+        runs = store.runs("run_id = ?", (selector,)) or store.runs("run_id LIKE ? ESCAPE '\\'", (
+            selector.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",))
+        if len({r["run_id"] for r in runs}) > 1 and len({r["machine"] for r in runs}) == 1:
+            raise UserError(f"run id prefix {selector!r} matches {len(runs)} runs; give more of it")
+    if not runs:
+        raise UserError(f"{selector!r} is neither a path nor a run id, image:NAME or machine:NAME in {store_path}")
+    return store, runs
+
+
+def pairs(sb: Store, base_runs: list[Run], sh: Store, head_runs: list[Run]) -> list[tuple[Run, Run]]:
+    """The runs compared: the report's pairing (analysis/pairing.latest_pairs: the latest run of each GPU on its
+    node on both sides; one machine a side and none in common: those two)."""
+    from ..analysis.pairing import latest_pairs
+
+    matched = latest_pairs(base_runs, head_runs, lambda r: sb.run_json(r["id"])["fingerprint"],
+                           lambda r: sh.run_json(r["id"])["fingerprint"])
+    if not matched:
+        b, h = sorted({r["machine"] for r in base_runs}), sorted({r["machine"] for r in head_runs})
+        raise UserError(f"no machine in common between BASE ({', '.join(b)}) and HEAD ({', '.join(h)})", EXIT_NO_DATA)
+    return matched
+
+
+def history(store: Store, base: Run, base_fp: dict[str, Any]) -> list[list[dict[str, Any]]]:
+    """Records of the runs before ``base`` on its machine and stack (pairing.history_runs), as the report uses."""
+    from ..analysis.pairing import history_runs
+
+    earlier = history_runs(base, base_fp, store.runs("started < ?", (base["started"],)),
+                           lambda r: store.run_json(r["id"])["fingerprint"])
+    return [store.records(r["id"], with_samples=False) for r in earlier]
+
+
+@dataclass
+class Operands:
+    base_store: Store
+    head_store: Store
+    pairs: list[tuple[Run, Run]]  # (base run, head run) per machine
+
+
+def operands(base: str, head: str, store_path: str, refused: Callable[[str], None] | None = None) -> Operands:
+    """BASE and HEAD resolved and paired; a run against itself (which finds nothing and would pass) refused."""
+    sb, base_runs = resolve(base, store_path, refused)
+    sh, head_runs = resolve(head, store_path, refused)
+    matched = pairs(sb, base_runs, sh, head_runs)
+    same = [rb["run_id"] for rb, rh in matched if same_run(base, head, sb, sh, rb, rh)]
+    if same:
+        raise UserError(f"BASE and HEAD are the same run ({same[0]}" + (f" and {len(same) - 1} more" if len(same) > 1
+                                                                        else "") + "): nothing would be compared; "
+                        "give two different runs (e.g. an earlier run id as BASE)")
+    return Operands(sb, sh, matched)
+
+
+def same_run(base: str, head: str, sb: Store, sh: Store, rb: Run, rh: Run) -> bool:
+    """BASE and HEAD name one run: one row of one store (`machine:X machine:X`), or one path given twice."""
+    if sb.path == ":memory:" or sh.path == ":memory:":
+        return sb.path == sh.path and os.path.realpath(base) == os.path.realpath(head)
+    return os.path.realpath(sb.path) == os.path.realpath(sh.path) and rb["id"] == rh["id"]
