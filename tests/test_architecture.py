@@ -263,30 +263,12 @@ def _private_imports(name: str, path: Path) -> list[str]:
     return wrong
 
 
-# Private names still used across modules, each made public by issue 39's record-model work (core.schema's one rule
-# table, compare's fingerprint field); an entry that no longer holds fails below, to be dropped.
-PRIVATE_PENDING = {
-    "harness.analysis.pairing: from harness.analysis.compare import _field",
-    "harness.cli.store_cmds: from harness.analysis.compare import _field",
-    "harness.report.fingerprints: from harness.analysis.compare import _field",
-    "harness.report.morning: from harness.analysis.compare import _field",
-    "harness.report.upgrade: from harness.analysis.compare import _field",
-    "harness.collect.columns: from harness.core.schema import _CONTROL",
-    "harness.collect.columns: from harness.core.schema import _ENUMS",
-    "harness.collect.columns: from harness.core.schema import _LONG_TEXTS",
-    "harness.collect.columns: from harness.core.schema import _REQUIRED",
-    "harness.collect.columns: from harness.core.schema import _checker",
-    "harness.collect.columns: from harness.core.schema import _nullable",
-    "harness.collect.packed_extras: from harness.core.schema import _checker",
-    "harness.collect.store_packing: from harness.core.schema import _NUMBER_TYPES",
-}
 
 
 def test_no_private_name_is_imported_across_modules():
     """A name another module needs is public (no leading underscore): a private one is the module's own."""
     found = {w for name, path in MODULES.items() for w in _private_imports(name, path)}
-    assert not found - PRIVATE_PENDING, "\n".join(sorted(found - PRIVATE_PENDING))
-    assert not PRIVATE_PENDING - found, f"no longer so, drop from PRIVATE_PENDING: {sorted(PRIVATE_PENDING - found)}"
+    assert not found, "\n".join(sorted(found))
 
 
 # Modules that import by name at run time (importlib), each with what it imports; none may load the asv suite.
