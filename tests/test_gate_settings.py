@@ -15,7 +15,7 @@ from harness.collect.discovery import discover
 from harness.collect.ingest import collect, parse_item
 from harness.collect.runread import read_run, records_of
 from harness.collect.store import Store
-from harness.core.intake import UserError
+from harness.core.errors import UserError
 
 T0 = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
 FIXTURES = __import__("pathlib").Path(__file__).parent / "fixtures" / "runs"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.intake import UserError
+from ..core.errors import UserError
 from .findings import FindingKind
 
 # The gate's thresholds: how large a change in time, error or output must be before a comparison reports it.
