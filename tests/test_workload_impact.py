@@ -41,12 +41,12 @@ def _rows(rows, **match):
 
 def test_a_training_step_pools_a_gpus_forward_and_backward_studies(tmp_path):
     from harness.report import build
-    from harness.run import paired
+    from harness.analysis import paired_judgement
 
     db = tmp_path / "s.sqlite"
     assert not collect(db, _need("h200-upgrade-cudnn927-fwd", "h200-upgrade-cudnn927-bwd")).refused
     with Store(db) as s:
-        studies = paired.studies(s)
+        studies = paired_judgement.studies(s)
         legs = [st["legs"]["0"] for st in studies]
         assert len(legs) == 2
         # each study alone: no training step, and it says what it lacks

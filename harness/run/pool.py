@@ -48,8 +48,11 @@ class _Child:
         env = dict(os.environ if env is None else env)
         env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         fd = child_sock.fileno()
+        # Ctrl-C reaches the whole process group: the caller answers it (and ends this worker), so the worker
+        # ignores it from its first line, before its imports, where a KeyboardInterrupt would print a traceback
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", f"from harness.run.poolchild import child_main; child_main({fd}, {os.getpid()})"],
+            [sys.executable, "-c", "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+             f"from harness.run.poolchild import child_main; child_main({fd}, {os.getpid()})"],
             pass_fds=(fd, *keep_fds), env=env, stdin=subprocess.DEVNULL)
         child_sock.close()
         self.conn = Connection(parent_sock.detach())

@@ -138,9 +138,7 @@ def _die_with_parent(parent: int) -> None:
 
 def child_main(fd: int, parent: int) -> None:
     _die_with_parent(parent)
-    # Ctrl-C reaches the whole process group: the sweep answers it (and ends this worker), a traceback from
-    # here would only repeat it
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as its start line did (pool.py): the caller answers Ctrl-C
     conn = Connection(fd)
     profile = WorkerProfile()
     while True:
