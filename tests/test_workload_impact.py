@@ -40,8 +40,8 @@ def _rows(rows, **match):
 
 
 def test_a_training_step_pools_a_gpus_forward_and_backward_studies(tmp_path):
-    from harness.report import build
     from harness.analysis import paired_judgement
+    from harness.report import build
 
     db = tmp_path / "s.sqlite"
     assert not collect(db, _need("h200-upgrade-cudnn927-fwd", "h200-upgrade-cudnn927-bwd")).refused

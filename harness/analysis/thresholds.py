@@ -69,9 +69,9 @@ class Thresholds:
     bitwise: bool = False  # count "outputs no longer bitwise equal" as a regression, not only a change
     ignore: tuple[str, ...] = ()  # kinds that never fail the gate
     across_hardware: bool = False  # gate a comparison of two different machines (default: report only)
-    # a combination ok in the base and not measured in the head is coverage lost: a regression where this is set
-    # (convbench compare sets it unless --allow-lost-coverage), a change otherwise (the report's pages)
-    lost_coverage_fails: bool = False
+    # a combination ok in the base and not measured in the head is coverage lost: a regression unless the gate
+    # allows it (--allow-lost-coverage or the file's allow_lost_coverage), the same in compare, report and upgrade
+    lost_coverage_fails: bool = True
 
     def rel(self, base_ms: float, timer: str | None = None) -> float:
         """The relative threshold for a call of this median: the user's, or the calibrated band's."""
@@ -142,10 +142,10 @@ def file_settings(gate_file: Path | None) -> dict[str, Any]:
     return out
 
 
-def load(gate_file: Path | None = None, *, lost_coverage_fails: bool = False, **flags: Any) -> Thresholds:
+def load(gate_file: Path | None = None, *, lost_coverage_fails: bool = True, **flags: Any) -> Thresholds:
     """The gate's settings: the defaults, then the file's (``file_settings``), then the flags given (None or
-    absent: not given), checked. ``lost_coverage_fails`` is the command's default (compare: True) that the
-    file's or the flag's ``allow_lost_coverage`` turns off."""
+    absent: not given), checked. Lost coverage fails unless the file's or the flag's ``allow_lost_coverage``
+    (or ``lost_coverage_fails=False``) allows it."""
     given = {**file_settings(gate_file), **{k: v for k, v in flags.items() if v is not None}}
     unknown = set(given) - set(FILE_KEYS)
     if unknown:
@@ -170,7 +170,8 @@ def settings_lines(th: Thresholds) -> list[str]:
             f"accuracy: max normalised error growth x{th.error_growth:g}; changed output bits "
             + ("fail" if th.bitwise else "are changes"),
             "ignored kinds: " + (", ".join(th.ignore) if th.ignore else "none")
-            + ("; regressions across hardware fail" if th.across_hardware else "")]
+            + ("; regressions across hardware fail" if th.across_hardware else "")
+            + ("; coverage lost (ok before, not measured now) " + ("fails" if th.lost_coverage_fails else "allowed"))]
 
 
 def as_dict(th: Thresholds) -> dict[str, Any]:

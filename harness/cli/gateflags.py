@@ -10,8 +10,8 @@ from ..analysis.findings import FindingKind
 from ..analysis.thresholds import Thresholds, load
 
 
-def add_gate_arguments(p: argparse.ArgumentParser, *, lost_coverage: bool = False) -> None:
-    """The gate's flags (``lost_coverage``: also --allow-lost-coverage, for the command whose gate fails on it)."""
+def add_gate_arguments(p: argparse.ArgumentParser) -> None:
+    """The gate's flags, one per key of a gate file."""
     p.add_argument("--gate-file", type=Path, metavar="TOML",
                    help="gate settings (keys as these flags, or a [tool.convbench.gate] table; default: "
                         "./pyproject.toml's [tool.convbench.gate] where there is one)")
@@ -28,14 +28,14 @@ def add_gate_arguments(p: argparse.ArgumentParser, *, lost_coverage: bool = Fals
     p.add_argument("--bitwise", action="store_true", default=None, help="fail when outputs are no longer bitwise equal")
     p.add_argument("--ignore", action="append", default=None, choices=FindingKind.values(),
                    help="a kind of finding that never fails the gate (repeatable)")
-    if lost_coverage:
-        p.add_argument("--allow-lost-coverage", action="store_true", default=None,
-                       help="pass combinations ok in BASE and not measured in HEAD (default: each fails the gate)")
+    p.add_argument("--allow-lost-coverage", action="store_true", default=None,
+                   help="pass combinations ok in the base night and not measured in the head (default: each fails "
+                        "the gate)")
 
 
-def thresholds(args: argparse.Namespace, *, lost_coverage_fails: bool = False) -> Thresholds:
+def thresholds(args: argparse.Namespace) -> Thresholds:
     """The settings the flags and the gate file give, checked (a UserError, exit 2, where one is meaningless)."""
-    return load(args.gate_file, lost_coverage_fails=lost_coverage_fails, time_threshold=args.time_threshold,
+    return load(args.gate_file, time_threshold=args.time_threshold,
                 abs_us=args.abs_us, alpha=args.alpha, error_growth=args.error_growth, bitwise=args.bitwise,
                 ignore=args.ignore, across_hardware=args.across_hardware,
-                allow_lost_coverage=getattr(args, "allow_lost_coverage", None))
+                allow_lost_coverage=args.allow_lost_coverage)

@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("head", help="what is judged against it, in the same forms")
     p.add_argument("--store", default=DEFAULT_STORE, help="SQLite store for ids and names (default: %(default)s)")
     add_json(p)
-    add_gate_arguments(p, lost_coverage=True)
+    add_gate_arguments(p)
     p.add_argument("--all", action="store_true", help="also list improvements and changes")
     p.set_defaults(handler=cmd_compare)
 
@@ -99,7 +99,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from ..analysis.workload import workload
     from ..collect.operands import history, operands
 
-    th = thresholds(args, lost_coverage_fails=True)  # checked before any store is read
+    th = thresholds(args)  # checked before any store is read
     ops = operands(args.base, args.head, args.store,
                    refused=lambda line: print(printable(f"convbench compare: refused: {line}"), file=sys.stderr))
     sb, sh = ops.base_store, ops.head_store
