@@ -7,6 +7,8 @@
 #   ort    the default onnxruntime grid through asv (timed), its GPU tests, latency vs onnxruntime's profiler
 #   fidelity  the suite's timer against triton's do_bench (scripts/bench_fidelity.py), FIDELITY_TIMEOUT s at most
 #   probe  diagnosis, not the nightly job: a profiled in-process backward sweep of four heavy cases
+#   verify   after a change of the code the CPU tests cannot reach: the GPU tests, the seed cases through asv in
+#            every direction, and the run collected and reported
 #   profile  diagnosis: the default sweep of PROFILE_DIRECTIONS (fwd) with every worker under cProfile
 #            (CONVBENCH_PROFILE_DIR), split into phases by scripts/night_profile.py; PROFILE_CASES narrows it
 #   probe-replica  diagnosis: the same four cases' replica pass (timing only), profiled (scripts/gpu/replica_probe.py)
@@ -36,7 +38,7 @@ unset PYTHONDONTWRITEBYTECODE
 # the real suite revision travels in CONVBENCH_REVISION.
 # Only the stages that run asv make it: two stages may run side by side on a two-GPU host (one per GPU), and a
 # second snapshot would pull the repository from under the first one's asv.
-case $stage in fwd|bwd|ort)
+case $stage in fwd|bwd|ort|verify)
   git config --global --add safe.directory '*'
   rm -rf .git && git init -q -b main && git add -A &&
     git -c user.email=gpu@convbench -c user.name=gpu commit -qm "snapshot of ${CONVBENCH_REVISION:-the working tree}" ;;
@@ -87,6 +89,16 @@ probe)
   python3 -c "import pstats,sys; p=pstats.Stats(sys.argv[1]); p.sort_stats('tottime').print_stats(30); \
     p.sort_stats('cumulative').print_stats(45)" "$OUT/bwd-sweep.prof" > "$OUT/bwd-sweep-profile.txt"
   grep -A32 "Ordered by: internal" "$OUT/bwd-sweep-profile.txt" | cut -c1-150
+  ;;
+verify)
+  t timeout 200 python3 -m pytest -q -m gpu tests/test_gpu.py tests/test_ort_gpu.py -rs -p no:cacheprovider 2>&1 | tail -6
+  t env CONVBENCH_DIRECTIONS=fwd,bwd_data,bwd_filter timeout 200 python3 -m harness.cli bench --results "$RES" \
+    --cases seed -b "CudnnForward|TorchForward|Backward" 2>&1 | tail -4
+  run=$(newest); pack "$run"
+  t python3 -m harness.cli collect "$run" --store "$OUT/verify.sqlite" 2>&1 | tail -2
+  t python3 -m harness.cli report --store "$OUT/verify.sqlite" --out /tmp/verify-site 2>&1 | tail -2
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print({k: d.get(k) for k in ('seconds','sweep_seconds','asv_seconds','counts')})" "${run}end.json"
+  ls .asv/results/*/ | head
   ;;
 profile)
   dirs=${PROFILE_DIRECTIONS:-fwd}; d=${dirs//,/-}  # file names without commas: the device tool drops those
