@@ -33,4 +33,5 @@ python3 -m venv .venv
 .venv/bin/ruff check .
 lane=()
 [ "$quick" = 1 ] && lane=(-m "not slow")
-.venv/bin/python -m pytest -q -rs -n 2 "${lane[@]}" "$@"
+# whole modules per worker, the longest first (tests/_lanes.py): a module's fixtures are made once
+.venv/bin/python -m pytest -q -rs -n 2 --dist loadfile --no-loadscope-reorder "${lane[@]}" "$@"

@@ -12,6 +12,7 @@ import os
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -41,43 +42,6 @@ if not os.environ.get("CONVBENCH_TEST_HOME_SET"):
     os.environ["CONVBENCH_TEST_HOME_SET"] = "1"  # xdist's workers inherit this process's HOME
 
 
-# The tests `scripts/test.sh --quick` leaves out, besides those marked `slow` in their files: whole modules and
-# single tests that took 5 s or more each (pytest --durations, two xdist workers on the 2-core VM), so that the
-# fast lane stays within 2 minutes. A module name alone marks every test in it.
-SLOW = {
-    "test_report_browser.py",  # Chromium: 5-130 s a test
-    "test_report_pages.py",  # the fixtures' report (95 s) and every page of it in Chromium
-    "test_hostile_corpus.py",  # builds the hostile corpus (29 s) before its first test
-    "test_ort_isolation.py",  # onnxruntime sessions in crashing, hanging processes: 11-37 s a test
-    "test_models.py",  # builds the ONNX models (22 s)
-    "test_ort.py",  # onnxruntime sessions; its model fixture takes 8 s
-    "test_untrusted_inputs.py::test_reader_sees_whole_runs_while_a_collect_replaces_them",
-    "test_untrusted_inputs.py::test_every_record_convbench_wrote_passes_the_schema",
-    "test_report.py::test_report_from_real_runs_via_cli",
-    "test_report.py::test_the_gates_history_is_read_light_and_equal_to_the_records",
-    "test_packed.py::test_every_fixture_run_packs_to_what_its_journal_stores",
-    "test_packed.py::test_a_real_run_packs_itself_and_collect_reads_the_copy",
-    "test_bench_fleet.py::test_the_fleet_marks_documented_nondeterminism_as_real_runs_do",
-    "test_docs_commands.py::test_the_docs_commands_run_as_written",
-    "test_hostrun.py::test_native_cpu_worker_measures_and_files_its_run",
-    "test_overlays.py::test_run_no_docker_runs_each_stack_in_its_own_environment",
-    "test_slurm_render.py::test_generated_hostile_values",
-    "test_identity.py::test_native_run_on_two_slots_files_two_machines_of_the_node",
-    "test_collect.py::test_real_cpu_sweep_collects_and_recollect_changes_nothing",
-    "test_collect_concurrent.py::test_two_collects_into_one_new_store_at_once",
-    "test_paired.py::test_two_gpu_backward_upgrade_in_full",
-    "test_paired.py::test_two_gpu_aa_studies_fail_on_nothing_but_a_few_process_levels",
-    "test_paired.py::test_upgrade_command_runs_an_aa_study_on_the_cpu",
-    "test_report.py::test_the_upgrade_page_answers_what_cudnn_927_changed",
-    "test_sweep_cpu.py::test_every_slice_says_where_its_time_went",
-}
-
-
-def _slow(item) -> bool:
-    file = item.path.name
-    return file in SLOW or f"{file}::{item.originalname}" in SLOW
-
-
 def _cuda_reason() -> str | None:
     try:
         import torch
@@ -87,14 +51,19 @@ def _cuda_reason() -> str | None:
 
 
 def pytest_collection_modifyitems(config, items):
+    """GPU tests skip without CUDA; the fast lane's slow marks; the longest tests first (tests/_lanes.py), which
+    every xdist worker computes alike from the same collection."""
+    from _lanes import is_slow, start_rank
+
     reason = None
     for item in items:
         if "gpu" in item.keywords:
             reason = reason or _cuda_reason() or ""
             if reason:
                 item.add_marker(pytest.mark.skip(reason=f"needs a CUDA GPU: {reason}"))
-        if _slow(item):
+        if is_slow(item):
             item.add_marker(pytest.mark.slow)
+    items.sort(key=start_rank)  # stable: the rest keep their order
 
 
 @pytest.fixture
@@ -106,32 +75,74 @@ def faults(monkeypatch):
     return use
 
 
-@pytest.fixture(scope="session")
-def fixture_site(tmp_path_factory):
-    """The report of every committed fixture run, collected and built once per test run (about 95 s on a 2-core
-    VM), in the folder xdist's workers share: the first worker to need it builds it, the other waits and reads it.
-    The tests that use it only read it."""
-    import fcntl
+@dataclass(frozen=True)
+class FixtureReport:
+    """Every committed fixture run (or, where none are committed, real CPU runs swept here) collected into one store
+    and rendered into one site through the commands a user types (`convbench collect`, `convbench report`), with
+    their exit codes and what they printed. Read it; a test that adds runs works on ``copy_store``'s copy."""
+    store: Path
+    site: Path
+    what: str
+    collect_code: int
+    report_code: int
+    report_out: str
 
-    from _fleet_data import fixture_tarballs
+    def copy_store(self, dest: Path) -> Path:
+        """A private copy of the store at ``dest`` (SQLite's backup API: a whole, consistent copy)."""
+        import sqlite3
 
-    from harness.collect.ingest import collect
-    from harness.collect.store import Store
-    from harness.report import build
+        with sqlite3.connect(f"file:{self.store}?mode=ro", uri=True) as src, sqlite3.connect(dest) as dst:
+            src.backup(dst)
+        return dest
 
-    tars = fixture_tarballs()
-    if not tars:
-        pytest.skip("no fixtures committed")
+
+def _shared_folder(tmp_path_factory, name: str) -> Path:
+    """A folder every xdist worker of this test run sees (the run's base temp, above each worker's own)."""
     shared = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent  # the run's folder, above each worker's own
-    folder = shared / "fixture-site"
+        shared = shared.parent
+    folder = shared / name
     folder.mkdir(exist_ok=True)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def fixture_report(tmp_path_factory) -> FixtureReport:
+    """Built once per test run (collect and report of the fixtures take about 95 s on a 2-core VM): the first xdist
+    worker to need it builds it under a file lock, the other waits and reads what it wrote."""
+    import contextlib
+    import fcntl
+    import io
+    import json
+
+    from _fleet_data import real_sources
+
+    from harness import cli
+
+    folder = _shared_folder(tmp_path_factory, "fixture-report")
+    made = folder / "made.json"
     with open(folder / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (folder / "site" / "index.html").is_file():
-            db = folder / "f.sqlite"
-            assert not collect(db, tars).refused
-            with Store(db) as s:
-                build(s, folder / "site")
-    return folder / "site"
+        if not made.is_file():
+            sources, what = real_sources(folder)
+            db, site = folder / "f.sqlite", folder / "site"
+            collected = cli.main(["collect", *map(str, sources), "--store", str(db)])
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                reported = cli.main(["report", "--store", str(db), "--out", str(site)])
+            made.write_text(json.dumps({"what": what, "collect": collected, "report": reported,
+                                        "report_out": out.getvalue()}))
+    facts = json.loads(made.read_text())
+    return FixtureReport(folder / "f.sqlite", folder / "site", facts["what"], facts["collect"], facts["report"],
+                         facts["report_out"])
+
+
+@pytest.fixture(scope="session")
+def fixture_site(fixture_report):
+    """The fixture report's site (tests/fixtures/runs); skips where no fixture runs are committed."""
+    from _fleet_data import fixture_tarballs
+
+    if not fixture_tarballs():
+        pytest.skip("no fixtures committed")
+    assert fixture_report.collect_code == 0 and fixture_report.report_code == 0, fixture_report.what
+    return fixture_report.site

@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 import pytest
-from _fleet_data import FIXTURES, named_runs, noisy, real_sources, record, slower_nights, write_run
+from _fleet_data import FIXTURES, named_runs, noisy, record, slower_nights, write_run
 
 from harness import cli
 from harness.collect.ingest import collect
@@ -80,14 +80,13 @@ def test_everything_is_escaped_and_inline(tmp_path):
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in index
 
 
-def test_report_from_real_runs_via_cli(tmp_path, capsys):
-    sources, what = real_sources(tmp_path)
-    db = str(tmp_path / "s.sqlite")
-    assert cli.main(["collect", *map(str, sources), "--store", db]) == 0, what
-    out = tmp_path / "reports"
-    assert cli.main(["report", "--store", db, "--out", str(out)]) == 0
-    assert "report written" in capsys.readouterr().out
-    with Store(db) as s:
+def test_report_from_real_runs_via_cli(fixture_report):
+    """`convbench collect` and `convbench report` of the real runs, as the session's fixture report ran them."""
+    assert fixture_report.collect_code == 0, fixture_report.what
+    out = fixture_report.site
+    assert fixture_report.report_code == 0
+    assert "report written" in fixture_report.report_out
+    with Store(fixture_report.store) as s:
         runs = named_runs(s)  # a name that covers several GPUs is one cell per GPU
     index = (out / "index.html").read_text()
     assert f"{len(runs)} runs, {sum(r['n_records'] for r in runs)} records" in index
@@ -534,15 +533,14 @@ def test_a_failed_pool_leaves_the_judging_to_the_report(tmp_path, monkeypatch):
         assert strip(p.read_text()) == strip((tmp_path / "one" / rel).read_text()), rel
 
 
-def test_the_gates_history_is_read_light_and_equal_to_the_records(tmp_path):
+def test_the_gates_history_is_read_light_and_equal_to_the_records(tmp_path, fixture_report):
     """reading.history_records (key and median of the ok records, from the packed numbers and the vectors) gives
     compare_runs what the whole records give it, on every run of the fixtures (journals, asv results, records
     not ok, untimed ones) and of the hand-built fleet."""
     from harness.report.reading import combo_keys, current_records, history_records
 
-    sources, _ = real_sources(tmp_path)
-    db = _fleet(tmp_path)
-    assert not collect(db, sources).refused
+    fixture_report.copy_store(tmp_path / "s.sqlite")  # the real runs, collected once per session
+    db = _fleet(tmp_path)  # and the hand-built fleet collected into the same store
     with Store(db, create=False) as s:
         runs = s.runs()
         vectors = s.vectors([r["id"] for r in runs])

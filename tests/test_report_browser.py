@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from _fleet_data import EVIL_NAME, copy_run, named_runs, real_sources
+from _fleet_data import EVIL_NAME, copy_run, named_runs
 from browser import Browser, BrowserUnavailable
 
 from harness.collect.ingest import collect
@@ -40,13 +40,11 @@ def _keep(png, name):
     shutil.copy(png, ARTEFACTS / name)
 
 
-def test_report_loads_clean_with_fixture_numbers(browser, tmp_path):
-    sources, what = real_sources(tmp_path)
-    db = tmp_path / "s.sqlite"
-    assert not collect(db, sources).refused
-    site = tmp_path / "site"
-    with Store(db) as s:
-        build(s, site)
+def test_report_loads_clean_with_fixture_numbers(browser, fixture_report, tmp_path):
+    """The session's report of the real runs (tests/conftest.py), as a person sees it."""
+    what, site = fixture_report.what, fixture_report.site
+    assert fixture_report.collect_code == 0 and fixture_report.report_code == 0, what
+    with Store(fixture_report.store) as s:
         runs = named_runs(s)
         machines = sorted({r["machine"] for r in runs})
         newest = runs[-1]
@@ -143,10 +141,8 @@ def test_fixture_findings_are_on_screen(browser, fixture_site, tmp_path):
         assert browser.open(html.as_uri()).errors == [], html.name
 
 
-def test_script_in_a_machine_name_does_not_run(browser, tmp_path):
-    sources, _ = real_sources(tmp_path)
-    db = tmp_path / "s.sqlite"
-    collect(db, sources)
+def test_script_in_a_machine_name_does_not_run(browser, fixture_report, tmp_path):
+    db = fixture_report.copy_store(tmp_path / "s.sqlite")  # the real runs, collected once per session
     with Store(db) as s:
         origin = s.runs()[-1]["origin"]
     if ":" in origin and not os.path.isdir(origin):  # from a tarball: take a fresh CPU run instead
@@ -288,7 +284,7 @@ def _assert_site_sound(browser, site: Path, each=None) -> None:
             each(name, page)
 
 
-def test_every_page_clean_narrow_fast_and_linked(browser, tmp_path):
+def test_every_page_clean_narrow_fast_and_linked(browser, fixture_report, tmp_path):
     """Every page of a store of all the fixtures plus a next night on a new cuDNN and a night of another H200 host:
     no console error, nothing wider than 1440 px, loaded in under 0.5 s, every link and permalink resolves, the two
     H200 hosts side by side; a screenshot of each page is kept."""
@@ -302,8 +298,9 @@ def test_every_page_clean_narrow_fast_and_linked(browser, tmp_path):
     head, _ = next_night(base, tmp_path / "next", slower=1.5, fingerprint={"libraries.cudnn.version": "9.20.0"})
     other, _ = next_night(base, tmp_path / "other", machine="h200-host-b",  # the same GPU model, another host
                           fingerprint={"hostname": "host-b", "gpu.uuid": "GPU-host-b"})
-    db = tmp_path / "s.sqlite"
-    assert not collect(db, [*tars, head, other]).refused
+    db = fixture_report.copy_store(tmp_path / "s.sqlite")  # every fixture run, collected once per session
+    assert fixture_report.collect_code == 0, fixture_report.what
+    assert not collect(db, [head, other]).refused
     site = tmp_path / "site"
     with Store(db) as s:
         build(s, site)
