@@ -137,6 +137,7 @@ def fixture_records(kinds: tuple[str, ...] | None = None) -> list[tuple[dict[str
     has ``end_json_present`` when the run wrote end.json (an interrupted run did not)."""
     out = []
     every_run: list[dict[str, Any]] = []
+    wanted = [json.dumps(k).encode() for k in kinds] if kinds is not None else None
     for tar_path in fixture_tarballs():
         runs: dict[str, dict[str, Any]] = {}
         lines: dict[str, bytes] = {}
@@ -153,6 +154,8 @@ def fixture_records(kinds: tuple[str, ...] | None = None) -> list[tuple[dict[str
                     lines[parent] = tar.extractfile(m).read()
         for parent, data in lines.items():
             for line in data.splitlines():
+                if wanted and not any(k in line for k in wanted):
+                    continue  # its kind is none of ``kinds``: a JSON string value holds its quoted text
                 try:
                     d = json.loads(line)
                 except ValueError:  # a torn last line of an interrupted run
