@@ -65,12 +65,13 @@ SLOW = {
 # module starts by building the session's fixture report (tests/conftest.py) while the other worker takes a module
 # that does not read it; the report's other readers come after. The modules not named follow in their own order.
 FIRST_MODULES = [
-    "test_report.py", "test_ort_isolation.py", "test_report_browser.py", "test_paired.py", "test_report_pages.py", "test_untrusted_inputs.py",
-    "test_hostile_corpus.py", "test_slurm_cluster.py", "test_ort.py", "test_packed.py", "test_models.py",
-    "test_packaging.py", "test_docker_integration.py", "test_fleet_night.py", "test_collect_plain_real.py",
-    "test_kill_resume.py", "test_slurm_render.py", "test_sweep_cpu.py", "test_records.py", "test_bench_asv.py",
-    "test_signals.py", "test_overlays.py", "test_docs_commands.py", "test_page_permalinks.py", "test_upgrade_page.py",
-    "test_identity.py", "test_impact.py", "test_hostrun.py", "test_worker.py",
+    "test_report.py", "test_ort_isolation.py", "test_report_browser.py", "test_paired.py", "test_report_pages.py",
+    "test_untrusted_inputs.py", "test_hostile_corpus.py", "test_asv_continuous.py", "test_slurm_cluster.py",
+    "test_ort.py", "test_packed.py", "test_models.py", "test_packaging.py", "test_docker_integration.py",
+    "test_fleet_night.py", "test_collect_plain_real.py", "test_kill_resume.py", "test_slurm_render.py",
+    "test_sweep_cpu.py", "test_records.py", "test_bench_asv.py", "test_signals.py", "test_overlays.py",
+    "test_docs_commands.py", "test_page_permalinks.py", "test_upgrade_page.py", "test_identity.py", "test_impact.py",
+    "test_hostrun.py", "test_worker.py",
 ]
 BUILDS_THE_FIXTURE_REPORT = "test_report.py::test_fixture_report_answers_the_seed_questions"
 
