@@ -252,7 +252,7 @@ def timed(cmd: list[str], **kw) -> tuple[float, int, str]:
 def convbench(*args: str, root: Path = ROOT) -> list[str]:
     """The command line of `convbench ARGS` with the harness of ``root``. ``root`` goes first on sys.path: with
     ``-c``, Python puts the current folder there, ahead of PYTHONPATH, so a --baseline run started from a
-    checkout's root measured that checkout's harness instead of the baseline's (found 2026-11-30)."""
+    checkout's root measured that checkout's harness instead of the baseline's."""
     return [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(root)!r}); from harness.cli import main; "
             "import harness; assert harness.__file__.startswith(sys.path[0]), harness.__file__; sys.exit(main())",
             *args]
@@ -350,8 +350,8 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     ap.add_argument("--every-page", action="store_true", help="also load every page of the report in Chromium "
                     "(a page over 0.5 s gets a second try; about a minute more)")
-    ap.add_argument("--no-packed", action="store_true", help="generate runs without their packed copies (hosts "
-                    "before 2026-12-01): collect parses every journal line")
+    ap.add_argument("--no-packed", action="store_true", help="generate runs without their packed copies (as "
+                    "older hosts wrote them): collect parses every journal line")
     ap.add_argument("--baseline", default=None, help="another checkout's root (e.g. `git archive OLD harness | tar "
                     "-x -C DIR`): its collect + report run first on the same fleet, for a before/after in one run")
     args = ap.parse_args()

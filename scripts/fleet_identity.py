@@ -36,9 +36,9 @@ _STAMP = re.compile(rb"\d{4}-\d\d-\d\d \d\d:\d\d UTC")
 
 
 def _texts(blob: bytes) -> bytes:
-    """A run's texts as the values they hold, a row per record, one spelling: stores since 2026-12-01 keep them
-    compressed (store_packing.pack_texts), since 2026-12-02 each extra as an object instead of its JSON text, and
-    later that day by column, each extra by its key set, then each key's values encoded (_values), from 10:40 UTC
+    """A run's texts as the values they hold, a row per record, one spelling: later store layouts keep them
+    compressed (store_packing.pack_texts), then each extra as an object instead of its JSON text, then by
+    column, each extra by its key set, then each key's values encoded (_values), and in the newest layout
     their numbers binary (a part before the JSON: b"\\0BIN", its length, the part). Read here with the standard
     library, apart from the code being compared."""
     plain = blob if blob[:1] in b"[{" else zlib.decompress(blob)
@@ -59,8 +59,8 @@ def _texts(blob: bytes) -> bytes:
 
 
 def _values(values: list | dict, count: int, area: bytes = b"") -> list:
-    """A key's ``count`` values as a store keeps them since 2026-12-02's fourth layout: a list, or objects alike
-    by key ({keys, columns}), or lists of numbers of one length flat ({width, flat}), or (from 10:40 UTC) numbers
+    """A key's ``count`` values as a store keeps them since the fourth layout: a list, or objects alike
+    by key ({keys, columns}), or lists of numbers of one length flat ({width, flat}), or (the newest layout) numbers
     in the binary part ({"f8" or "i8": [first, count]}, in 8-byte items)."""
     if isinstance(values, list):
         return values
@@ -88,7 +88,7 @@ def table_digests(path: Path) -> dict[str, tuple[int, str]]:
         for row in cur:
             if name == "run_records":
                 row = dict(zip(names, row, strict=True))
-                # numbers as they are: compressed since 2026-12-02 (store_packing.pack_numbers), where smaller
+                # numbers as they are, or compressed (store_packing.pack_numbers) where smaller
                 row.update(texts=_texts(row["texts"]), numbers=row["numbers"] if len(row["numbers"]) == 120 * row["n"]
                            else zlib.decompress(row["numbers"]))
                 row = tuple(row.values())

@@ -1,5 +1,5 @@
 """The three numbers a change to the time gate's `wide` veto must keep, for the rule in force and the candidates
-tried on 2026-12-01 (docs/evidence/2026-12-01-session12-gate.md), on the committed H200 data:
+tried (docs/evidence/2026-12-01-session12-gate.md), on the committed H200 data:
 
   (a) failing findings in each committed A/A pair (tests/fixtures/runs/*aa*.tar.gz, judged as tests/test_paired.py
       judges them: harness.run.judgement.judge), and the pairs of the two committed eight-night series that fail
@@ -12,7 +12,7 @@ tried on 2026-12-01 (docs/evidence/2026-12-01-session12-gate.md), on the committ
 
 A candidate replaces timechange.placements_apart, which time_verdict asks only about records whose samples are
 only `wide` and whose placements do not overlap; "current" is the rule in force, "veto" none at all. A "close"
-candidate (2026-12-01 evening) replaces timechange.placements_close instead, the veto of any change whose sides'
+candidate replaces timechange.placements_close instead, the veto of any change whose sides'
 placements are apart by less than their spread, with the wide rule in force.
 
     python3 scripts/gate_rules.py [RULE ...]

@@ -368,7 +368,7 @@ def asv_items(c: Corpus) -> None:
         c.items.append({"path": item.name, "category": "asv", "why": why})
 
 
-# ---- issue 19 (2026-11-30): generated items of each kind the hostile run found ------------------------------------
+# ---- generated items of each kind the hostile run found -----------------------------------------------------------
 
 def _set(d: dict, dotted: str, value) -> dict:
     """A copy of ``d`` with the field at the dotted path set (objects on the way created)."""

@@ -5,7 +5,7 @@ slices.jsonl), against the run's total (the rest: asv, start-up).
 
 With --against, the records both runs timed, per backend: their measuring wall time and samples in each run, and
 the median ratio of their device medians and of their host dispatch times (this run over the other). The same
-sweep on two lent H200s (2026-12-01) took 7-27 % longer on one whose host dispatched 19-30 % slower at equal
+sweep on two lent H200s took 7-27 % longer on one whose host dispatched 19-30 % slower at equal
 device times: the sweep's wall follows the host as well as the GPU.
 """
 
@@ -67,7 +67,7 @@ def main(run_dir: str, other: str | None = None) -> int:
         print(f"measuring {backend:10s} {s:8.1f} s")
     slices = slicetime.read(run)
     per: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    for line in slices:  # a repro's or autotuner's slices apart from the sweep's (lines before 2026-12-01: sweep)
+    for line in slices:  # a repro's or autotuner's slices apart from the sweep's (lines with no kind: sweep)
         who = line["backend"] + ("" if line.get("kind", "measurement") == "measurement" else f" ({line['kind']})")
         for k in ("seconds", "measure_s", "rankings_s", "other_s", "records"):
             per[who][k] += line[k]

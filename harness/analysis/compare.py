@@ -123,7 +123,7 @@ def _accuracy(rb: dict[str, Any], rh: dict[str, Any], th: Thresholds) -> list[Fi
 
 
 # An autotuner record is a study of chance: which near-tied candidate a timed search picks varies between sessions
-# (H200 x2, 2026-11-30: 15 of one stack's flagged case/math pairs per GPU, 9 of them on both GPUs). Its flips
+# (H200 x2: 15 of one stack's flagged case/math pairs per GPU, 9 of them on both GPUs; docs/history.md). Its flips
 # between two nights are changes to read on the investigations page, never a regression of the stack.
 AUTOTUNE_CHANCE = "a timed search picks among near-tied candidates by chance (an autotuner study)"
 
@@ -138,7 +138,7 @@ def expected_nondeterminism(rec: dict[str, Any]) -> str | None:
 def _determinism(rb: dict[str, Any], rh: dict[str, Any], th: Thresholds) -> list[Finding]:
     out = []
     # An algorithm documented as non-deterministic (or PyTorch allowed to pick one) repeats bit for bit in one
-    # run and not in the next by chance: on cuDNN 9.19 -> 9.27 (H200, 2026-11-30) 119 of 2,632 backward
+    # run and not in the next by chance: on cuDNN 9.19 -> 9.27 (H200, docs/upgrade.md) 119 of 2,632 backward
     # combinations flipped so, every one of them such a record. Its flips are changes, never regressions.
     cause = expected_nondeterminism(rh)
     worse = Verdict.CHANGE if cause else Verdict.REGRESSION
@@ -160,7 +160,7 @@ def _determinism(rb: dict[str, Any], rh: dict[str, Any], th: Thresholds) -> list
     hb, hh = rb.get("hash"), rh.get("hash")
     if hb and hh and hb != hh and rb.get("hash_algo") == rh.get("hash_algo"):
         # Two runs of a documented non-deterministic algorithm differ by chance: in the A/A backward study on two
-        # H200s (2026-11-30) 159-160 such combinations a GPU, all of them documented ones. They stay changes,
+        # H200s (docs/performance.md) 159-160 such combinations a GPU, all of them documented ones. They stay changes,
         # also under --bitwise, and say so, so that "changed bits" counts what a stack changed.
         verdict = Verdict.REGRESSION if th.bitwise and not cause else Verdict.CHANGE
         out.append(_finding(FindingKind.DETERMINISM, verdict, rh, hb[:12], hh[:12],
@@ -217,7 +217,7 @@ def machine_identity(fp: dict[str, Any]) -> str:
 
 def fingerprint_diff(base: dict[str, Any], head: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """(field, base value, head value) for every identity field that differs, in IDENTITY_FIELDS order; the
-    mapped libraries by file name when both sides recorded them (runs before 2026-11-30 did not)."""
+    mapped libraries by file name when both sides recorded them (older runs did not)."""
     if base is head:  # one fingerprint object for equal texts (Store.run_jsons): a machine's nights mostly
         return []
     out = [(f, fingerprint_field(base, f), fingerprint_field(head, f)) for f in IDENTITY_FIELDS if fingerprint_field(base, f) != fingerprint_field(head, f)]

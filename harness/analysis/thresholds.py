@@ -24,8 +24,8 @@ from .findings import FindingKind
 # regressions. ``Thresholds`` carries the user's overrides (``convbench compare --time-ratio`` ...).
 
 # Relative time thresholds by the base call's median (upper edge in ms, threshold), chosen on the H200's A/A runs
-# and injected slowdowns (scripts/calibrate_gate.py; docs/performance.md). 2026-12-01, every combination timed in
-# two processes: 97 % of +5 % slowdowns on calls >= 50 us and 91 % of +10 % on 20-50 us detected; A/A pairs failed
+# and injected slowdowns (scripts/calibrate_gate.py; docs/performance.md). With every combination timed
+# in two processes: 97 % of +5 % slowdowns on calls >= 50 us and 91 % of +10 % on 20-50 us detected; A/A pairs failed
 # on 0, 0, 1 and 2 findings (one PyTorch search, one kernel at 4.4 %); 5 % for >= 50 us would fail on none of them
 # and detect 180 of 315 +5 %. Later that day (capped batches discarded, past_level): two A/A studies 0 and 0, and
 # 0 of 28 pairs of eight nights of one stack with their history.

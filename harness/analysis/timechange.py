@@ -62,7 +62,7 @@ def mann_whitney_greater(base: np.ndarray, head: np.ndarray) -> tuple[float, flo
 
 def _row_medians(x: np.ndarray) -> np.ndarray:
     """np.median(x, axis=1), the same numbers, from one sort: 2.4x faster on the report's bootstrap calls
-    (0.58 -> 0.25 ms a call, 4,719 calls of a mid-size fleet, 0 differences; 2026-12-01), where the bootstrap
+    (0.58 -> 0.25 ms a call, 4,719 calls of a mid-size fleet, 0 differences; docs/history.md), where the bootstrap
     was 60 % of the report's CPU."""
     s = np.sort(x, axis=1)
     k = s.shape[1] // 2
@@ -73,7 +73,7 @@ def _row_medians(x: np.ndarray) -> np.ndarray:
 def _resamples(seed: int, n_boot: int, n_base: int, n_head: int) -> tuple[np.ndarray, np.ndarray]:
     """bootstrap_median_ratio's resampling indices, drawn as it draws them. With its fixed seed they depend on
     the sizes alone, and a fleet report's ~26,000 calls have a few sizes (8 samples a side): drawing them once
-    took a quarter of each call (0.14 of 0.50 ms, 2026-12-02). Read-only: every call shares them."""
+    took a quarter of each call (0.14 of 0.50 ms; docs/history.md). Read-only: every call shares them."""
     rng = np.random.default_rng(seed)
     ia, ib = rng.integers(0, n_base, (n_boot, n_base)), rng.integers(0, n_head, (n_boot, n_head))
     ia.flags.writeable = ib.flags.writeable = False
@@ -106,7 +106,7 @@ def untrusted(rec: dict[str, Any]) -> list[str]:
 
 # A combination's own run-to-run spread widens its threshold to this many times the largest excursion seen in
 # the earlier runs of the same machine and stack: some calls switch level with where their buffers sit in device
-# memory (H200, 2026-11-30: resnet50.layer4.0.conv2 IMPLICIT_GEMM fp32 at 539.5 us in 11 placements of 12 and
+# memory (H200, docs/performance.md: resnet50.layer4.0.conv2 IMPLICIT_GEMM fp32 at 539.5 us in 11 placements of 12 and
 # 597.5 us in one), so a level once seen is not a regression the next time.
 HISTORY_FACTOR = 2.0
 
@@ -180,8 +180,8 @@ def placements_apart(base: dict[str, Any], head: dict[str, Any], slower: bool,
     placement medians (1 / C(m + n, m)), under ``alpha``: gap and spread in ms. Else None.
     Why: samples a few % wide (IQR over 5 % of the median, timing.sample_flags) come from calls whose
     repetitions jitter, not only from calls whose level moves; a placement's median pools 8-80 of them, so
-    where each side's placements agree the call's level is known although its samples are wide (H200,
-    2026-12-01: +10 % on 20-50 us calls, placements within 1 % on each side, vetoed as wide). One process a
+    where each side's placements agree the call's level is known although its samples are wide (H200:
+    +10 % on 20-50 us calls, placements within 1 % on each side, vetoed as wide). One process a
     side is not enough: its placements share that process's level (a one-process backward A/A, 17 us at 1.11x,
     separated by 1.6x their spread), which only a second process's placements show. In two processes a side,
     no only-wide record pair of the committed A/A runs (3,313) had its placements apart by their spread."""
@@ -195,7 +195,7 @@ def placements_apart(base: dict[str, Any], head: dict[str, Any], slower: bool,
 
 
 # A change whose two sides' placements are apart by no more than this share of one side's placement spread is
-# ambiguous (placements_close). Chosen on the committed H200 data (scripts/gate_rules.py, 2026-12-01 evening):
+# ambiguous (placements_close). Chosen on the committed H200 data (scripts/gate_rules.py; docs/performance.md):
 # at 0.5 no A/A pair timed in two processes a side fails, device-injected +5 % on >= 50 us is detected in 307 of
 # 316 and 306 of 315 calls, software-injected nightly +5 % in 88.8 % (91.9 % without the veto); at 1.0 the same
 # A/A pairs pass and those figures fall to 304, 306 and 85.7 %; at 2.0 to 286 and 76.4 %.
@@ -207,8 +207,9 @@ def placements_close(base: dict[str, Any], head: dict[str, Any], slower: bool,
     """(gap, spread) where both sides have MIN_PLACEMENTS placement medians or more, apart in the change's
     direction (draws_overlap has found them so) by no more than ``share`` of the larger of the two sides'
     placement spreads; else None. The draws are the unit a change must clear (draws_overlap), by their spread,
-    not only by not touching: in the two-process backward A/A pairs on the H200 (2026-12-01 17:23 and 17:36 UTC)
-    the only failing findings had placements 0.8 us apart where one side's spread 2.8 us (a 52 us backward-data
+    not only by not touching: in the two-process backward A/A pairs on the H200
+    (docs/performance.md) the only failing findings had placements 0.8 us apart where one side's spread
+    2.8 us (a 52 us backward-data
     ALGO_1, 1.05x) and 18.6 us apart where one side's spread 111 us (seed.c4's FFT_TILING, 1.04x)."""
     sides = placement_sides(base, head)
     if sides is None:
@@ -219,7 +220,7 @@ def placements_close(base: dict[str, Any], head: dict[str, Any], slower: bool,
 
 # A head within this of a level an earlier run of the same machine and stack measured (its median or one of its
 # processes') is back at a known level. Some kernels settle per process on one of a few levels: on the H200
-# (2026-12-01, 8 forward runs, 16 processes) resnet50.layer3.0.conv2 GEMM fp16/bf16 NCHW at 412-416, 427-437 or
+# (8 forward runs, 16 processes; docs/performance.md) resnet50.layer3.0.conv2 GEMM fp16/bf16 NCHW at 412-416, 427-437 or
 # 441-446 us, each level repeating within 0.5 %; a run whose two processes both drew the low one failed the gate
 # against 5 of the 7 runs after it (1.05x slower) although every one of them was back at the usual level.
 LEVEL_MATCH = 0.01

@@ -62,9 +62,8 @@ class SweepOptions:
 
 
 # Find's ranking costs a sweep every algorithm of every problem again under cuDNN's own timer: about 16 s of the
-# two-process backward sweep on the H200 (2026-12-01 14:56 and 15:10 UTC: rankings 36.5 s with Find, 20.5 s
-# without), a sweep that must fit in 10 minutes. So a sweep with a backward direction records Get_v7's ranking only
-# unless asked (--find); the forward sweep, whose rankings explain onnxruntime's EXHAUSTIVE search (cudnnFind),
+# two-process backward sweep on the H200 (rankings 36.5 s with Find, 20.5 s without; docs/performance.md), a
+# sweep that must fit in 10 minutes. So a sweep with a backward direction records Get_v7's ranking only unless asked (--find); the forward sweep, whose rankings explain onnxruntime's EXHAUSTIVE search (cudnnFind),
 # records both.
 def default_find(directions: tuple[str, ...]) -> bool:
     """Whether a sweep of ``directions`` records Find's ranking by default: forward only."""
@@ -72,11 +71,10 @@ def default_find(directions: tuple[str, ...]) -> bool:
 
 
 # What the commands (`sweep`, `bench`, `upgrade`, asv's own setup) time each combination in on CUDA, every
-# direction (run/replicas.py runs the second process). The backward sweep ran in one until it fitted its 10
-# minutes in two: on the H200 (2026-12-01) two took it to about 600 s on one host and past 585 s on another; with
-# PyTorch's backward timed as its one op and the checked run taken as a placement's warm-up, the whole backward
-# job ran in 465 s through asv (17:15 UTC, sweep 389.9 s), and its A/A pairs in two processes fail on nothing
-# (17:23, 17:36 UTC) where one process a side failed 0, 2, 0, 3 and 0 findings (docs/performance.md).
+# direction (run/replicas.py runs the second process). Two processes fit the backward sweep in its 10 minutes
+# with PyTorch's backward timed as its one op and the checked run taken as a placement's warm-up (the whole
+# backward job 465 s through asv on the H200), and its A/A pairs in two processes fail on nothing where one
+# process a side failed 0, 2, 0, 3 and 0 findings (docs/performance.md).
 DEFAULT_PROCESSES = 2
 
 

@@ -51,10 +51,9 @@ def arch_reason(dtype: str, sm: tuple[int, int]) -> str | None:
 # NONDETERMINISTIC_MIN_REPEATS they stop once the instability has shown (the finding is made), and from
 # NONDETERMINISTIC_LONG_MIN_REPEATS on once the next repeat would take them past NONDETERMINISTIC_BUDGET_S (a call
 # of 25 ms or more runs 2 repeats, 10 ms 7, under 3.75 ms all 20). On the H200 every documented algorithm slower
-# than 5.2 ms was bitwise stable (2026-11-29, 16:34 and 18:10 UTC: 686 of 714 unstable ones gave 22 outputs in 22
-# runs, 711 of 713 stopped at 6 repeats, the fresh-process replay found no other). In the backward sweep of
-# 2026-12-01 12:09 UTC 709 were unstable, the slowest a 5.1 ms call; 704 showed it on every repeat and the 5 that
-# needed 10-19 repeats were 0.40 ms calls. With a budget of 0.15 s and a floor of 6 for every call, repeats of
+# than 5.2 ms was bitwise stable (686 of 714 unstable ones gave 22 outputs in 22 runs, 711 of 713 stopped at 6
+# repeats, the fresh-process replay found no other; docs/history.md). In one backward sweep 709 were unstable, the slowest a 5.1 ms
+# call; 704 showed it on every repeat and the 5 that needed 10-19 repeats were 0.40 ms calls. With a budget of 0.15 s and a floor of 6 for every call, repeats of
 # stable calls took 62 s of that sweep; with this rule about 32 s (worked out from its records). The record carries
 # the count it ran.
 NONDETERMINISTIC_REPEATS = 20
@@ -123,14 +122,14 @@ class CudnnBackend:
 
 
 # Device-memory placements each combination is timed on (the operands copied to fresh allocations, shifted by
-# spacers). On the H200 (2026-11-30, scripts/gpu/placement_probe.py) resnet50.layer4.0.conv2 IMPLICIT_GEMM FMA fp32
+# spacers). On the H200 (scripts/gpu/placement_probe.py) resnet50.layer4.0.conv2 IMPLICIT_GEMM FMA fp32
 # ran 539.5 us on 11 placements of 12 and 597.5 us on one; such level switches, one placement per process, made
 # the A/A pairs' largest false alarms. Pooled over five placements one slow placement moves the median by a
 # quantile of the other four; it takes three slow ones to move it to the slow level. Measured after (H200 x2,
-# 2026-11-30, docs/performance.md): forward A/A pairs failed on 6 findings a pair instead of 16, none a placement
+# docs/performance.md): forward A/A pairs failed on 6 findings a pair instead of 16, none a placement
 # level. The forward A/A study (both stacks, both GPUs in parallel) took 275 s; single-placement, one GPU: 214 s.
 # A run timed in two processes splits them (``placements``); its forward A/A pair then failed on 0 of 2,788
-# (H200, 2026-12-01 12:27 UTC, docs/performance.md).
+# (H200, docs/performance.md).
 PLACEMENTS = 5
 
 # A placement gets a workspace of its own up to this size; larger workspaces are shared (memory, not time).

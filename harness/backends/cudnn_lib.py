@@ -111,7 +111,7 @@ class Cudnn:
         self._declare()
         self.version_int = int(self.lib.cudnnGetVersion())
         self.version = decode_version(self.version_int)
-        # The copy this binding calls, by its major: on 2026-11-30 a cuDNN 8.9 bound beside torch's 9.19 was
+        # The copy this binding calls, by its major: else a cuDNN 8.9 bound beside torch's 9.19 is
         # recorded with 9.19's path (the first libcudnn in the maps) beside version 8.9.2.
         self.path = _mapped_libcudnn(int(self.version.split(".")[0])) or self.requested
         self.path = str(Path(self.path).resolve()) if os.path.exists(self.path) else self.path

@@ -2,7 +2,7 @@
 
 A backward direction is timed as the one op F.conv2d's autograd node runs for it (``aten.convolution_backward``
 with that gradient's output mask), not as ``autograd.grad`` of a fresh forward: that timed the forward conv and
-autograd's host work too (suites before 2026-12-01 evening did; their PyTorch backward times are not comparable).
+autograd's host work too (older suites' records did; their PyTorch backward times are not comparable).
 
 On CUDA the grid is TF32 (allow_tf32 / conv.fp32_precision) x cudnn.benchmark x cudnn.deterministic; on a
 CPU these settings do not apply, so the CPU runs one setting per dtype and layout through the same
@@ -62,7 +62,7 @@ def _math_name(dtype: str, tf32: bool | None) -> str:
 class TorchBackend:
     name = "torch"
     # times a combination alone when asked (SweepOptions.timing_only): with cudnn.benchmark each process searches
-    # anew, and on the H200 (2026-12-01) one such search landed 12 % slower in one process (run/replicas.py)
+    # anew, and on the H200 one such search landed 12 % slower in one process (run/replicas.py; docs/history.md)
     replicable = True
 
     def available(self) -> str | None:

@@ -4,9 +4,9 @@ Why: the first collect of a fleet (or the rebuild a damaged store asks for, stor
 write a store ever gets, and the write-ahead log doubles it: every page is written to the log, copied into the
 store and synced once a second. On this project's 2-core VM, a fleet of 10^7 records collected with --jobs 2 into
 a new store took 45.1 s through the log and 24.7 s written straight into the file with the rollback journal in
-memory and no sync until the end (the sync included; alternated, 2026-12-02 13:45 UTC; 114.4 against 71.1 s while
-the disk was slow). No reader can see a file that is not in place yet, so nothing needs the log's guarantees
-while it is built: a failed or interrupted collect removes the hidden file (nothing measured is lost: the run
+memory and no sync until the end (the sync included; 114.4 against 71.1 s while the disk was slow;
+docs/harness.md). No reader can see a file that is not in place yet, so nothing needs the log's guarantees while
+it is built: a failed or interrupted collect removes the hidden file (nothing measured is lost: the run
 directories are untouched), and the store appears only whole, synced, in WAL mode as every store is.
 
 A collect that finds the store in place (every nightly one) writes into it through the log, run by run.

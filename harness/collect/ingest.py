@@ -211,7 +211,7 @@ def _worker(items: list[Any]) -> list[tuple]:
     """A batch of items in a parser process. Each is parsed, then written as soon as the writers' lock is free;
     while the other parser holds it, this one parses the next item instead of waiting (two parsers that waited
     left a quarter of two cores idle: a fleet collect took 44.6 s with --jobs 2 and 39.5 s with --jobs 3; batches
-    of 8 against 1, alternated twice: 48.9-52.3 against 62.0-63.9 s, 2026-12-02). What is still parsed and
+    of 8 against 1: 48.9-52.3 against 62.0-63.9 s; docs/harness.md). What is still parsed and
     unwritten at the batch's end waits for the lock then. Each item is its own transaction, as ingest_item
     writes it."""
     store, lock = _worker_store, _worker_lock

@@ -39,7 +39,7 @@ class Checkpointer:
     """Copies the write-ahead log into the store file beside writers that leave it (``wal_autocheckpoint = 0``:
     collect's parser processes), once a second, in a thread of its own. Left to the writers, the checkpoint's
     fsync made the parser that happened to fill the log wait while it held the writers' lock: 5 of 46.6 s of a
-    fleet collect on 2 cores (2026-12-02). PASSIVE: it never waits for a writer or a reader; what it leaves is
+    fleet collect on 2 cores (docs/harness.md). PASSIVE: it never waits for a writer or a reader; what it leaves is
     checkpointed when the store is closed."""
 
     def __init__(self, path: str | Path, every_s: float = 1.0):

@@ -89,7 +89,7 @@ def pack_texts(columns: Sequence[Sequence]) -> bytes:
     records of that set in record order. A fleet's ten million extras share a few key sets: by column they are
     read as lists and checked per key with no gathering (packed.py), where objects cost a parse and a walk each;
     a key's values are encoded by encode_values, its numbers kept as binary (join_texts). Uncompressed, the
-    texts were 62 % of a fleet's store (docs/fleet.md, 2026-12-01)."""
+    texts were 62 % of a fleet's store (docs/harness.md)."""
     cols = list(columns)
     shapes: dict[tuple, int] = {}
     members: list[list[dict]] = []
@@ -151,7 +151,7 @@ class Area:
 
 def join_texts(plain: bytes, area: bytes) -> bytes:
     """The texts' JSON and their binary part as one: the JSON alone where there is no binary part (as every store
-    before 2026-12-02 10:40 UTC kept it), else BINARY, the part's length (4 bytes, little-endian), the part, the
+    of an earlier layout kept it), else BINARY, the part's length (4 bytes, little-endian), the part, the
     JSON."""
     if not area:
         return plain
@@ -195,7 +195,7 @@ def encode_values(values: list, area: Area | None = None) -> Any:
     numbers all floats or all integers (a key's values, a flat list's items) as their reference there
     (Area.ref); else the values themselves (a list). A fleet's ten million clocks and replica medians are then a
     few runs of binary numbers instead of 40 million small objects: the parse of a run's texts 1.3-2.0 -> 0.75 us
-    a record (2026-12-02, by key), then (10:40 UTC, binary) its numbers checked by numpy."""
+    a record by key (docs/harness.md), and binary numbers are checked by numpy."""
     first = values[0] if values else None
     if first.__class__ is dict and first:
         keys = tuple(first)
@@ -232,15 +232,15 @@ def decode_values(encoded: Any, count: int, area: Any = b"") -> list:
 
 def unpack_texts(blob: bytes) -> tuple[Any, Any]:
     """A run's texts from the store, parsed, and their binary part (join_texts): compressed (pack_texts), or
-    plain JSON (stores written before 2026-12-01). text_columns gives their columns whatever their layout."""
+    plain JSON (the earliest stores). text_columns gives their columns whatever their layout."""
     text, area = split_texts(blob if blob[:1] in b"[{" else zlib.decompress(blob))
     return loads_texts(text), area
 
 
 def text_columns(blob: bytes, n: int) -> list[list]:
     """The TEXT_COLUMNS of a run's ``n`` records (extras as objects, None for none) from its stored texts: by
-    column (pack_texts), or, in stores written before 2026-12-02, a row per record with each extra an object or
-    (before that day) the object's JSON text."""
+    column (pack_texts), or, in stores of an earlier layout, a row per record with each extra an object or
+    (earlier still) the object's JSON text."""
     texts, area = unpack_texts(blob)
     if type(texts) is list:
         cols = [list(c) for c in zip(*texts, strict=True)] if texts else [[] for _ in TEXT_COLUMNS]
@@ -268,7 +268,7 @@ def extra_objects(shape: list[int], extras: list, n: int, area: Any = b"") -> li
 def pack_numbers(numbers: np.ndarray) -> bytes:
     """NUMBER_COLUMNS x n float64, as the store keeps them: zlib level 1, a third of their size (counts, flags and
     nulls repeat), where that is smaller; else as they are. Half a fleet's store was these numbers, and writing
-    the store costs about 5 CPU-s a GiB on this VM (SQLite's log and checkpoint, 2026-12-02)."""
+    the store costs about 5 CPU-s a GiB on a 2-core VM (SQLite's log and checkpoint; docs/harness.md)."""
     raw = numbers.astype("<f8").tobytes()
     packed = zlib.compress(raw, 1)
     return packed if len(packed) < len(raw) else raw
@@ -276,7 +276,7 @@ def pack_numbers(numbers: np.ndarray) -> bytes:
 
 def numbers_array(blob: bytes, n: int) -> np.ndarray:
     """NUMBER_COLUMNS x n float64 from a run's stored numbers (pack_numbers): as they are where they are 8 x 15 x n
-    bytes (as pack_numbers left them, and in every store before 2026-12-02), else inflated."""
+    bytes (as pack_numbers left them, and in every store of an earlier layout), else inflated."""
     size = 8 * len(NUMBER_COLUMNS) * n
     if len(blob) != size:
         try:
@@ -290,7 +290,7 @@ def numbers_array(blob: bytes, n: int) -> np.ndarray:
 
 
 def samples_blob(samples: Sequence[float] | None) -> bytes | None:
-    """Samples as float64: float32 (stores before 2026-11-30) overflows above 3.4e38 and rounds a 2x change
+    """Samples as float64: float32 (older stores) overflows above 3.4e38 and rounds a 2x change
     in the samples of a long kernel to the same value; readers tell the width from the blob's length."""
     if not samples:
         return None

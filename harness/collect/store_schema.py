@@ -77,8 +77,8 @@ CREATE TABLE IF NOT EXISTS run_records (
     numbers BLOB NOT NULL,          -- float64, NUMBER_COLUMNS x n (column after column), NaN = null
     texts BLOB NOT NULL,            -- JSON {columns, shape, extras}: TEXT_COLUMNS by column, extras by key set,
                                     -- a key's values encoded (store_packing.pack_texts, encode_values; a list in
-                                    -- stores written before that), their numbers binary (join_texts; JSON before
-                                    -- 2026-12-02 10:40 UTC), zlib; older stores: a row per record (extra an
+                                    -- stores written before that), their numbers binary (join_texts; JSON in
+                                    -- older stores), zlib; older stores: a row per record (extra an
                                     -- object, or its JSON text), zlib or plain (store_packing.text_columns)
     sample_counts BLOB NOT NULL,    -- int32 timing samples per record
     samples BLOB NOT NULL           -- float64 (float32 in older stores) little-endian samples in ms, in order

@@ -44,7 +44,7 @@ def fp32_bound(reduction: int) -> float:
 
     Exact products summed in fp32 give a relative error that grows like sqrt(L) * u (Higham and Mary's
     probabilistic bound); backward-filter reductions run over N*P*Q terms (260,100 for the seed case), where
-    that term, not operand rounding, decides. Measured on the H200 (2026-11-29): seed.c64 backward-filter in
+    that term, not operand rounding, decides. Measured on the H200 (docs/history.md): seed.c64 backward-filter in
     IEEE fp32 2.5e-5 against 6.1e-5 for this bound, and 8.1e-4 with TF32.
     """
     return max(BOUND_FP32, 2.0 * math.sqrt(max(reduction, 1)) * U["fp32"])

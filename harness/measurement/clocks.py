@@ -2,7 +2,7 @@
 
 The fingerprint reads clocks before and after a whole run; a median that moved between two runs can only be
 matched to a lower SM clock or a clock-event reason (power cap, thermal slowdown) by reading them while each
-combination is timed. On the H200 (2026-11-29) the software power cap lowered the SM clock from 1980 to 1860 MHz
+combination is timed. On the H200 (docs/history.md) the software power cap lowered the SM clock from 1980 to 1860 MHz
 during some convolutions, and their medians moved by up to 5 % between reruns.
 """
 

@@ -35,7 +35,7 @@ FLOOR_SAMPLES = 8
 class TimingPolicy:
     warmup_ms: float = 1.0  # every placement runs once untimed first, the first one for at least this long
     # At least four batches: with one batch of 8 the medians of 50-140 us calls moved by up to 4 % between reruns
-    # on the H200; with 32 samples by at most 1.05 % (2026-11-29, docs/performance.md).
+    # on the H200; with 32 samples by at most 1.05 % (docs/performance.md).
     min_samples: int = 32
     max_samples: int = 400
     budget_ms: float = 30.0  # device time spent sampling one combination, warm-up excluded
@@ -43,7 +43,7 @@ class TimingPolicy:
     # standard errors on average and over 3 in the worst of fifty calls, so a 1 % rerun spread needs the error
     # well under 0.33 %. At 0.5 % it was above 0.33 % for 894 of 2,788 forward records on the H200, at 0.2 % for
     # 112; the sweeps took 11.5 s (forward) and 70 s (backward) longer, mostly calls under 50 us. The rerun spread
-    # itself did not measurably improve: the GPU's own state dominates it (docs/performance.md, 2026-11-29).
+    # itself did not measurably improve: the GPU's own state dominates it (docs/performance.md).
     noise_target: float = 0.002
     batch: int = 8
     cold: bool = False  # flush L2 before each repetition (outside the timed region)
@@ -111,11 +111,11 @@ def pooled(timings: Sequence[Timing], keep: int) -> Timing:
                      throttled=any("throttled" in t.flags for t in timings))
 
 
-# The shapes of sample sets whose median flips between runs (issue 13, H200 forward runs, 2026-11-30: 31-43
+# The shapes of sample sets whose median flips between runs (H200 forward runs, docs/history.md: 31-43
 # records a run past either edge, e.g. 77.3, 724.4 and 79.6 us for one call): median/min and IQR/median.
 MULTIMODAL_MEDIAN_OVER_MIN = 1.5
 MULTIMODAL_IQR_OVER_MEDIAN = 0.5
-# Wider than this, a median is not a figure to gate on: on the H200 (4 forward runs of one stack, 2026-11-30)
+# Wider than this, a median is not a figure to gate on: on the H200 (4 forward runs of one stack, docs/performance.md)
 # 1.4 % of records of 20 us or more were past it, and they made most of the A/A pairs' large deviations
 # (resnet50.layer4.0.downsample IMPLICIT_GEMM fp32 NHWC: IQR/median 0.15-0.36, medians 35 % apart).
 WIDE_IQR_OVER_MEDIAN = 0.05
@@ -150,8 +150,9 @@ def _enough(samples: list[float], spent_ms: float, policy: TimingPolicy) -> bool
 # A batch after which NVML reports the SM clock held below its maximum by a slowdown reason (clocks.throttled)
 # is discarded and the GPU left idle this long before the next; nvbench does the same by default (its
 # --throttle-recovery-delay 0.05 s; its threshold, 75 % of the clock, is lower than the caps seen here). On the
-# H200 (2026-12-01, bench_fidelity) the software power cap held the SM clock at 1710-1965 MHz for some batches of
-# calls timed back to back with do_bench, and three of the four calls whose reruns spread > 1 % were those;
+# H200 (bench_fidelity, docs/performance.md) the software power cap held the SM clock at 1710-1965 MHz for some
+# batches of calls timed back to back with do_bench, and three of the four calls whose reruns spread > 1 % were
+# those;
 # the default sweeps read no cap in 10 runs. After this many discards a combination is timed as the GPU is and
 # flagged "throttled" (compare: ambiguous), so a GPU capped for good costs at most 0.4 s a combination.
 THROTTLE_RECOVERY_S = 0.05
@@ -204,9 +205,9 @@ class CudaTimer:
         batch = max(1, min(policy.batch, int(policy.budget_ms / 4 / max(min(warm), 1e-3))))
         # A spacer kernel keeps the device busy while the host enqueues the whole batch, so each event pair
         # brackets device work only. Without it a call whose host side (e.g. cuDNN's legacy-API dispatch) is
-        # slower than its kernel is timed with the host's overhead included: measured on the H200,
-        # 2026-11-29, up to 3.2x do_bench's median for 35 us 1x1 convolutions. A spacer sized from the warm-up
-        # alone was too short for some (issue 13: samples 4-8 of a batch 3.2-3.8x the first three), so each
+        # slower than its kernel is timed with the host's overhead included: measured on the H200
+        # (docs/performance.md), up to 3.2x do_bench's median for 35 us 1x1 convolutions. A spacer sized from the
+        # warm-up alone was too short for some (samples 4-8 of a batch 3.2-3.8x the first three), so each
         # batch proves it: the gate event behind the spacer is still pending once the host has enqueued it all.
         spacer_s = min(SPACER_MAX_S, 1.5 * batch * statistics.median(host_s) + 20e-6)
         samples: list[float] = []
@@ -295,7 +296,7 @@ class HostTimer:
 
 def host_loaded() -> bool:
     """More runnable processes than CPUs over the last minute: a host-timed call then shares its cores, and
-    on the dev VM five identical CPU sweeps moved by up to 104x under other jobs' load (2026-11-30)."""
+    on the dev VM five identical CPU sweeps moved by up to 104x under other jobs' load (docs/history.md)."""
     try:
         return os.getloadavg()[0] > (os.cpu_count() or 1)
     except OSError:

@@ -96,7 +96,7 @@ PAGES: list[tuple[str, str, str, str, Callable[[dict[str, Any]], dict[str, Any]]
 
 class _Environment(jinja2.Environment):
     """Pages render rows of dicts, and jinja tries ``row.x`` as an attribute first: on a dict that fails, and the
-    exception it raises cost a tenth of a fleet report's main process (3.4 million of them, 2026-12-02). A dict's
+    exception it raises cost a tenth of a fleet report's main process (3.4 million of them, docs/harness.md). A dict's
     key is looked up first; anything else, and a key a dict lacks, as jinja looks them up (the templates call no
     dict method)."""
 
@@ -119,7 +119,7 @@ def environment() -> jinja2.Environment:
 
 POOL_FROM_RUNS = 200  # a store of this many runs or more is judged in a pool of processes (one per CPU)
 # the judges yield the CPU to this process, whose pages are the report's critical path: a fleet report 16.9 ->
-# 15.4 s on 2 cores (means of 3 alternated runs, 2026-12-02)
+# 15.4 s on 2 cores (docs/harness.md)
 NICE = 5
 
 
@@ -131,7 +131,7 @@ def build(store: Store, out: str | Path, *, title: str = "convbench fleet report
     ``meter``: show pages i/N, elapsed and ETA on stderr (core/progress.py). ``thresholds``: the gate's settings
     every judgement is made with and the index names (default: the calibrated ones)."""
     # gather holds millions of long-lived objects that the default thresholds traverse again and again: 29% of
-    # a 10^7-record report's CPU time went to the cyclic collector (measured 2026-11-29: 9.9 -> 7.7 s, same RSS)
+    # a 10^7-record report's CPU time went to the cyclic collector (9.9 -> 7.7 s, same RSS; docs/history.md)
     collector = gc.get_threshold()
     gc.set_threshold(50_000, 20, 100)
     try:

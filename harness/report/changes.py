@@ -22,7 +22,7 @@ PAGE_ROWS = 200  # rows per comparison on one page; more go to the pages after i
 MAX_DETAILED = 100  # of which the first carry their two record tables and samples (the rest: one line each)
 # of those, the first gate failures are shown open, as many as the index names (TOP): a page of a hundred open
 # findings took 0.32-0.44 s to load in Chromium, 0.15-0.18 s of it layout, against 0.12-0.17 s folded (a fleet's
-# changes page, 2026-12-02); a permalink opens the finding it names
+# changes page, docs/harness.md); a permalink opens the finding it names
 OPEN = TOP
 
 # (label, record field, formatter) of a record as the drill-down shows it

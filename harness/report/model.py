@@ -118,7 +118,7 @@ def combo_label(c: dict[str, Any]) -> dict[str, Any]:
 
 def one_machine_per_gpu(runs: list[dict[str, Any]], info: dict[int, dict[str, Any]]) -> None:
     """A machine is its GPU on its host, not a name: where one machine name covers several GPUs (a name reused
-    when the hardware behind it changed; the lent H200s of 2026-11-29 to 12-01 ran under one name on 18 GPUs),
+    when the hardware behind it changed; lent GPUs ran under one name on 18 GPUs, docs/harness.md),
     each run's name is followed by its GPU's UUID (and host where those differ), so that pages, series, change
     points and image transitions never mix two GPUs. Runs with no GPU UUID under such a name say so."""
     keys = {r["id"]: machine_key(r, info[r["id"]]["fingerprint"] or {}) for r in runs}

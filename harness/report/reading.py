@@ -40,7 +40,7 @@ _COMBO_SETS: dict[bytes, frozenset] = {}  # a run's combination ids -> their set
 
 def _combo_set(v: dict[str, Any]) -> frozenset:
     """A run's combinations as a set, made once and kept in its vectors. Runs with the same combinations (a
-    machine's nights) share one set: one set a run held 0.7 GiB more in a fleet report (2026-12-02)."""
+    machine's nights) share one set: one set a run held 0.7 GiB more in a fleet report (docs/harness.md)."""
     combos = v.get("combo_set")
     if combos is None:
         key = v["combo"].tobytes()
@@ -56,7 +56,7 @@ def _combo_set(v: dict[str, Any]) -> frozenset:
 def covering_runs(runs: list[dict[str, Any]], vectors: dict[int, dict[str, np.ndarray]]) -> list[tuple[dict, set]]:
     """The runs current_records reads, newest first, each with the combinations no newer run measured (from the
     vectors alone). A fleet report asks this of a machine's runs for every judgement and every key of one: each
-    run's set is made once (_combo_set; 2.5 CPU-s of set-making before, 2026-12-02)."""
+    run's set is made once (_combo_set; else 2.5 CPU-s of set-making a fleet report, docs/history.md)."""
     seen: set[int] = set()
     out = []
     for r in reversed(runs):

@@ -1,7 +1,7 @@
 """Each combination timed in two processes of one run, pooled into one record.
 
 A fresh process can put a call at a level of its own that no placement of its operands inside the process moves:
-on the H200 x2 A/A study of 2026-11-30 (docs/performance.md) `resnet50.layer3.0.conv2.n32` GEMM bf16 NCHW ran
+in the H200 x2 A/A study (docs/performance.md) `resnet50.layer3.0.conv2.n32` GEMM bf16 NCHW ran
 0.415, 0.445, 0.448 and 0.422 ms in four processes, each tight over its five placements (0.3 % apart), and such
 per-process levels (GEMM fp16/bf16, FFT_TILING on the seed cases, 4-7 %) were every failing finding left in the
 forward A/A pairs. A run that times each combination in one process draws one level and a compare of two runs
@@ -11,7 +11,7 @@ come back to the parent and are not journaled; then in the main worker, which me
 journals a record, pools the replica's samples into it (``merge``). Each process samples half the budget and
 half the floor (``TimingPolicy.share``) on its share of the placements (``cudnn.placements``: 3 + 2), yet a second
 process still costs a second session per slice and its own checked run, warm-up and batches: on the H200
-(2026-12-01) the backward sweep came to about 1.2x of one process's, which it fits in its 10 minutes since
+the backward sweep came to about 1.2x of one process's (docs/performance.md), which it fits in its 10 minutes since
 PyTorch's backward is timed as its one op (``backends.DEFAULT_PROCESSES``). The record keeps each process's
 median (``extra.process_medians_ms``): a compare reads their spread as the call's own level noise
 (analysis/timechange.py), and ``extra.fresh_process_equal`` says whether the two processes computed the same bits.

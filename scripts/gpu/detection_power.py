@@ -10,7 +10,7 @@ per pass (harness.measurement.timing.pooled, with both processes' medians) befor
 harness.analysis.timechange.time_verdict at the default thresholds, as a compare of two runs does.
 The slowdown is device-side: an extra spin kernel (torch.cuda._sleep) enqueued right after the call inside its
 timed region, its length set from a fit of the spin kernel's own timed duration so that it adds the fraction of
-the call's pass-1 median, then corrected once per call from a timed trial of call + spin (on 2026-11-30 the fit
+the call's pass-1 median, then corrected once per call from a timed trial of call + spin (the fit
 alone gave +4.75 % for +5 % and +7.8 % for +10 % on 20-50 us calls); the slowdown each call really got is
 measured (pass k median / pass 1 median) and printed beside the verdicts.
 Prints the share detected per call-length band and the false alarms of the A/A pair; writes every row to --json.

@@ -29,7 +29,7 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-$PWD}
 OUT=${OUT:-/tmp/convbench-out}; mkdir -p "$OUT"
 RES=/tmp/convbench-results; mkdir -p "$RES"
 export CONVBENCH_MACHINE=${CONVBENCH_MACHINE:-h200-lent-gpu0}
-# Bytecode written to a place that outlives each process. On the lent machine (2026-11-29) torch's package
+# Bytecode written to a place that outlives each process. On the lent machine torch's package
 # directory is writable yet had no __pycache__ after two imports, and a profiled process compiled 1,274 modules
 # on import (5.9 s): bytecode is not being written there. The gain of this was not measured separately.
 export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-/tmp/convbench-pycache}

@@ -7,7 +7,7 @@
 #
 # Why not the wheels themselves: zip deflates each library with a 32 KiB window, and CUDA fatbins repeat across
 # megabytes; xz's 64 MiB window packed 60 MB of cuDNN 9.27's precompiled engines into 6.6 MB where deflate needed
-# 17 MB (dev VM, 2026-11-30). Transfers are paid in device time, so fewer parts are cheaper runs.
+# 17 MB (docs/history.md). Transfers are paid in device time, so fewer parts are cheaper runs.
 # On the device: `bash .devwheels/NAME/unpack.sh` (after every part is copied to /tmp/dw-NAME) gives /tmp/stack-NAME.
 set -euo pipefail
 name=${1:?usage: pack_stack.sh NAME WHEEL_DIR [DROP_GLOB...]}; wheels=${2:?wheel dir}; shift 2

@@ -1,6 +1,6 @@
 """Does a call's time depend on where its buffers sit in device memory? A probe of the A/A level switches.
 
-In the A/A runs of 2026-11-30 on the H200 some calls, tight within every run (IQR/median under 1 %), sat ~10 %
+In the H200's A/A runs (docs/performance.md) some calls, tight within every run (IQR/median under 1 %), sat ~10 %
 higher in one run of four (resnet50.layer4.0.conv2 IMPLICIT_GEMM fp32 NCHW: 1.09-1.10x under all four math types
 of that one run). A fresh process allocates its operands elsewhere. This probe times the same calls on N
 sessions in one process, each with fresh buffers shifted by a spacer allocation of a different size, and prints

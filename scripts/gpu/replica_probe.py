@@ -1,6 +1,6 @@
 """Where a replica's pass spends its time: the timing-only pass of a two-process sweep, in this process, profiled.
 
-On the H200 (2026-12-01 14:56 UTC) about 205 s of a 518 s two-process backward sweep lay outside the main
+On the H200 (docs/performance.md) about 205 s of a 518 s two-process backward sweep lay outside the main
 process's slices, mostly the replica's pass (run/replicas.py), whose records are handed back unjournaled and so
 show no wall time in the run. This runs that pass (the replica's options: timing only, its share of placements,
 budget and floor) for the given cases and backends, and prints each backend's wall time split by call length

@@ -25,7 +25,7 @@ _MATH = re.compile(r"mathType: type=cudnnMathType_t; val=(\w+)")
 _ENGINE_INDEX = re.compile(r"(?:engine_id|engineId|globalIndex|GLOBAL_INDEX)\b[^\n]*?(?:val=\[?|\[0\]: type=int64_t; val=)(-?\d+)")
 _FE_EXEC = re.compile(r"\[cudnn_frontend\] INFO: Executing (.*?)(?:\.\.\.)?\s*$", re.MULTILINE)
 # Newer frontends also log the *graph* before its plan: "Executing gid 7" / "Executing graph_uid 7". On the H200
-# (onnxruntime-gpu 1.31.1, 2026-11-29) every conv execution gave such a line and then "Executing eng28_k2=4...":
+# (onnxruntime-gpu 1.31.1) every conv execution gave such a line and then "Executing eng28_k2=4...":
 # counted as executions they doubled the count and no node could be mapped.
 _FE_GRAPH = re.compile(r"^(?:gid|graph_uid)\s+\d+$")
 _FE_HEUR = re.compile(r"Getting plan from heuristics", re.MULTILINE)
@@ -159,7 +159,7 @@ def conv_sequence(api: ApiLog | None, fe: FrontendLog | None) -> tuple[list[str]
         return [next(tags) if k == "backend" else v for k, v in api_events], "api+frontend"
     if fe_tags and n_backend == len(api_events):
         # Frontend-only convs whose API log counts cudnnBackendExecute differently from the frontend's plan
-        # executions (the H200 run of 2026-11-29 logged exactly two per conv execution): the frontend names
+        # executions (an H200 run logged exactly two per conv execution): the frontend names
         # one plan per execution, which is what the node mapping needs.
         return list(fe_tags), "frontend"
     if api_events:
