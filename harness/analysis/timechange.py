@@ -219,8 +219,8 @@ def placements_close(base: dict[str, Any], head: dict[str, Any], slower: bool,
 
 
 # A head within this of a level an earlier run of the same machine and stack measured (its median or one of its
-# processes') is back at a known level. Some kernels settle per process on one of a few levels: on the H200
-# (8 forward runs, 16 processes; docs/performance.md) resnet50.layer3.0.conv2 GEMM fp16/bf16 NCHW at 412-416, 427-437 or
+# processes') is back at a known level. Some kernels settle per process on one of a few levels: on the H200 (8
+# forward runs, 16 processes; docs/performance.md) resnet50.layer3.0.conv2 GEMM fp16/bf16 NCHW at 412-416, 427-437 or
 # 441-446 us, each level repeating within 0.5 %; a run whose two processes both drew the low one failed the gate
 # against 5 of the 7 runs after it (1.05x slower) although every one of them was back at the usual level.
 LEVEL_MATCH = 0.01

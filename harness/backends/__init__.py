@@ -62,9 +62,9 @@ class SweepOptions:
 
 
 # Find's ranking costs a sweep every algorithm of every problem again under cuDNN's own timer: about 16 s of the
-# two-process backward sweep on the H200 (rankings 36.5 s with Find, 20.5 s without; docs/performance.md), a
-# sweep that must fit in 10 minutes. So a sweep with a backward direction records Get_v7's ranking only unless asked (--find); the forward sweep, whose rankings explain onnxruntime's EXHAUSTIVE search (cudnnFind),
-# records both.
+# two-process backward sweep on the H200 (rankings 36.5 s with Find, 20.5 s without; docs/performance.md), a sweep
+# that must fit in 10 minutes. So a sweep with a backward direction records Get_v7's ranking only unless asked
+# (--find); the forward sweep, whose rankings explain onnxruntime's EXHAUSTIVE search (cudnnFind), records both.
 def default_find(directions: tuple[str, ...]) -> bool:
     """Whether a sweep of ``directions`` records Find's ranking by default: forward only."""
     return set(directions) == {"fwd"}

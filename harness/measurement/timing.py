@@ -152,8 +152,7 @@ def _enough(samples: list[float], spent_ms: float, policy: TimingPolicy) -> bool
 # --throttle-recovery-delay 0.05 s; its threshold, 75 % of the clock, is lower than the caps seen here). On the
 # H200 (bench_fidelity, docs/performance.md) the software power cap held the SM clock at 1710-1965 MHz for some
 # batches of calls timed back to back with do_bench, and three of the four calls whose reruns spread > 1 % were
-# those;
-# the default sweeps read no cap in 10 runs. After this many discards a combination is timed as the GPU is and
+# those; the default sweeps read no cap in 10 runs. After this many discards a combination is timed as the GPU is and
 # flagged "throttled" (compare: ambiguous), so a GPU capped for good costs at most 0.4 s a combination.
 THROTTLE_RECOVERY_S = 0.05
 THROTTLE_MAX_DISCARDS = 8
