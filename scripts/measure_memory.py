@@ -6,9 +6,9 @@ At ``--scale 1`` each input sits at a documented limit (core/intake.py, core/sch
 100,000 records in a run (and a 256 MiB journal of more), a 256 MiB journal of 100,000-sample records, a journal
 of lines just under and just over the 16 MiB line limit, 400 runs with 256 KiB fingerprints and one with 15 MiB,
 an asv results file of 100,000 parameter combinations, and JSON nested 100,000 deep in each file collect reads.
-Each command runs as a child of this script and its peak resident set is read from ``wait4`` (its own and its
-waited children's ``ru_maxrss``), with an 8 GiB address-space cap so that a regression fails instead of taking the
-host. A smaller ``--scale`` shrinks the sizes (not the per-line limits) for tests (tests/test_memory_bounds.py).
+Each command runs forked by a small launcher that reads its peak resident set from ``wait4`` (its own and its
+waited children's ``ru_maxrss``), with an 8 GiB address-space cap so that a regression fails instead of taking
+the host. A smaller ``--scale`` shrinks the sizes (not the per-line limits) for tests (tests/test_memory_bounds.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -181,22 +180,36 @@ def _asv_tree(src: Path, scale: float) -> tuple[int, float]:
     return n, len(text) / (1 << 20)
 
 
+# Forks the measured command and prints its peak RSS (KiB) and exit code. A child forked from a large process
+# starts with that process's peak as its own (Linux carries the high-water mark of the memory it copies across
+# exec), so the command is forked from this small interpreter, not from the caller (a test worker holds 1.5 GiB).
+_LAUNCHER = r"""
+import os, resource, sys
+pid = os.fork()
+if pid == 0:
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]),) * 2)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+        os.execv(sys.argv[2], sys.argv[2:])
+    finally:
+        os._exit(127)
+_, status, usage = os.wait4(pid, 0)
+print(usage.ru_maxrss, os.waitstatus_to_exitcode(status))
+"""
+
+
 def measure(args: list[str], cwd: Path) -> dict:
     """One convbench command as a child: exit code, peak RSS (MiB), wall seconds, stderr's last lines."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-
-    def cap() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (CAP, CAP))
-
     t0 = time.monotonic()
     with open(cwd / "stderr.txt", "w+") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "harness.cli", *args], cwd=cwd, env=env, preexec_fn=cap,
-                                stdout=subprocess.DEVNULL, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        launched = subprocess.run([sys.executable, "-S", "-c", _LAUNCHER, str(CAP), sys.executable, "-m",
+                                   "harness.cli", *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=err,
+                                  text=True, check=True)
+        maxrss_kib, exit_code = (int(v) for v in launched.stdout.split())
         err.seek(0)
         lines = err.read().splitlines()
-    return {"args": args[0], "exit": proc.returncode, "peak_mib": round(usage.ru_maxrss / 1024, 1),
+    return {"args": args[0], "exit": exit_code, "peak_mib": round(maxrss_kib / 1024, 1),
             "seconds": round(time.monotonic() - t0, 1), "traceback": any("Traceback" in ln for ln in lines),
             "refusals": [ln for ln in lines if "refused" in ln or ": error:" in ln][:5],
             "last": lines[-1][:300] if lines else ""}
