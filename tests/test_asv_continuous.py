@@ -27,7 +27,10 @@ def test_asv_continuous_measures_both_commits_and_compares_them(tmp_path):
     subprocess.run(["git", "commit", "--quiet", "--allow-empty", "-m", "second"], cwd=clone, env=env, check=True)
     res = subprocess.run([sys.executable, "-m", "asv", "continuous", "-b", "TorchForward.time_conv", "HEAD~1", "HEAD"],
                          cwd=clone, env=env, capture_output=True, text=True, timeout=900)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    # both commits run the same code: asv's verdict is the CPU's noise (2.8x on a loaded 2-core VM), so exit 1
+    # is accepted only as asv's own "performance decreased", never as a failure to run either commit
+    assert res.returncode == 0 or (res.returncode == 1 and "PERFORMANCE DECREASED" in res.stdout), \
+        res.stdout[-3000:] + res.stderr[-3000:]
     hashes = [subprocess.run(["git", "rev-parse", rev], cwd=clone, capture_output=True, text=True).stdout.strip()
               for rev in ("HEAD~1", "HEAD")]
     saved = sorted(p for p in (clone / ".asv" / "results" / "ci").glob("*.json") if p.name != "machine.json")
