@@ -8,13 +8,16 @@ from _fleet_data import noisy, record, slower_nights, write_run
 
 from harness.collect.ingest import collect
 from harness.collect.store import Store
-from harness.report import build, changes, gather
+from harness.report import build, gather
 
 T0 = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
 
 
 def test_every_finding_the_index_counts_is_listed_on_the_changes_pages(tmp_path, monkeypatch):
-    monkeypatch.setattr(changes, "PAGE_ROWS", 5)
+    import importlib
+
+    morning = importlib.import_module("harness.report.morning")  # the package names its function so
+    monkeypatch.setattr(morning, "PAGE_ROWS", 5)
     r = tmp_path / "r"
     slower_nights(r, [("cu13", 1.0), ("cu13", 1.0), ("cu13", 3.0)], T0)
     db = tmp_path / "s.sqlite"
@@ -71,3 +74,28 @@ def test_the_regressions_page_links_its_caps_to_pages_that_list_every_regression
     assert len(pages) == 3 and pages[-1].name == first
     rows = [x for p in pages for x in re.findall(r'<tr class="bad" id="([^"]+)">', p.read_text())]
     assert len(rows) == len(set(rows)) == 12
+
+
+def test_the_index_links_each_top_finding_to_the_changes_page_that_lists_it(tmp_path, monkeypatch):
+    """Combinations that stopped running are gate failures and come first on the changes pages, so the faster
+    calls the index names sit on a later page: each of the index's links opens the page holding its finding."""
+    import importlib
+
+    morning = importlib.import_module("harness.report.morning")
+    monkeypatch.setattr(morning, "PAGE_ROWS", 5)
+    r = tmp_path / "r"
+    lost = [f"lost{i}" for i in range(7)]
+    for night, slow in enumerate((1.0, 1.0, 1 / 3)):
+        write_run(r, "h200", "cu13", T0 + dt.timedelta(days=night),
+                  [record(c, median=(1.0 + i / 10) * slow, samples=noisy((1.0 + i / 10) * slow, seed=night * 50 + i))
+                   for i, c in enumerate(["c0", "c1", "c2"])]
+                  + [record(c, status="error" if night == 2 else "ok", reason="worker died") for c in lost])
+    db = tmp_path / "s.sqlite"
+    assert not collect(db, [r]).refused
+    with Store(db) as s:
+        build(s, tmp_path / "site")
+    site = tmp_path / "site"
+    links = re.findall(r'href="(changes/[^"#]+)#(f-time-[0-9a-f]+)"', (site / "index.html").read_text())
+    assert len(links) == 3 and all(re.search(r"-\d\.html$", file) for file, _ in links), links  # past page 1
+    for file, fid in links:
+        assert f'id="{fid}"' in (site / file).read_text(), (file, fid)

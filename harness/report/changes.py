@@ -12,14 +12,14 @@ import numpy as np
 from ..analysis import rollup
 from ..analysis.compare import fingerprint_diff, gate
 from ..analysis.thresholds import Thresholds
+from . import morning
 from .charts import ratio_scatter, strip_plot
 from .fmt import flatten, fmt_err, fmt_time, history_key, minute
 from .judging import NightlyComparison
 from .model import MAX_EVIDENCE_PLOTS
-from .morning import TOP, anchor, label, rank, variants_str
+from .morning import TOP, anchor, label, listed, page_file, variants_str
 
-PAGE_ROWS = 200  # rows per comparison on one page; more go to the pages after it (changes/<slug>-2.html ...)
-MAX_DETAILED = 100  # of which the first carry their two record tables and samples (the rest: one line each)
+MAX_DETAILED = 100  # rows of a comparison that carry their two record tables and samples (the rest: one line each)
 # of those, the first gate failures are shown open, as many as the index names (TOP): a page of a hundred open
 # findings took 0.32-0.44 s to load in Chromium, 0.15-0.18 s of it layout, against 0.12-0.17 s folded (a fleet's
 # changes page, docs/harness.md); a permalink opens the finding it names
@@ -59,8 +59,7 @@ def comparison(c: NightlyComparison, index: int, th: Thresholds) -> dict[str, An
     # combinations only one side measured are counted by backend and direction, not listed one by one
     one_side = Counter((f.head == "not measured", f.backend, f.direction) for f in c.findings
                        if f.kind == "availability" and f.verdict == "change")
-    shown = rollup.collapse(sorted((f for f in c.findings if not (f.kind == "availability" and f.verdict == "change")),
-                                   key=lambda f: rank(f, failing)), c.base_records, c.head_records)
+    shown = listed(c, failing)
     rows, plots, opened = [], 0, 0
     for k, (f, vs) in enumerate(shown):
         b, h = c.base_records.get(f.key), c.head_records.get(f.key)
@@ -94,20 +93,16 @@ def comparison(c: NightlyComparison, index: int, th: Thresholds) -> dict[str, An
                          for (gone, backend, direction), n in sorted(one_side.items())]}
 
 
-def page_file(slug: str, number: int) -> str:
-    """The file of a machine's changes page ``number`` (1: the page the index links to)."""
-    return f"{slug}.html" if number == 1 else f"{slug}-{number}.html"
-
-
 def changes_pages(block: dict[str, Any], comps: list[NightlyComparison], th: Thresholds) -> list[dict[str, Any]]:
-    """A machine's changes pages: every finding listed, PAGE_ROWS rows of each comparison a page (the first page
-    with the fingerprints and the roll-up), so that a count the index links to is what the pages list."""
+    """A machine's changes pages: every finding listed, morning.PAGE_ROWS rows of each comparison a page (the
+    first page with the fingerprints and the roll-up), so that a count the index links to is what the pages list."""
+    per = morning.PAGE_ROWS
     full = [{**comparison(c, i, th), "impact": block["comparisons"][i]["impact"]} for i, c in enumerate(comps)]
-    n = max(1, *(-(-len(c["rows"]) // PAGE_ROWS) for c in full))
+    n = max(1, *(-(-len(c["rows"]) // per) for c in full))
     files = [page_file(block["slug"], k) for k in range(1, n + 1)]
     out = []
     for k in range(n):
-        cs = [{**c, "rows": c["rows"][k * PAGE_ROWS:(k + 1) * PAGE_ROWS], "first_row": k * PAGE_ROWS + 1,
+        cs = [{**c, "rows": c["rows"][k * per:(k + 1) * per], "first_row": k * per + 1,
                "n_rows": len(c["rows"])} for c in full]
         out.append({"block": block, "comparisons": cs, "page": k + 1, "files": files, "file": files[k]})
     return out

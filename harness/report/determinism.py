@@ -143,4 +143,6 @@ def determinism(g: Model, parts: Parts | None = None) -> dict[str, Any]:
             "repro_expected": _grouped([w for w in repro_diff if w["cause"] is not None], parts, "repro-expected",
                                        "records", "repro records with other bits than the sweep, as documented",
                                        cols="repro_expected"),
-            "sessions": findings(g)}
+            "sessions": (sessions := findings(g)),
+            "sessions_all": parts.table("sessions-table", sessions["autotune"], "autotune", "autotune records",
+                                        inline=INLINE)}

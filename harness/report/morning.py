@@ -30,6 +30,7 @@ TOP_GROUPS = 5  # roll-up groups per comparison on the index; the changes page h
 OPEN_BLOCKS = 3
 # what matters most first: a gate failure, then an undecided time, then what stopped running
 ORDER = {"regression": 0, "ambiguous": 1, "improvement": 3, "change": 4}
+PAGE_ROWS = 200  # rows per comparison on one changes page; more go to the pages after it (changes/<slug>-2.html ...)
 
 
 def neutral(status: str) -> bool:
@@ -53,6 +54,19 @@ def rank(f: Any, failing: set[int]) -> tuple:
 def anchor(f: Any) -> str:
     """The permalink id of a finding on its machine's changes page: stable for the same finding night after night."""
     return f"f-{f.kind}-" + hashlib.sha1(f"{f.key}|{f.evidence.split(',')[0]}".encode()).hexdigest()[:12]
+
+
+def listed(c: NightlyComparison, failing: set[int]) -> list[tuple[Any, list[Any]]]:
+    """The rows of a comparison on its machine's changes pages, in their order: every finding but the
+    combinations measured on one side only (counted there, not listed), settings variants of one call with the
+    same bits and times collapsed into one row (rollup.collapse), gate failures first."""
+    return rollup.collapse(sorted((f for f in c.findings if not (f.kind == "availability" and f.verdict == "change")),
+                                  key=lambda f: rank(f, failing)), c.base_records, c.head_records)
+
+
+def page_file(machine_slug: str, number: int) -> str:
+    """The file of a machine's changes page ``number`` (1: the page the index links to)."""
+    return f"{machine_slug}.html" if number == 1 else f"{machine_slug}-{number}.html"
 
 
 def lost(c: NightlyComparison) -> list[dict[str, Any]]:
@@ -79,14 +93,15 @@ def variants_str(variants: list[Any]) -> str:
     return f"{len(variants)} settings, same bits and times: " + "; ".join(settings_str(v.settings) for v in variants)
 
 
-def comparison(c: NightlyComparison, th: Thresholds) -> dict[str, Any]:
+def comparison(c: NightlyComparison, th: Thresholds, machine_slug: str) -> dict[str, Any]:
     failing = {id(f) for f in gate(c.findings, th)}
     counts = Counter(label(f) for f in c.findings)
     order = {label(f): rank(f, failing)[:2] for f in c.findings}
-    # what stopped running is summed up by why (lost), not listed combination by combination
-    # settings variants of one call with the same bits and times are one row (rollup.collapse)
-    top = rollup.collapse(sorted((f for f in c.findings if f.kind != "availability"), key=lambda f: rank(f, failing)),
-                          c.base_records, c.head_records)[:TOP]
+    # what stopped running is summed up by why (lost), not listed combination by combination; a top finding links
+    # to the changes page that lists it (the ones before it there may be thousands of lost combinations)
+    rows = listed(c, failing)
+    top = [(f, vs, page_file(machine_slug, k // PAGE_ROWS + 1)) for k, (f, vs) in enumerate(rows)
+           if f.kind != "availability"][:TOP]
     shared = len(c.base_records.keys() & c.head_records.keys())
     n = rollup.net(c.findings, c.base_records, c.head_records, len(failing))
     gpu = str(fingerprint_field(c.head_fp, "gpu.name") or c.machine.name) if c.head_fp else c.machine.name
@@ -99,7 +114,7 @@ def comparison(c: NightlyComparison, th: Thresholds) -> dict[str, Any]:
             "counts": [(lab, n, order[lab][1] == 0) for lab, n in
                        sorted(counts.items(), key=lambda kv: (order[kv[0]], -kv[1]))],
             "top": [{"f": f, "label": label(f), "gated": id(f) in failing, "settings": variants_str(vs),
-                     "anchor": anchor(f)} for f, vs in top],
+                     "anchor": anchor(f), "file": file} for f, vs, file in top],
             "groups": rollup.groups(c.findings)[:TOP_GROUPS], "net": n, "net_line": rollup.net_line(n),
             "impact": wl,
             # rows whose 95 % interval excludes no change, largest first: a quiet machine's index row names them
@@ -114,7 +129,7 @@ def morning(g: Model) -> dict[str, Any]:
     blocks = []
     for m, comps in g.nightly:
         latest = m.latest
-        cs = [comparison(c, th) for c in comps]
+        cs = [comparison(c, th, slug(m.key)) for c in comps]
         minfo = g.minfo.get(m.name)
         where = "" if m.key.startswith("machine:") else "host {}, {}".format(*m.key.split("/", 1))
         blocks.append({"name": m.name, "key": m.key, "where": where, "source": m.source, "slug": slug(m.key),

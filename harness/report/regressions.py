@@ -19,9 +19,9 @@ STEPS_INLINE = 100  # nightly change points on the page, the largest first; all 
 # regressions listed of a machine's newest image transition, and of each earlier one (folded history: a fleet's page
 # had 9,911 rows and took 0.52 s to load); every one of them is on the machine's own pages (machine_pages)
 MAX_PER_PAIR = 25
-MAX_PLOTS = 15  # sample strips on the page (MAX_EVIDENCE_PLOTS' 40 were 190 KB of the sample's page)
+MAX_PLOTS = 10  # sample strips on the page, about 6 KB each (15 and 30 record pairs took the fixtures' page to 315 KB)
 MAX_PER_OLDER = 10
-MAX_RECORD_PAIRS = 30  # rows of the page that carry both records: 200 made the sample's page 0.83 MB (300 KB is the budget)
+MAX_RECORD_PAIRS = 20  # rows of the page that carry both records, 1.5 KB each: 200 made the sample's page 0.83 MB (300 KB is the budget)
 
 
 TOP_PER_MACHINE = 5  # regressions of a machine's newest image transition shown open; the rest are folded
