@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the sample report from the committed fixtures (tests/fixtures/runs/*.tar.gz) and packs it as
-# reports/sample.tar.xz: 209 pages of HTML are 23 MB, packed under 1 MB, and the tree a GPU host is sent stays small.
+# reports/sample.tar.xz: tens of MB of HTML packed under 1 MB, so the tree a GPU host is sent stays small.
 #   bash scripts/sample_report.sh            rebuild reports/sample/ and reports/sample.tar.xz
 #   tar xJf reports/sample.tar.xz -C reports  unpack the committed one, then open reports/sample/index.html
 set -euo pipefail
