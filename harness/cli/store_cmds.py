@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..collect.store import DEFAULT_STORE, StoreError
-from ..core.errors import EXIT_NO_DATA, UserError, printable
+from ..core.errors import UserError, printable
 from .gateflags import add_gate_arguments, thresholds
 from .helptext import command
 from .jsonout import SCHEMA, add_json
@@ -89,58 +89,20 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 # ---- compare ---------------------------------------------------------------------------------------------------
 
-def _describe(run: dict[str, Any]) -> str:
-    hw = run.get("gpu_model") or run["hardware"]
-    return f"{run['machine']} [{hw}] image {run['image']} run {run['run_id']}"
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
-    from ..analysis.compare import compare_runs, fingerprint_diff, fingerprint_field, gate, machine_identity
-    from ..analysis.workload import workload
-    from ..collect.operands import history, operands
+    from ..collect.operands import judge, operands
 
     th = thresholds(args)  # checked before any store is read
     ops = operands(args.base, args.head, args.store,
                    refused=lambda line: print(printable(f"convbench compare: refused: {line}"), file=sys.stderr))
-    sb, sh = ops.base_store, ops.head_store
-    findings = []
-    notes = []
-    pooled: dict[str, dict[str, Any]] = {}  # per head machine, its runs' records: a night's fwd and bwd runs
-    in_common = 0
-    for rb, rh in ops.pairs:
-        fb, fh = sb.run_json(rb["id"])["fingerprint"], sh.run_json(rh["id"])["fingerprint"]
-        across = machine_identity(fb) != machine_identity(fh)
-        notes.append(f"{_describe(rb)}  ->  {_describe(rh)}")
-        if across:
-            notes.append(f"different machines ({machine_identity(fb)} vs {machine_identity(fh)}): findings are "
-                         + ("gated (--across-hardware)" if th.across_hardware else
-                            "reported, not gated; time ratios include the hardware difference"))
-        diff = fingerprint_diff(fb, fh)
-        notes.append("fingerprints differ in: " + ("; ".join(f"{k} {_short(a)} -> {_short(b)}" for k, a, b in diff)
-                                                  if diff else "nothing but clocks, power and temperature"))
-        base_recs, head_recs = sb.records(rb["id"]), sh.records(rh["id"])
-        in_common += len({r["key"] for r in base_recs} & {r["key"] for r in head_recs})
-        side = pooled.setdefault(rh["machine"], {"gpu": str(fingerprint_field(fh, "gpu.name") or rh["machine"]), "base": {},
-                                                 "head": {}})
-        side["base"].update((r["key"], r) for r in base_recs)
-        side["head"].update((r["key"], r) for r in head_recs)
-        for f in compare_runs(base_recs, head_recs, th, history(sb, rb, fb)):
-            f.machine, f.base_run, f.head_run = rh["machine"], rb["run_id"], rh["run_id"]
-            f.extra["across_hardware"] = across
-            findings.append(f)
-    if not in_common:  # nothing to decide on is not a pass: the nightly gate must notice
-        raise UserError(f"BASE and HEAD have no combination in common ({len(findings)} finding(s), all of "
-                        "availability): nothing to compare", EXIT_NO_DATA)
-    failing = gate(findings, th)
-    impacts = [{**row, "machine": m} for m, p in pooled.items() for row in workload(p["base"], p["head"], p["gpu"])]
+    j = judge(ops, th)
     if args.json:
-        print(strict_json({"schema": SCHEMA, "pairs": notes, "thresholds": th.__dict__, "regressions": len(failing),
-                           "impact": impacts, "findings": [f.to_dict() for f in findings]}))
+        print(strict_json({"schema": SCHEMA, "pairs": j.notes, "thresholds": th.__dict__, "regressions": len(j.failing),
+                           "impact": j.impacts, "findings": [f.to_dict() for f in j.findings]}))
     else:
-        shown = findings if args.all else [f for f in findings if f.verdict in ("regression", "ambiguous")]
-        print(printable_lines(render_table(shown, notes + impact_notes(impacts),
-                                           len(failing))))
-    return EXIT_REGRESSION if failing else 0
+        shown = j.findings if args.all else [f for f in j.findings if f.verdict in ("regression", "ambiguous")]
+        print(printable_lines(render_table(shown, j.notes + impact_notes(j.impacts), len(j.failing))))
+    return EXIT_REGRESSION if j.failing else 0
 
 
 def impact_notes(rows: list[dict[str, Any]]) -> list[str]:
@@ -177,11 +139,6 @@ def strict_json(doc: dict[str, Any]) -> str:
     if count:
         clean["notes"] = [f"{count} number(s) not finite (a ratio that overflowed, say) are written as null"]
     return json.dumps(clean, indent=1, default=str, allow_nan=False)
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = json.dumps(value, sort_keys=True, default=str) if isinstance(value, (dict, list)) else str(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def printable_lines(text: str) -> str:

@@ -1,14 +1,17 @@
-"""What `convbench compare` compares: its two operands (each a run directory, tarball or results tree read into
-memory, or a run id, prefix, image:NAME or machine:NAME in the store) resolved to runs, and paired per machine (its GPU on its node).
+"""What `convbench compare` compares and decides: its two operands (each a run directory, tarball or results tree
+read into memory, or a run id, prefix, image:NAME or machine:NAME in the store) resolved to runs, paired per machine
+(its GPU on its node), and judged by analysis.compare with the gate's settings (``judge``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from ..analysis.thresholds import Thresholds
 from ..core.errors import EXIT_NO_DATA, UserError
 from .store import Store, StoreError
 
@@ -99,3 +102,64 @@ def same_run(base: str, head: str, sb: Store, sh: Store, rb: Run, rh: Run) -> bo
     if sb.path == ":memory:" or sh.path == ":memory:":
         return sb.path == sh.path and os.path.realpath(base) == os.path.realpath(head)
     return os.path.realpath(sb.path) == os.path.realpath(sh.path) and rb["id"] == rh["id"]
+
+
+@dataclass
+class Judgement:
+    """What compare decided: every finding (each naming its machine and runs), the gate's failures among them, the
+    workload impact per head machine, and notes on what was paired with what and how the machines differ."""
+
+    findings: list[Any]
+    failing: list[Any]
+    impacts: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+
+
+def _describe(run: Run) -> str:
+    hw = run.get("gpu_model") or run["hardware"]
+    return f"{run['machine']} [{hw}] image {run['image']} run {run['run_id']}"
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = json.dumps(value, sort_keys=True, default=str) if isinstance(value, (dict, list)) else str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def judge(ops: Operands, th: Thresholds) -> Judgement:
+    """Each pair's records compared (analysis.compare.compare_runs, with the base machine's history), a night's
+    runs pooled per head machine for the workload impact, and the gate applied. Two sides with no combination in
+    common are not a pass: EXIT_NO_DATA."""
+    from ..analysis.compare import compare_runs, fingerprint_diff, fingerprint_field, gate, machine_identity
+    from ..analysis.workload import workload
+
+    sb, sh = ops.base_store, ops.head_store
+    findings: list[Any] = []
+    notes: list[str] = []
+    pooled: dict[str, dict[str, Any]] = {}  # per head machine, its runs' records: a night's fwd and bwd runs
+    in_common = 0
+    for rb, rh in ops.pairs:
+        fb, fh = sb.run_json(rb["id"])["fingerprint"], sh.run_json(rh["id"])["fingerprint"]
+        across = machine_identity(fb) != machine_identity(fh)
+        notes.append(f"{_describe(rb)}  ->  {_describe(rh)}")
+        if across:
+            notes.append(f"different machines ({machine_identity(fb)} vs {machine_identity(fh)}): findings are "
+                         + ("gated (--across-hardware)" if th.across_hardware else
+                            "reported, not gated; time ratios include the hardware difference"))
+        diff = fingerprint_diff(fb, fh)
+        notes.append("fingerprints differ in: " + ("; ".join(f"{k} {_short(a)} -> {_short(b)}" for k, a, b in diff)
+                                                  if diff else "nothing but clocks, power and temperature"))
+        base_recs, head_recs = sb.records(rb["id"]), sh.records(rh["id"])
+        in_common += len({r["key"] for r in base_recs} & {r["key"] for r in head_recs})
+        side = pooled.setdefault(rh["machine"], {"gpu": str(fingerprint_field(fh, "gpu.name") or rh["machine"]),
+                                                 "base": {}, "head": {}})
+        side["base"].update((r["key"], r) for r in base_recs)
+        side["head"].update((r["key"], r) for r in head_recs)
+        for f in compare_runs(base_recs, head_recs, th, history(sb, rb, fb)):
+            f.machine, f.base_run, f.head_run = rh["machine"], rb["run_id"], rh["run_id"]
+            f.extra["across_hardware"] = across
+            findings.append(f)
+    if not in_common:  # nothing to decide on is not a pass: the nightly gate must notice
+        raise UserError(f"BASE and HEAD have no combination in common ({len(findings)} finding(s), all of "
+                        "availability): nothing to compare", EXIT_NO_DATA)
+    impacts = [{**row, "machine": m} for m, p in pooled.items() for row in workload(p["base"], p["head"], p["gpu"])]
+    return Judgement(findings, gate(findings, th), impacts, notes)
