@@ -34,4 +34,4 @@ python3 -m venv .venv
 lane=()
 [ "$quick" = 1 ] && lane=(-m "not slow")
 # whole modules per worker, the longest first (tests/_lanes.py): a module's fixtures are made once
-.venv/bin/python -m pytest -q -rs -n 2 --dist loadfile --no-loadscope-reorder "${lane[@]}" "$@"
+.venv/bin/python -m pytest -q -rs -n 2 --dist loadfile --no-loadscope-reorder --durations=20 "${lane[@]}" "$@"

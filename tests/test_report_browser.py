@@ -131,8 +131,11 @@ def test_fixture_findings_are_on_screen(browser, fixture_site, tmp_path):
     # every autotune record in the sessions table: on the page, or, past its first rows, on the table's own pages
     inline = det.evaluate("document.querySelectorAll('#sessions-table tbody tr').length")
     paged = sorted((site / "determinism").glob("sessions-table-*.html"))
-    listed = sum(browser.open(p.as_uri()).evaluate("document.querySelectorAll('#sessions-table tbody tr').length")
-                 for p in paged)
+    listed = 0
+    for p in paged:
+        part = browser.open(p.as_uri())
+        listed += part.evaluate("document.querySelectorAll('#sessions-table tbody tr').length")
+        part.close()
     assert (listed if paged else inline) == len(tune) and inline <= 50, (inline, listed, len(tune))
     ort = newest_per_combination([(run, d) for run, d in fixture_records(("measurement",))
                                   if d["backend"] == "ort"])
@@ -291,7 +294,9 @@ def _assert_site_sound(browser, site: Path, each=None) -> None:
         # about twice as slow as earlier ones, determinism.html took 0.40-0.71 s on this store)
         load = page.load_seconds
         if load >= 4 * PAGE_BUDGET_S:  # the machine is shared: a second slow load is the page's
-            load = min(load, browser.open(html.as_uri(), width=WIDTH, height=HEIGHT).load_seconds)
+            again = browser.open(html.as_uri(), width=WIDTH, height=HEIGHT)
+            load = min(load, again.load_seconds)
+            again.close()
         assert load < 4 * PAGE_BUDGET_S, (name, load)
         ARTEFACTS.mkdir(parents=True, exist_ok=True)
         with (ARTEFACTS / "page-load-seconds.txt").open("a") as times:
@@ -299,6 +304,7 @@ def _assert_site_sound(browser, site: Path, each=None) -> None:
         assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH, name
         if each:
             each(name, page)
+        page.close()
 
 
 def test_every_page_clean_narrow_fast_and_linked(browser, fixture_report, tmp_path):

@@ -54,7 +54,10 @@ def test_every_page_of_the_sample_report_loads_in_half_a_second(fixture_site):
         for page in _pages(fixture_site):
             best = None
             for _ in range(3):
-                opened = browser.open(page.as_uri(), width=1440, height=900)
+                # the pages' scripts run before their load event; 0.1 s after it for what comes later (0.3 s,
+                # the default, was 100 of this test's 154 s over 325 pages)
+                opened = browser.open(page.as_uri(), width=1440, height=900, settle=0.1)
+                opened.close()
                 assert opened.errors == [] and opened.dialogs == [], page.name
                 best = opened.load_seconds if best is None else min(best, opened.load_seconds)
                 if best < PAGE_BUDGET_S:
