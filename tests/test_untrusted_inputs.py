@@ -316,7 +316,9 @@ def test_reader_sees_whole_runs_while_a_collect_replaces_them(tmp_path):
     (run,) = reader.runs()
     with (d / JOURNAL_FILE).open("a") as f:  # the run grew (resumed): the next collect replaces it
         f.write(dumps(record("c")) + "\n")
+    started = time.monotonic()
     assert collect(db, [tmp_path / "r"]).updated == 1
+    assert time.monotonic() - started < 10  # the reader does not hold the collect up (it waited 60 s at close)
     # the reader's snapshot still holds the run it listed, whole
     assert reader.run_json(run["id"])["fingerprint"] and len(reader.records(run["id"])) == 2
     reader.close()

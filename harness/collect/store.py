@@ -139,7 +139,12 @@ class Store:
     def close(self) -> None:
         if self.path != ":memory:" and not self.readonly:
             try:
-                self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                # the log folded back into the file and emptied, but not waited for: a reader still holding an
+                # older snapshot (a report, a compare) kept a collect at this line for the busy timeout (60 s);
+                # then what can be copied now is, and the next writer's close empties the rest
+                self.db.execute("PRAGMA busy_timeout = 0")
+                if self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
+                    self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
             except sqlite3.OperationalError:
                 pass
         self.db.close()
