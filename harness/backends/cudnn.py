@@ -329,7 +329,6 @@ class ConvSession:
         # placement 0 is the bound call the checked run (and any repeats) just ran: already warm
         rec.time = self.timer(self.placed_calls(algo_id, ws, ws_bytes, placements(self.options)), warmed=1)
         rec.extra["placement_medians_ms"] = self.timer.placement_medians_ms
-        rec.extra["batch_hold"] = self.timer.held_by
         rec.status = OK
         return rec
 

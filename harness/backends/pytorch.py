@@ -165,7 +165,6 @@ class TorchBackend:
                 rec.determinism = Determinism(hash=accuracy.output_hash(out), hash_algo=accuracy.HASH_ALGO,
                                               repeats=0, repeat_equal=None, fresh_handle_equal=None)
                 rec.time = timer(call, warmed=1)  # the checked run above was its first call
-            _held_by(rec, timer)
             rec.status = OK
             return
         with torch.no_grad():
@@ -190,12 +189,4 @@ class TorchBackend:
                                           repeat_equal=repeat_equal, fresh_handle_equal=None,
                                           distinct_outputs=len(hashes))
             rec.time = timer(call, warmed=1)  # the checked run above was its first call
-        _held_by(rec, timer)
         rec.status = OK
-
-
-def _held_by(rec: Record, timer) -> None:
-    """How the CUDA timer held its batches back (measurement/timing.py); a host timer holds nothing."""
-    held_by = getattr(timer, "held_by", None)
-    if held_by is not None:
-        rec.extra["batch_hold"] = held_by

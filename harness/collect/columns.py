@@ -216,7 +216,7 @@ def values_pass(values: Any, tp: Any, name: str) -> bool:
 # check_record holds it to. A plain line may carry these (the clock with its known keys only, extra with these
 # keys only): their values are gathered by name and checked per run; any other key makes the line not plain.
 PLAIN_EXTRA = ("wall_ms", "process_medians_ms", "placement_medians_ms", "fresh_process_equal", "replica",
-               "documented_nondeterministic", "batch_hold")
+               "documented_nondeterministic")
 _TIME_HINTS = typing.get_type_hints(Timing)
 OPTIONAL_TYPES: dict[str, Any] = {"host_ms": _TIME_HINTS["host_ms"], "flags": _TIME_HINTS["flags"], **RULES.clock_types,
                                   **{k: RULES.extra_types[k] for k in PLAIN_EXTRA}}

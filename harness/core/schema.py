@@ -60,7 +60,6 @@ EXTRA_TYPES: dict[str, Any] = {
     "clock": dict[str, Any] | None, "flags": list[str], "host_ms": float | None,
     "session_create_ms_drift": list[float], "first_inference_ms_drift": list[float],
     "process_medians_ms": list[float], "placement_medians_ms": list[float], "replica": str | None,
-    "batch_hold": str | None,
     # a crosscheck's (run/autotune.py): the report and core.explain format these as numbers and names
     "torch_class": str | None, "cudnn_fma_class": str | None, "cudnn_fma_max_abs": float | None, "sm": str | None,
 }

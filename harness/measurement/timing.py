@@ -1,13 +1,12 @@
 """Timing: device events around the measured call, warm-up, adaptive repetition to a noise target.
 
 Each repetition is bracketed by its own pair of CUDA events on the stream the call runs on, so the figure
-is device time of that call alone. Repetitions are issued in batches behind a hold that keeps the device from
-starting the batch until the host has enqueued all of it, and synchronised once per batch, so neither host
-launch overhead nor host stalls enter the samples. The hold is released by the host (streamgate.py, as nvbench's
-blocking kernel is) where the driver allows; elsewhere it is a spacer kernel sized from the host's dispatch time.
-Either is checked, not assumed: an event recorded after the hold must still be pending when the host has
-enqueued the whole batch; a batch where it is not may hold host time, so it is discarded (and the spacer
-doubled, or the spacer used from then on). The host's own dispatch time per call is kept as a figure of its own. Sampling stops when the median is
+is device time of that call alone. Repetitions are issued in batches behind a spacer kernel that keeps
+the device busy until the host has enqueued the batch, and synchronised once per batch, so neither host
+launch overhead nor host stalls enter the samples. That is checked, not assumed (nvbench's blocking kernel does
+the same job with a host-released flag): an event recorded after the spacer must still be pending when the host
+has enqueued the whole batch; a batch where it is not may hold host time, so it is discarded and the spacer
+doubled. The host's own dispatch time per call is kept as a figure of its own. Sampling stops when the median is
 known to the noise target, or the time budget or sample cap is reached; the median, IQR and every sample are
 kept so later comparisons can be statistical, with flags where the samples say the median cannot be trusted.
 After each batch NVML reads the SM clock and its slowdown reasons: a batch run under a power cap or thermal
@@ -26,7 +25,6 @@ from dataclasses import dataclass, replace
 
 from ..core.records import Timing
 from .clocks import DeviceClock, during
-from .streamgate import StreamGate
 
 # Below this many samples a rank test is not worth running (the normal approximation of Mann-Whitney's U
 # needs about 7 a side): the budget never stops sampling before it, and compare calls such records ambiguous.
@@ -160,21 +158,6 @@ THROTTLE_RECOVERY_S = 0.05
 THROTTLE_MAX_DISCARDS = 8
 SPACER_CLOCK_HZ = 2.0e9  # cycles per second assumed for the spacer; a slower clock only lengthens it
 SPACER_MAX_S = 0.1  # the spacer doubles up to this after a batch the host did not stay ahead of
-# How a batch is held back: "gate" (host-released, where the driver allows; else the spacer) or "spacer" (the
-# spin kernel always, e.g. to time a tree both ways on one GPU).
-BATCH_HOLD_ENV = "CONVBENCH_BATCH_HOLD"
-
-_gates: dict[tuple[int, int], StreamGate | None] = {}
-
-
-def stream_gate(stream) -> StreamGate | None:
-    """This process's gate on ``stream`` (tried once per stream), or None where the spacer must do."""
-    if os.environ.get(BATCH_HOLD_ENV, "gate") == "spacer":
-        return None
-    key = (stream.device_index, stream.cuda_stream)
-    if key not in _gates:
-        _gates[key] = StreamGate.open(stream)
-    return _gates[key]
 
 
 class CudaTimer:
@@ -186,7 +169,6 @@ class CudaTimer:
         self.torch = torch
         self.policy = policy
         self.clock = DeviceClock.for_torch_device()
-        self.held_by: str | None = None  # "gate" or "spacer", once a call is timed
         self._flush = None
         if policy.cold:
             l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
@@ -220,14 +202,13 @@ class CudaTimer:
         # A batch never outlasts a quarter of the budget: a 44 ms call is sampled 3 times, not 8 (one batch of
         # 8 was ten times the budget). The warm-up's event time bounds the call's device time from above.
         batch = max(1, min(policy.batch, int(policy.budget_ms / 4 / max(min(warm), 1e-3))))
-        # The batch is held back (a host-released gate, else a spacer kernel) while the host enqueues all of it,
-        # so each event pair brackets device work only. Without it a call whose host side (e.g. cuDNN's legacy-API dispatch) is
+        # A spacer kernel keeps the device busy while the host enqueues the whole batch, so each event pair
+        # brackets device work only. Without it a call whose host side (e.g. cuDNN's legacy-API dispatch) is
         # slower than its kernel is timed with the host's overhead included: measured on the H200
         # (docs/performance.md), up to 3.2x do_bench's median for 35 us 1x1 convolutions. A spacer sized from the
         # warm-up alone was too short for some (samples 4-8 of a batch 3.2-3.8x the first three), so each
-        # batch proves it: the event behind the hold is still pending once the host has enqueued it all.
+        # batch proves it: the event behind the spacer is still pending once the host has enqueued it all.
         spacer_s = min(SPACER_MAX_S, 1.5 * batch * statistics.median(host_s) + 20e-6)
-        gate = stream_gate(stream)
         # one set of events for every batch (each is read before the next batch records it again)
         behind = torch.cuda.Event()
         pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(batch)]
@@ -241,31 +222,21 @@ class CudaTimer:
         accepted = 0
         while accepted < len(fns) or not _enough(samples, spent, policy):
             fn = fns[accepted % len(fns)]
-            held = gate is not None and gate.hold()
-            if not held:
-                torch.cuda._sleep(int(spacer_s * SPACER_CLOCK_HZ))
+            torch.cuda._sleep(int(spacer_s * SPACER_CLOCK_HZ))
             behind.record(stream)
-            try:
-                for start, end in pairs:
-                    if self._flush is not None:
-                        self._flush.zero_()
-                    start.record(stream)
-                    h = time.perf_counter()
-                    fn()
-                    dispatch.append(time.perf_counter() - h)
-                    end.record(stream)
-                ahead = not behind.query()  # the device had not reached the batch when the host finished enqueuing
-            finally:
-                if held:
-                    gate.release()
+            for start, end in pairs:
+                if self._flush is not None:
+                    self._flush.zero_()
+                start.record(stream)
+                h = time.perf_counter()
+                fn()
+                dispatch.append(time.perf_counter() - h)
+                end.record(stream)
+            ahead = not behind.query()  # the device had not reached the batch when the host finished enqueuing
             pairs[-1][1].synchronize()
             # right after the batch: the clock it ran at, and any cap still in force
             read = self.clock.read() if self.clock is not None else None
             times = [s.elapsed_time(e) for s, e in pairs]
-            if not ahead and held:  # a hold that did not hold: the spacer from here on
-                spent += sum(times)
-                gate = None
-                continue
             if not ahead and spacer_s < SPACER_MAX_S:
                 spent += sum(times)
                 spacer_s = min(SPACER_MAX_S, 2 * spacer_s)
@@ -290,7 +261,6 @@ class CudaTimer:
                            clock, host_ms=1e3 * statistics.median(dispatch), host_bound=host_bound,
                            throttled=throttled)
         self.placement_medians_ms = [round(statistics.median(p), 6) for p in per_placement]
-        self.held_by = "gate" if gate is not None else "spacer"
         return timing
 
 

@@ -57,8 +57,6 @@ def merge(rec: Record, replica: Record | None, keep: int) -> Record:
         placements = rec.extra.get("placement_medians_ms")
         if placements is not None and replica.extra.get("placement_medians_ms") is not None:
             rec.extra["placement_medians_ms"] = placements + replica.extra["placement_medians_ms"]
-        if replica.extra.get("batch_hold") != rec.extra.get("batch_hold"):
-            rec.extra["batch_hold"] = "mixed"
         if rec.determinism is not None and replica.determinism is not None:
             rec.extra["fresh_process_equal"] = rec.determinism.hash == replica.determinism.hash
     rec.time = pooled(timings, keep)
