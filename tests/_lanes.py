@@ -54,6 +54,8 @@ SLOW = {
     "test_sweep_cpu.py::test_cpu_sweep_measures_torch_and_skips_cudnn_with_a_reason",
     "test_report.py::test_one_name_on_two_gpus_is_two_machines_on_every_page",
     "test_worker.py::test_isolated_torch_sweep_matches_in_process",
+    "test_workload_impact.py::test_a_training_step_pools_a_gpus_forward_and_backward_studies",  # 12 s
+    "test_sweep_signals.py",  # real sweeps with worker pools under real signals: 2-5 s a test
 }
 
 
