@@ -41,8 +41,8 @@ def test_a_tables_pages_list_the_count_its_page_gives(fixture_site):
 
 @pytest.mark.browser
 def test_every_page_of_the_sample_report_loads_in_half_a_second(fixture_site):
-    """Each page's load in headless Chromium, the best of three (the machine is shared: one slow load is the
-    machine's, three are the page's)."""
+    """Each page's load in headless Chromium, one tab going from page to page as a reader's does, the best of
+    three (the machine is shared: one slow load is the machine's, three are the page's)."""
     from browser import Browser, BrowserUnavailable
 
     try:
@@ -51,15 +51,16 @@ def test_every_page_of_the_sample_report_loads_in_half_a_second(fixture_site):
         pytest.skip(f"headless Chromium unavailable: {exc}")
     slow = {}
     try:
+        tab = browser.open("about:blank", width=1440, height=900, settle=0)
         for page in _pages(fixture_site):
             best = None
             for _ in range(3):
-                # the pages' scripts run before their load event; 0.1 s after it for what comes later (0.3 s,
-                # the default, was 100 of this test's 154 s over 325 pages)
-                opened = browser.open(page.as_uri(), width=1440, height=900, settle=0.1)
-                opened.close()
-                assert opened.errors == [] and opened.dialogs == [], page.name
-                best = opened.load_seconds if best is None else min(best, opened.load_seconds)
+                # the pages' scripts run before their load event; 0.1 s after it for what comes later (a new tab
+                # per page and 0.3 s were 130 of this test's 154 s over 325 pages)
+                tab.errors.clear()
+                tab.navigate(page.as_uri(), settle=0.1)
+                assert tab.errors == [] and tab.dialogs == [], page.name
+                best = tab.load_seconds if best is None else min(best, tab.load_seconds)
                 if best < PAGE_BUDGET_S:
                     break
             if best >= PAGE_BUDGET_S:
