@@ -39,12 +39,12 @@ class TimingPolicy:
     min_samples: int = 32
     max_samples: int = 400
     budget_ms: float = 30.0  # device time spent sampling one combination, warm-up excluded
-    # Stop once the median's relative standard error is below this. At 0.2 % instead the error was under 0.33 %
-    # for all but 112 of 2,788 forward records on the H200 (894 at 0.5 %), yet the rerun spread did not measurably
-    # improve (the GPU's own state dominates it) while the sweeps took 11.5 s (forward) and 70 s (backward) longer,
-    # almost all of it on host-bound calls under 50 us (docs/performance.md). The gate reads the spread between
-    # processes and placements as the call's noise, which is larger than this for such calls.
-    noise_target: float = 0.005
+    # Stop once the median's relative standard error is below this. The range of three medians is about 1.7
+    # standard errors on average and over 3 in the worst of fifty calls, so a 1 % rerun spread needs the error
+    # well under 0.33 %. At 0.5 % it was above 0.33 % for 894 of 2,788 forward records on the H200, at 0.2 % for
+    # 112; the sweeps took 11.5 s (forward) and 70 s (backward) longer, mostly calls under 50 us. The rerun spread
+    # itself did not measurably improve: the GPU's own state dominates it (docs/performance.md).
+    noise_target: float = 0.002
     batch: int = 8
     cold: bool = False  # flush L2 before each repetition (outside the timed region)
     keep_samples: int = 64  # samples stored in the record (evenly thinned); the summary uses all
@@ -207,11 +207,8 @@ class CudaTimer:
         # slower than its kernel is timed with the host's overhead included: measured on the H200
         # (docs/performance.md), up to 3.2x do_bench's median for 35 us 1x1 convolutions. A spacer sized from the
         # warm-up alone was too short for some (samples 4-8 of a batch 3.2-3.8x the first three), so each
-        # batch proves it: the event behind the spacer is still pending once the host has enqueued it all.
+        # batch proves it: the gate event behind the spacer is still pending once the host has enqueued it all.
         spacer_s = min(SPACER_MAX_S, 1.5 * batch * statistics.median(host_s) + 20e-6)
-        # one set of events for every batch (each is read before the next batch records it again)
-        behind = torch.cuda.Event()
-        pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(batch)]
         samples: list[float] = []
         dispatch: list[float] = []
         spent = 0.0
@@ -223,17 +220,22 @@ class CudaTimer:
         while accepted < len(fns) or not _enough(samples, spent, policy):
             fn = fns[accepted % len(fns)]
             torch.cuda._sleep(int(spacer_s * SPACER_CLOCK_HZ))
-            behind.record(stream)
-            for start, end in pairs:
+            gate = torch.cuda.Event()
+            gate.record(stream)
+            pairs = []
+            for _ in range(batch):
                 if self._flush is not None:
                     self._flush.zero_()
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
                 start.record(stream)
                 h = time.perf_counter()
                 fn()
                 dispatch.append(time.perf_counter() - h)
                 end.record(stream)
-            ahead = not behind.query()  # the device had not reached the batch when the host finished enqueuing
-            pairs[-1][1].synchronize()
+                pairs.append((start, end))
+            ahead = not gate.query()  # the device had not reached the batch when the host finished enqueuing
+            end.synchronize()
             # right after the batch: the clock it ran at, and any cap still in force
             read = self.clock.read() if self.clock is not None else None
             times = [s.elapsed_time(e) for s, e in pairs]
