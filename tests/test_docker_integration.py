@@ -5,7 +5,6 @@ starts one on CI)."""
 from __future__ import annotations
 
 import ast
-import fcntl
 import itertools
 import json
 import os
@@ -14,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _docker_build import build_cpu_image
 from _fleet_data import degraded_journal
 
 from harness.cli import main
@@ -43,11 +43,7 @@ def cpu_image(client):
     except baseimage.BaseImageError as exc:
         pytest.skip(f"cannot make the base image here: {exc}")
     made_base = time.monotonic()
-    # one build at a time: the module's tests are spread over xdist workers, and the second build of the same
-    # revision then finds the first one's image (or its cached layers)
-    with open("/tmp/convbench-docker-build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        image_id = images.build(client, matrix, row)
+    image_id = build_cpu_image(client, matrix)
     print(f"\nbase image {made_base - started:.0f} s, CPU image {time.monotonic() - made_base:.0f} s")
     return client.images.get(image_id)
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _docker_build import build_cpu_image
 
 from tests.slurm_cluster import Cluster, unavailable
 
@@ -160,12 +161,12 @@ def test_a_docker_night_runs_one_container_per_gpu_slot_of_every_node(cluster, t
     except images.EngineError as exc:
         pytest.skip(f"no Docker engine: {exc}")
     matrix = imagematrix.load_matrix()
-    row, base = matrix.rows["cpu"], matrix.bases[matrix.rows["cpu"].base]
+    base = matrix.bases[matrix.rows["cpu"].base]
     try:
         baseimage.ensure(client, base.tag, base.suite, base.mirror, base.include)
     except baseimage.BaseImageError as exc:
         pytest.skip(f"cannot make the base image here: {exc}")
-    image_id = images.build(client, matrix, row)
+    image_id = build_cpu_image(client, matrix)
     (tmp_path / "outbox").mkdir()
     out = tmp_path / "fleet"
     subprocess.run([str(CONVBENCH), "images", "--matrix", str(FLEET_MATRIX), "render", "--slurm", "cpu",

@@ -18,11 +18,14 @@ from harness.deploy import imagematrix, slurm
 
 FLEET_MATRIX = Path(__file__).parent / "fixtures" / "fleet_matrix.toml"
 
-# srun's stand-in: the command once per node of $FAKE_NODES, each with its node name and two GPU slots
+# srun's stand-in: the command once per node of $FAKE_NODES (or the one --nodelist names), each with its node name
+# and two GPU slots
 FAKE_SRUN = """#!/bin/bash
-while [[ "${1:-}" == --* ]]; do shift; done
+only=
+while [[ "${1:-}" == --* ]]; do case "$1" in --nodelist=*) only=${1#--nodelist=};; esac; shift; done
 rc=0
 for n in $FAKE_NODES; do
+  if [ -n "$only" ] && [ "$n" != "$only" ]; then continue; fi
   # a node in $FAKE_DEAD dies before it ends: real srun says "Node failure" and still exits 0 under --no-kill
   if [ "$n" = "${FAKE_DEAD:-}" ]; then echo "srun: error: Node failure on $n" >&2; continue; fi
   SLURMD_NODENAME=$n CUDA_VISIBLE_DEVICES=0,1 "$@" || rc=$?
@@ -51,6 +54,10 @@ for slot in opt("--gpus").split(","):
 sys.exit(int(os.environ.get("FAKE_EXIT_" + opt("--host-name"), "0")))
 """
 FAKE_DOCKER = "#!/bin/bash\nexit 0\n"
+# scontrol's stand-in: the job's nodes, one a line
+FAKE_SCONTROL = """#!/bin/bash
+[ "$1 $2" = "show hostnames" ] && printf '%s\\n' $FAKE_NODES
+"""
 
 
 def render(tmp_path: Path, **kw) -> str:
@@ -64,7 +71,7 @@ def render(tmp_path: Path, **kw) -> str:
 def stubs(tmp_path: Path, convbench_dir: Path | None = None) -> tuple[dict, Path]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    for name, text in (("srun", FAKE_SRUN), ("docker", FAKE_DOCKER)):
+    for name, text in (("srun", FAKE_SRUN), ("docker", FAKE_DOCKER), ("scontrol", FAKE_SCONTROL)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     cb = (convbench_dir or bin_dir) / "convbench"
@@ -72,7 +79,7 @@ def stubs(tmp_path: Path, convbench_dir: Path | None = None) -> tuple[dict, Path
     cb.write_text(FAKE_CONVBENCH)
     cb.chmod(0o755)
     env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", FAKE_NODES="n1 n2", SLURM_JOB_ID="77",
-               SLURM_JOB_NUM_NODES="2",
+               SLURM_JOB_NUM_NODES="2", SLURM_JOB_NODELIST="n[1-2]",
                FAKE_LOG=str(tmp_path / "argv"))
     return env, cb
 
@@ -103,7 +110,9 @@ def test_one_job_takes_every_gpu_of_every_node_of_the_pool(tmp_path):
                  "#SBATCH --gres=gpu:2", "#SBATCH --no-kill", "#SBATCH --partition=gpu"):
         assert line in text.splitlines()
     assert "--array" not in text
-    assert re.search(r"^srun --kill-on-bad-exit=0 .*convbench_node", text, re.M)
+    # one job step per node, so that a node that dies ends its own step only
+    assert re.search(r"^  \( srun --nodes=1 --ntasks=1 --nodelist=\"\$node\" --kill-on-bad-exit=0 bash -c 'convbench_node'",
+                     text, re.M)
     assert '"$convbench" run --no-docker --gpus "$gpus" --host-name "$node"' in text
     assert "local convbench=/site/venv/bin/convbench" in text
 
