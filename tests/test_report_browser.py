@@ -288,6 +288,7 @@ def _assert_site_sound(browser, site: Path, each=None) -> None:
     page = browser.open("about:blank", width=WIDTH, height=HEIGHT, settle=0)  # one tab, as a reader goes on
     for html in _opened_pages(site):
         page.errors.clear()
+        page.dialogs.clear()
         page.navigate(html.as_uri())
         name = str(html.relative_to(site))
         assert page.errors == [] and page.dialogs == [], name
