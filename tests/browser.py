@@ -205,6 +205,9 @@ class Page:
                 return False
 
     def navigate(self, url: str, settle: float = 0.3) -> None:
+        """Go to ``url`` in this tab; ``errors`` and ``dialogs`` then hold what that page raised, not earlier ones."""
+        self.errors.clear()
+        self.dialogs.clear()
         t0 = time.perf_counter()
         self.browser.call("Page.navigate", {"url": url}, session=self.session)
         if not self.pump("Page.loadEventFired", timeout=self.browser.timeout):

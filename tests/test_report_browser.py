@@ -287,8 +287,6 @@ def _assert_site_sound(browser, site: Path, each=None) -> None:
             assert f'id="{frag}"' in dest.read_text(), (page_file.name, href)
     page = browser.open("about:blank", width=WIDTH, height=HEIGHT, settle=0)  # one tab, as a reader goes on
     for html in _opened_pages(site):
-        page.errors.clear()
-        page.dialogs.clear()
         page.navigate(html.as_uri(), settle=0.05)  # the pages' scripts run before their load event, no timers
         name = str(html.relative_to(site))
         assert page.errors == [] and page.dialogs == [], name
