@@ -289,14 +289,17 @@ def test_hostile_values_in_a_docker_night_never_run(tmp_path, value):
     images = tmp_path / ("images " + value.replace("/", "_"))
     (tmp_path / "outbox").mkdir()
     env, cb = stubs(tmp_path)
-    docker_log = tmp_path / "docker.log"
-    (tmp_path / "bin" / "docker").write_text(  # no image is there yet: each node loads it
-        '#!/bin/bash\n[ "$1" = image ] && exit 1\nprintf "%s\\n" "$@" >> "$DOCKER_LOG"\n')
+    docker_log = tmp_path / "docker-calls"
+    docker_log.mkdir()
+    (tmp_path / "bin" / "docker").write_text(  # no image is there yet: each node loads it, side by side, so
+        # each call writes its own file (lines appended by two nodes at once would interleave)
+        '#!/bin/bash\n[ "$1" = image ] && exit 1\nprintf "%s\\n" "$@" > "$(mktemp "$DOCKER_LOG/call.XXXXXX")"\n')
     env["DOCKER_LOG"] = str(docker_log)
     out = run_script(tmp_path, render(tmp_path, docker=True, convbench=str(cb), images_dir=str(images),
                                       cases=value), env)
     assert not canary.exists(), f"the value {value!r} ran a command"
     assert out.returncode == 0, out.stderr
     row = "cu130-cudnn919-torch211"
-    assert docker_log.read_text().splitlines() == ["load", "-i", f"{images}/{row}.tar"] * 2
+    calls = [p.read_text().splitlines() for p in docker_log.iterdir()]
+    assert calls == [["load", "-i", f"{images}/{row}.tar"]] * 2
     assert all(f"--cases={value}" in a and a[a.index("--rows") + 1] == row for a in argv_seen(tmp_path))
