@@ -745,19 +745,29 @@ HANG_S = 60
 
 
 def _snapshot(root: Path, skip: tuple[str, ...] = ()) -> dict[str, str]:
-    snap = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            p = Path(dirpath) / name
-            if any(str(p).startswith(x) for x in skip):
+    """Every entry under ``root`` (links not followed) with its type, size and mtime, but those whose path starts
+    with one of ``skip`` (a directory that does is not walked: nothing below it can be kept). Taken twice per
+    scenario over the whole corpus, so it walks with scandir and plain strings."""
+    snap: dict[str, str] = {}
+    todo = [str(root)]
+    while todo:
+        try:
+            entries = list(os.scandir(todo.pop()))
+        except OSError:  # as os.walk: a directory that cannot be listed is left out
+            continue
+        for e in entries:
+            p = e.path
+            if skip and p.startswith(skip):
                 continue
-            st = p.lstat()
+            st = e.stat(follow_symlinks=False)
             if stat.S_ISLNK(st.st_mode):
-                snap[str(p)] = "link:" + os.readlink(p)
+                snap[p] = "link:" + os.readlink(p)
             elif stat.S_ISREG(st.st_mode):
-                snap[str(p)] = f"file:{st.st_size}:{st.st_mtime_ns}"
+                snap[p] = f"file:{st.st_size}:{st.st_mtime_ns}"
             else:
-                snap[str(p)] = f"mode:{st.st_mode:o}"
+                snap[p] = f"mode:{st.st_mode:o}"
+                if stat.S_ISDIR(st.st_mode):
+                    todo.append(p)
     return snap
 
 
