@@ -229,10 +229,10 @@ def _plain_equals_general(runs: list[RawRun], monkeypatch) -> int:
     fulls = [col._parse_journal(raw, meta, True) for raw, meta in zip(runs, metas, strict=True)]
     walked = _walked_lines(monkeypatch)
     for raw, meta, full in zip(runs, metas, fulls, strict=True):
+        # the plain path itself, with no fall-back to the general one (parse_journal would hide a _NotPlain)
         assert _same(col._parse_journal(raw, meta, False), full), raw.origin
-        assert _same(col.parse_journal(raw, meta), full), raw.origin
     monkeypatch.undo()
-    return len(walked) // 2
+    return len(walked)
 
 
 @pytest.mark.slow
