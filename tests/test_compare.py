@@ -323,12 +323,12 @@ def test_autotuner_flips_between_stacks_are_changes_not_regressions():
 def test_the_bootstraps_row_medians_are_numpys_medians():
     import numpy as np
 
-    from harness.analysis.timechange import _row_medians
+    from harness.analysis.timechange import row_medians
 
     rng = np.random.default_rng(7)
     for n in (1, 2, 3, 8, 63, 64):
         x = rng.standard_normal((500, n)) * 3 + 10
-        assert np.array_equal(_row_medians(x), np.median(x, axis=1)), n
+        assert np.array_equal(row_medians(x), np.median(x, axis=1)), n
 
 
 def test_a_speed_up_quotes_its_interval_the_way_it_is_headlined():

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..core.cases import resnet50_calls
 from ..core.records import OK, RecordKind
+from .timechange import row_medians
 
 PASSES = (("forward", ("fwd",)), ("backward", ("bwd_data", "bwd_filter")))
 TRAINING = (("training step", ("fwd", "bwd_data", "bwd_filter")),)
@@ -52,7 +53,7 @@ def boot_medians(rec: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
     if s is None or len(s) < 3:
         return np.full(N_BOOT, float(rec["median_ms"]))
     a = np.asarray(s, dtype=np.float64)
-    return np.median(a[rng.integers(0, len(a), (N_BOOT, len(a)))], axis=1)
+    return row_medians(a[rng.integers(0, len(a), (N_BOOT, len(a)))])
 
 
 def interval(terms: list[tuple[int, dict[str, Any], dict[str, Any]]], rng: np.random.Generator) -> tuple[float, float]:

@@ -60,7 +60,7 @@ def mann_whitney_greater(base: np.ndarray, head: np.ndarray) -> tuple[float, flo
     return u_head, _norm_sf(z)
 
 
-def _row_medians(x: np.ndarray) -> np.ndarray:
+def row_medians(x: np.ndarray) -> np.ndarray:
     """np.median(x, axis=1), the same numbers, from one sort: 2.4x faster on the report's bootstrap calls
     (0.58 -> 0.25 ms a call, 4,719 calls of a mid-size fleet, 0 differences; docs/history.md), where the bootstrap
     was 60 % of the report's CPU."""
@@ -86,8 +86,8 @@ def bootstrap_median_ratio(base: np.ndarray, head: np.ndarray, *, n_boot: int = 
     a = np.asarray(base, dtype=np.float64)
     b = np.asarray(head, dtype=np.float64)
     ia, ib = _resamples(seed, n_boot, len(a), len(b))
-    ma = _row_medians(a[ia])
-    mb = _row_medians(b[ib])
+    ma = row_medians(a[ia])
+    mb = row_medians(b[ib])
     r = mb / ma
     lo, hi = np.quantile(r, [(1 - conf) / 2, 1 - (1 - conf) / 2])
     return float(np.median(b) / np.median(a)), float(lo), float(hi)

@@ -54,6 +54,7 @@ def _damage_is_a_store_error(read: _F) -> _F:
 _MODEL_NAMES = {"case_id": "case"}
 
 
+@functools.cache  # a few column tuples, asked for once per row read (a store's rankings: a million rows)
 def _model_names(columns: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(_MODEL_NAMES.get(c, c) for c in columns)
 

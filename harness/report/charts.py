@@ -199,10 +199,11 @@ def ratio_scatter(base: dict[str, dict[str, Any]], head: dict[str, dict[str, Any
                   width: int = 620, height: int = 200) -> dict[str, Any] | None:
     """One comparison at a glance: every combination timed on both sides at (base time, head/base), log axes,
     coloured by its time verdict. The unchanged ones are one grey path (a dot a move: 2,000 of them in ~25 KB);
-    ratios beyond 4x either way sit on the edge."""
+    ratios beyond 4x either way sit on the edge. Points are drawn in key order: a set's order changes from process
+    to process, and a report is the same bytes for the same store."""
     verdict = {f.key: f.words for f in findings if f.kind == "time"}
     pts = [(head[k]["median_ms"] / base[k]["median_ms"], base[k]["median_ms"], verdict.get(k, "unchanged"))
-           for k in base.keys() & head.keys() if base[k].get("status") == OK and head[k].get("status") == OK
+           for k in sorted(base.keys() & head.keys()) if base[k].get("status") == OK and head[k].get("status") == OK
            and base[k].get("median_ms") and head[k].get("median_ms")]
     if not pts:
         return None
