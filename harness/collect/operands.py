@@ -13,6 +13,7 @@ from typing import Any
 
 from ..analysis.thresholds import Thresholds
 from ..core.errors import EXIT_NO_DATA, UserError
+from ..core.records import Record
 from .store import Store, StoreError
 
 Run = dict[str, Any]
@@ -68,7 +69,7 @@ def pairs(sb: Store, base_runs: list[Run], sh: Store, head_runs: list[Run]) -> l
     return matched
 
 
-def history(store: Store, base: Run, base_fp: dict[str, Any]) -> list[list[dict[str, Any]]]:
+def history(store: Store, base: Run, base_fp: dict[str, Any]) -> list[list[Record]]:
     """Records of the runs before ``base`` on its machine and stack (pairing.history_runs), as the report uses."""
     from ..analysis.pairing import history_runs
 
@@ -149,11 +150,11 @@ def judge(ops: Operands, th: Thresholds) -> Judgement:
         notes.append("fingerprints differ in: " + ("; ".join(f"{k} {_short(a)} -> {_short(b)}" for k, a, b in diff)
                                                   if diff else "nothing but clocks, power and temperature"))
         base_recs, head_recs = sb.records(rb["id"]), sh.records(rh["id"])
-        in_common += len({r["key"] for r in base_recs} & {r["key"] for r in head_recs})
+        in_common += len({r.identity_key() for r in base_recs} & {r.identity_key() for r in head_recs})
         side = pooled.setdefault(rh["machine"], {"gpu": str(fingerprint_field(fh, "gpu.name") or rh["machine"]),
                                                  "base": {}, "head": {}})
-        side["base"].update((r["key"], r) for r in base_recs)
-        side["head"].update((r["key"], r) for r in head_recs)
+        side["base"].update((r.identity_key(), r) for r in base_recs)
+        side["head"].update((r.identity_key(), r) for r in head_recs)
         for f in compare_runs(base_recs, head_recs, th, history(sb, rb, fb)):
             f.machine, f.base_run, f.head_run = rh["machine"], rb["run_id"], rh["run_id"]
             f.extra["across_hardware"] = across
