@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     for a, b in pairs:
         for key in a[2].keys() & b[2].keys():
             ra, rb = a[2][key], b[2][key]
-            devs[band_of(ra["median_ms"])].append(rb["median_ms"] / ra["median_ms"] - 1)
+            devs[band_of(ra.median_ms)].append(rb.median_ms / ra.median_ms - 1)
     for (lo, hi), d in zip(BANDS, devs, strict=True):
         q = np.quantile(np.abs(d), [0.5, 0.99, 0.999, 1.0]) if d else [np.nan] * 4
         print(f"band {lo * 1e3:.0f}-{hi * 1e3:.0f} us: {len(d)} pair-records, |A/A deviation| median {q[0]:.2%}, "
