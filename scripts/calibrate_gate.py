@@ -12,6 +12,7 @@ injected slowdowns that the same thresholds would call slower, judged on the rat
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import lzma
@@ -28,19 +29,20 @@ from harness.analysis.thresholds import Thresholds  # noqa: E402
 from harness.analysis.timechange import own_noise, time_verdict  # noqa: E402
 from harness.collect.ingest import read_runs_into  # noqa: E402
 from harness.collect.store import Store  # noqa: E402
+from harness.core.records import Record  # noqa: E402
 
 BANDS = ((0.0, 0.020), (0.020, 0.050), (0.050, float("inf")))
 CANDIDATES = ((0.05, 0.03), (0.06, 0.04), (0.08, 0.04), (0.06, 0.05), (0.08, 0.06))  # (20-50 us, >=50 us)
 
 
-def load(paths: list[str]) -> list[tuple[str, str, dict[str, dict]]]:
+def load(paths: list[str]) -> list[tuple[str, str, dict[str, Record]]]:
     """(run id, machine identity, {key: record}) for each run found under the paths."""
     store = Store(":memory:")
     read_runs_into(store, paths)
     out = []
     for run in store.runs():
         fp = store.run_json(run["id"])["fingerprint"]
-        recs = {r["key"]: r for r in store.records(run["id"]) if r["status"] == "ok" and r["median_ms"]}
+        recs = {r.identity_key(): r for r in store.records(run["id"]) if r.status == "ok" and r.median_ms}
         out.append((run["run_id"], machine_identity(fp), recs))
     return out
 
@@ -60,29 +62,28 @@ def judge_pairs(runs, th: Thresholds, same_machine: bool = True) -> tuple[list[i
         a, b = runs[i][2], runs[j][2]
         past = [runs[k][2] for k in range(i) if runs[k][1] == runs[i][1]]
         for key in a.keys() & b.keys():
-            noise = own_noise(key, a[key]["median_ms"], past, th.rel(a[key]["median_ms"])) if past else 0.0
+            noise = own_noise(key, a[key].median_ms, past, th.rel(a[key].median_ms)) if past else 0.0
             v = time_verdict(a[key], b[key], th, noise, [p[key] for p in past if key in p])
             if v and v[0] in ("regression", "improvement"):
-                failing[band_of(a[key]["median_ms"])] += 1
+                failing[band_of(a[key].median_ms)] += 1
                 rows.append((runs[i][0], runs[j][0], key, round(v[2]["ratio"], 3)))
             elif v:
                 ambiguous += 1
     return failing, ambiguous, rows
 
 
-def scaled(rec: dict, factor: float) -> dict:
+def scaled(rec: Record, factor: float) -> Record:
     """``rec`` as if its call were ``factor`` times slower: samples, median, IQR, processes' and placements'
     medians."""
-    extra = dict(rec.get("extra") or {})
+    extra = dict(rec.extra)
     for levels in ("process_medians_ms", "placement_medians_ms"):
         if extra.get(levels):
             extra[levels] = [x * factor for x in extra[levels]]
-    out = {**rec, "median_ms": rec["median_ms"] * factor, "extra": extra}
-    if rec.get("iqr_ms") is not None:
-        out["iqr_ms"] = rec["iqr_ms"] * factor
-    if rec.get("samples") is not None:
-        out["samples"] = np.asarray(rec["samples"], dtype=np.float64) * factor
-    return out
+    t = rec.time
+    time = dataclasses.replace(
+        t, median_ms=t.median_ms * factor, iqr_ms=None if t.iqr_ms is None else t.iqr_ms * factor,
+        samples_ms=None if t.samples_ms is None else np.asarray(t.samples_ms, dtype=np.float64) * factor)
+    return dataclasses.replace(rec, time=time, extra=extra)
 
 
 def nightly_power(runs, th: Thresholds) -> dict[str, tuple[int, int, int]]:
@@ -97,7 +98,7 @@ def nightly_power(runs, th: Thresholds) -> dict[str, tuple[int, int, int]]:
         a, b = runs[i - 1][2], runs[i][2]
         past = [runs[k][2] for k in range(i - 1) if runs[k][1] == runs[i][1]]
         for key in a.keys() & b.keys():
-            ms = a[key]["median_ms"]
+            ms = a[key].median_ms
             name, factor = ("plus5", 1.05) if ms >= 0.05 else ("plus10", 1.10) if ms >= 0.02 else (None, 0)
             if name is None:
                 continue
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     for a, b in pairs:
         for key in a[2].keys() & b[2].keys():
             ra, rb = a[2][key], b[2][key]
-            devs[band_of(ra["median_ms"])].append(rb["median_ms"] / ra["median_ms"] - 1)
+            devs[band_of(ra.median_ms)].append(rb.median_ms / ra.median_ms - 1)
     for (lo, hi), d in zip(BANDS, devs, strict=True):
         q = np.quantile(np.abs(d), [0.5, 0.99, 0.999, 1.0]) if d else [np.nan] * 4
         print(f"band {lo * 1e3:.0f}-{hi * 1e3:.0f} us: {len(d)} pair-records, |A/A deviation| median {q[0]:.2%}, "

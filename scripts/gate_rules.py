@@ -68,7 +68,7 @@ def samples_decide(base, head, slower, alpha, draws=True):
     ``draws``, only where both sides have draws, which time_verdict has already found apart)."""
     if draws and not (timechange.draws(base) and timechange.draws(head)):
         return None
-    sa, sb = base["samples"], head["samples"]
+    sa, sb = base.samples, head.samples
     p = timechange.mann_whitney_greater(sa, sb)[1] if slower else timechange.mann_whitney_greater(sb, sa)[1]
     _, lo, hi = timechange.bootstrap_median_ratio(sa, sb)
     return (0.0, 0.0, p) if p < alpha and (lo > 1.0 if slower else hi < 1.0) else None
@@ -77,10 +77,10 @@ def samples_decide(base, head, slower, alpha, draws=True):
 def stderr_decide(base, head, slower, alpha):
     """The veto lifted where each side's median is known to a quarter of the band's threshold (robust standard
     error from the stored samples' IQR and the timer's sample count): then the samples decide."""
-    rel = Thresholds().rel(base["median_ms"])
+    rel = Thresholds().rel(base.median_ms)
     for rec in (base, head):
-        s = [float(x) for x in rec["samples"]]
-        se = median_rel_stderr(s) * math.sqrt(len(s) / (rec.get("n") or len(s)))
+        s = [float(x) for x in rec.samples]
+        se = median_rel_stderr(s) * math.sqrt(len(s) / (rec.time.n or len(s)))
         if se > rel / 4:
             return None
     return samples_decide(base, head, slower, alpha, draws=False)
@@ -196,8 +196,8 @@ def wide_pairs(pairs) -> dict[str, list[int]]:
     th = Thresholds()
     out = {"one process": [0] * 5, "two processes": [0] * 5}
     for a_recs, b_recs in pairs:
-        a = {r["key"]: r for r in a_recs if r["status"] == "ok" and r["median_ms"]}
-        b = {r["key"]: r for r in b_recs if r["status"] == "ok" and r["median_ms"]}
+        a = {r.identity_key(): r for r in a_recs if r.status == "ok" and r.median_ms}
+        b = {r.identity_key(): r for r in b_recs if r.status == "ok" and r.median_ms}
         for key in a.keys() & b.keys():
             base, head = a[key], b[key]
             if set(timechange.untrusted(base)) | set(timechange.untrusted(head)) != {"wide"}:
@@ -205,8 +205,8 @@ def wide_pairs(pairs) -> dict[str, list[int]]:
             sides = _sides(base, head, 3, False)
             if sides is None:
                 continue
-            ratio, rel = head["median_ms"] / base["median_ms"], th.rel(base["median_ms"])
-            over = (ratio >= 1 + rel or ratio <= 1 / (1 + rel)) and abs(head["median_ms"] - base["median_ms"]) * 1e3 >= th.abs_us
+            ratio, rel = head.median_ms / base.median_ms, th.rel(base.median_ms)
+            over = (ratio >= 1 + rel or ratio <= 1 / (1 + rel)) and abs(head.median_ms - base.median_ms) * 1e3 >= th.abs_us
             g, spread = timechange.placement_gap(*sides, ratio > 1)
             row = out["two processes" if _sides(base, head, 3, True) else "one process"]
             for i, hit in enumerate((True, g > 0, g > 0 and over, g > spread, g > spread and over)):

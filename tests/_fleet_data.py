@@ -88,6 +88,17 @@ def record(case: str = "c1", *, backend: str = "cudnn", algo: str = "IMPLICIT_GE
                   chosen_algo=chosen, explanation=explanation)
 
 
+def timed(samples: list[float] | None = None, *, median: float | None = None, iqr: float = 0.0,
+          extra: dict[str, Any] | None = None) -> Record:
+    """A record with a time only, as compare's time test reads one: its samples as the store gives them back (a
+    float64 array; None for none), its median theirs unless given."""
+    s = None if samples is None else np.array(samples, dtype=np.float64)
+    med = float(np.median(s)) if median is None else median
+    return Record(case="c", backend="cudnn", direction="fwd", algo="IMPLICIT_GEMM", math="DEFAULT", dtype="fp32",
+                  layout="NCHW", time=Timing(med, iqr, None if s is None else len(s), "hot", "cuda_event",
+                                             samples_ms=s), extra=extra or {})
+
+
 def noisy(median: float, n: int = 15, rel: float = 0.01, seed: int = 0) -> list[float]:
     rng = np.random.default_rng(seed)
     return [float(v) for v in median * (1 + rel * rng.standard_normal(n))]

@@ -12,6 +12,7 @@ from typing import Any
 from _fleet_data import FIXTURES
 
 from harness.analysis.timechange import untrusted
+from harness.core.records import Record
 
 
 def unpack(name: str, dest: Path) -> Path:
@@ -26,8 +27,7 @@ def slowest_first(recs: list[dict[str, Any]]) -> dict[str, Any]:
     slowdown there is one the gate decides."""
     ok = [r for r in recs if r["kind"] == "measurement" and r["status"] == "ok" and r["backend"] == "cudnn"
           and len((r.get("time") or {}).get("samples_ms") or ()) >= 8
-          and not untrusted({"samples": r["time"]["samples_ms"], "n": r["time"].get("n"),
-                             "extra": {"flags": r["time"].get("flags")}})]
+          and not untrusted(Record.from_dict(r))]
     return max(ok, key=lambda r: r["time"]["median_ms"])
 
 
@@ -36,8 +36,8 @@ def next_night(run: Path, dest: Path, *, days: int = 1, slower: float | None = N
                machine: str | None = None, pick: Any = None) -> tuple[Path, dict[str, Any] | None]:
     """A copy of ``run`` started ``days`` later: optionally one combination ``slower`` times slower (every sample),
     every record of ``skip_backend`` skipped with ``reason``, fingerprint fields replaced (dotted keys), another
-    ``machine`` name; ``pick``: the record made slower is the first one it accepts (default: slowest_first). Returns
-    the run directory and the record made slower."""
+    ``machine`` name; ``pick``: the record made slower is the first one it accepts (given as a Record; default:
+    slowest_first). Returns the run directory and the record made slower (its journal line)."""
     meta = json.loads((run / "run.json").read_text())
     started = dt.datetime.fromisoformat(meta["started"]) + dt.timedelta(days=days)
     meta["started"] = started.isoformat()
@@ -52,7 +52,8 @@ def next_night(run: Path, dest: Path, *, days: int = 1, slower: float | None = N
     recs = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines() if line.strip()]
     changed = None
     if slower:
-        changed = slowest_first(recs) if pick is None else next(r for r in recs if pick(r))
+        changed = slowest_first(recs) if pick is None else next(r for r in recs if r["kind"] != "ranking"
+                                                                   and pick(Record.from_dict(r)))
         t = changed["time"]
         t["samples_ms"] = [v * slower for v in t["samples_ms"]]
         for k in ("median_ms", "min_ms", "iqr_ms"):

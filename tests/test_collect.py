@@ -152,13 +152,13 @@ def test_asv_results_tree_is_collected(tmp_path):
         (run,) = st.runs()
         assert run["source"] == "asv" and run["machine"] == "gpu-box" and run["image"] == "virtualenv-py3.12-torch"
         assert run["counts"] == {"ok": 3, "failed": 1, "skipped": 1}
-        recs = {(r["case"], r["dtype"], r["backend"]): r for r in st.records(run["id"])}
+        recs = {(r.case, r.dtype, r.backend): r for r in st.records(run["id"])}
         seed = recs[("quick.seed", "fp32", "torch")]
-        assert seed["median_ms"] == pytest.approx(1.0) and list(seed["samples"]) == pytest.approx([1.0, 1.1, 0.9])
-        assert recs[("quick.pointwise", "fp16", "torch")]["median_ms"] == pytest.approx(4.0)
-        assert recs[("quick.seed", "fp16", "torch")]["status"] == "failed"
-        track = [r for r in recs.values() if r["extra"].get("unit") == "unit"]
-        assert track and track[0]["extra"]["value"] == pytest.approx(1e-7) and track[0]["median_ms"] is None
+        assert seed.median_ms == pytest.approx(1.0) and list(seed.samples) == pytest.approx([1.0, 1.1, 0.9])
+        assert recs[("quick.pointwise", "fp16", "torch")].median_ms == pytest.approx(4.0)
+        assert recs[("quick.seed", "fp16", "torch")].status == "failed"
+        track = [r for r in recs.values() if r.extra.get("unit") == "unit"]
+        assert track and track[0].extra["value"] == pytest.approx(1e-7) and track[0].median_ms is None
     assert collect(tmp_path / "s.sqlite", [res]).unchanged == 1
 
 
@@ -183,9 +183,9 @@ def test_other_record_kinds_keep_their_own_keys(tmp_path):
     collect(tmp_path / "s.sqlite", [d])
     with Store(tmp_path / "s.sqlite") as st:
         (run,) = st.runs()
-        recs = {r["kind"]: r for r in st.records(run["id"])}
-    assert recs["measurement"]["median_ms"] == 1.0 and recs["repro"]["median_ms"] == 5.0
-    assert recs["repro"]["settings"]["record"] == "repro"
+        recs = {r.kind: r for r in st.records(run["id"])}
+    assert recs["measurement"].median_ms == 1.0 and recs["repro"].median_ms == 5.0
+    assert recs["repro"].listed_settings["record"] == "repro"
 
 
 ASV_FIXTURE = Path(__file__).parent / "fixtures" / "runs" / "h200-asv-results.tar.gz"
@@ -200,20 +200,20 @@ def test_real_asv_results_agree_with_the_journal_of_the_same_run(tmp_path):
     assert s.added == 2 and not s.refused, s
     with Store(tmp_path / "s.sqlite") as st:
         runs = {r["source"]: r for r in st.runs()}
-        asv = [r for r in st.records(runs["asv"]["id"], with_samples=False) if r["status"] == "ok"]
-        journal = {(r["case"], r["algo"], r["math"], r["dtype"], r["layout"]): r
+        asv = [r for r in st.records(runs["asv"]["id"], with_samples=False) if r.status == "ok"]
+        journal = {(r.case, r.algo, r.math, r.dtype, r.layout): r
                    for r in st.records(runs["journal"]["id"], with_samples=False)
-                   if r["kind"] == "measurement" and r["backend"] == "cudnn" and r["status"] == "ok"}
+                   if r.kind == "measurement" and r.backend == "cudnn" and r.status == "ok"}
         fp = st.run_json(runs["asv"]["id"])["fingerprint"]
     assert "inferred" in fp["asv_param_names"]
-    cudnn = [r for r in asv if r["backend"] == "cudnn"]
+    cudnn = [r for r in asv if r.backend == "cudnn"]
     assert len(cudnn) == len(journal)  # every combination cuDNN ran, none of the NaN (skipped) ones
     for r in cudnn:
-        assert r["direction"] == "fwd"
-        j = journal[(r["case"], r["algo"], r["math"], r["dtype"], r["layout"])]
-        assert r["median_ms"] == pytest.approx(j["median_ms"], rel=1e-9)
-        assert r["rel_l2"] == pytest.approx(j["rel_l2"], rel=1e-9)
-        assert r["repeat_equal"] == j["repeat_equal"]
+        assert r.direction == "fwd"
+        j = journal[(r.case, r.algo, r.math, r.dtype, r.layout)]
+        assert r.median_ms == pytest.approx(j.median_ms, rel=1e-9)
+        assert r.accuracy.rel_l2 == pytest.approx(j.accuracy.rel_l2, rel=1e-9)
+        assert r.determinism.repeat_equal == j.determinism.repeat_equal
 
 
 def test_asv_precision_parameter_gives_the_dtype(tmp_path):
@@ -232,8 +232,8 @@ def test_asv_precision_parameter_gives_the_dtype(tmp_path):
     assert collect(tmp_path / "s.sqlite", [res]).added == 1
     with Store(tmp_path / "s.sqlite") as st:
         (run,) = st.runs()
-        got = sorted((r["dtype"], r["settings"]["precision"], r["median_ms"]) for r in st.records(run["id"])
-                     if r["case"] == "seed.c8")
+        got = sorted((r.dtype, r.settings["precision"], r.median_ms) for r in st.records(run["id"])
+                     if r.case == "seed.c8")
     assert got == [("fp16", "fp16", pytest.approx(3.0)), ("fp32", "fp32/ieee", pytest.approx(2.0)),
                    ("fp32", "fp32/tf32", pytest.approx(1.0))]
 
@@ -252,9 +252,9 @@ def test_extra_with_an_integer_beyond_64_bits_is_the_same_from_copy_and_journal(
     assert (s.added, s.records, s.refused, s.packed) == (1, 2, [], 1)
     with Store(tmp_path / "s.sqlite") as st:
         (run,) = st.runs()
-        by_case = {r["case"]: r for r in st.records(run["id"])}
-    assert by_case["b"]["extra"] == json.loads('{"value": 1e30, "nested": {"n": -1e25}, "unit": "bits"}')
-    assert by_case["a"]["extra"] == {}
+        by_case = {r.case: r for r in st.records(run["id"])}
+    assert by_case["b"].extra == json.loads('{"value": 1e30, "nested": {"n": -1e25}, "unit": "bits"}')
+    assert by_case["a"].extra == {}
     (d / "records.packed").unlink()
     assert collect(tmp_path / "t.sqlite", [d]).added == 1
     assert _dump(tmp_path / "t.sqlite") == _dump(tmp_path / "s.sqlite")

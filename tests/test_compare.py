@@ -3,10 +3,11 @@
 import datetime as dt
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
-from _fleet_data import noisy, record, write_run
+from _fleet_data import noisy, record, timed, write_run
 
 from harness import cli
 from harness.analysis.compare import compare_runs, cross_machine
@@ -47,9 +48,7 @@ def test_bootstrap_interval_covers_the_true_ratio():
 
 
 def _pair(base_samples, head_samples):
-    b = {"median_ms": float(np.median(base_samples)), "samples": np.array(base_samples), "iqr_ms": 0.0}
-    h = {"median_ms": float(np.median(head_samples)), "samples": np.array(head_samples), "iqr_ms": 0.0}
-    return b, h
+    return timed(base_samples), timed(head_samples)
 
 
 def test_time_verdict_needs_significance_and_size():
@@ -68,7 +67,7 @@ def test_time_verdict_needs_significance_and_size():
     fast = time_verdict(*_pair(noisy(1.0, seed=1), noisy(0.7, seed=2)), th)
     assert fast and fast[0] == "improvement"
     # no samples: the interquartile-range fallback says so
-    b, h = {"median_ms": 1.0, "iqr_ms": 0.05, "samples": None}, {"median_ms": 1.5, "iqr_ms": 0.05, "samples": None}
+    b, h = timed(None, median=1.0, iqr=0.05), timed(None, median=1.5, iqr=0.05)
     v = time_verdict(b, h, th)
     assert v and v[0] == "regression" and "no samples" in v[1]
 
@@ -80,19 +79,19 @@ def test_a_change_within_where_the_placements_sit_is_ambiguous():
     th = Thresholds()
     base, head = _pair(noisy(0.455, rel=0.002, n=64, seed=1), noisy(0.475, rel=0.002, n=64, seed=2))
     assert time_verdict(base, head, th)[0] == "regression"  # 1.04x, tight samples: a rank test alone says slower
-    base["extra"] = {"placement_medians_ms": [0.446, 0.450, 0.455, 0.459, 0.464]}
-    head["extra"] = {"placement_medians_ms": [0.460, 0.466, 0.475, 0.477, 0.481]}
+    base.extra = {"placement_medians_ms": [0.446, 0.450, 0.455, 0.459, 0.464]}
+    head.extra = {"placement_medians_ms": [0.460, 0.466, 0.475, 0.477, 0.481]}
     v = time_verdict(base, head, th)
     assert v[0] == "ambiguous" and "placements overlap (base 446.0-464.0 µs, head 460.0-481.0 µs)" in v[1]
     # every head placement beyond every base placement, but by less than half the base's 18 us spread: ambiguous
-    head["extra"] = {"placement_medians_ms": [0.470, 0.471, 0.473, 0.475, 0.476]}
+    head.extra = {"placement_medians_ms": [0.470, 0.471, 0.473, 0.475, 0.476]}
     v = time_verdict(base, head, th)
     assert v[0] == "ambiguous" and "only 6.0 µs apart where one side's spread 18.0 µs" in v[1]
     # beyond it by more: decided as before
-    head["extra"] = {"placement_medians_ms": [0.4741, 0.475, 0.476, 0.477, 0.478]}
+    head.extra = {"placement_medians_ms": [0.4741, 0.475, 0.476, 0.477, 0.478]}
     assert time_verdict(base, head, th)[0] == "regression"
     # one side without draws (an asv result, an old record): nothing to overlap
-    head["extra"] = {}
+    head.extra = {}
     assert time_verdict(base, head, th)[0] == "regression"
 
 
@@ -109,9 +108,9 @@ def test_time_verdict_absolute_floor_and_untrusted_samples():
     head = [0.0773 * (1.01 if i % 8 < 5 else 3.7) for i in range(32)]
     v = time_verdict(*_pair(base, head), th)
     assert v[0] == "ambiguous" and "multimodal" in v[1]
-    # the timer's own flag travels in extra
+    # the timer's own flag (Timing.flags: the store keeps it in its extra column and gives it back there)
     b, h = _pair(noisy(0.1, seed=1), noisy(0.2, seed=2))
-    h["extra"] = {"flags": ["host_bound"]}
+    h.time.flags = ["host_bound"]
     assert time_verdict(b, h, th)[0] == "ambiguous" and "head host_bound" in time_verdict(b, h, th)[1]
 
 
@@ -226,24 +225,28 @@ def test_cli_gate_exit_codes_and_json(tmp_path, capsys):
 
 def test_documented_nondeterminism_flips_are_changes_not_regressions():
     from harness.analysis.compare import _determinism
+    from harness.core.records import Determinism, Record
 
-    base = {"key": "k", "case": "c", "backend": "cudnn", "direction": "bwd_filter", "algo": "ALGO_0",
-            "math": "DEFAULT", "dtype": "fp32", "layout": "NCHW", "settings": {}, "repeat_equal": 1,
-            "fresh_handle_equal": 1, "distinct_outputs": 1, "extra": {"documented_nondeterministic": True}}
-    head = dict(base, repeat_equal=0, distinct_outputs=3)
+    def det(rec, **changes):
+        return replace(rec, determinism=replace(rec.determinism, **changes))
+
+    base = Record("c", "cudnn", "bwd_filter", "ALGO_0", "DEFAULT", "fp32", "NCHW",
+                  determinism=Determinism(None, None, None, True, True, 1),
+                  extra={"documented_nondeterministic": True})
+    head = det(base, repeat_equal=False, distinct_outputs=3)
     found = _determinism(base, head, Thresholds())
     assert found and all(f.verdict == "change" and "documented as non-deterministic" in f.evidence for f in found)
-    plain = {**base, "extra": {}, "algo": "ALGO_1"}
-    found = _determinism(plain, dict(plain, repeat_equal=0, distinct_outputs=3), Thresholds())
+    plain = replace(base, extra={}, algo="ALGO_1")
+    found = _determinism(plain, det(plain, repeat_equal=False, distinct_outputs=3), Thresholds())
     assert {f.verdict for f in found} == {"regression"}
-    hashed = dict(base, hash="aa" * 16, hash_algo="h")
-    (found,) = _determinism(hashed, dict(hashed, hash="bb" * 16), Thresholds(bitwise=True))
+    hashed = det(base, hash="aa" * 16, hash_algo="h")
+    (found,) = _determinism(hashed, det(hashed, hash="bb" * 16), Thresholds(bitwise=True))
     assert found.verdict == "change" and "as expected" in found.evidence  # chance, not a stack's change
-    hashed = dict(plain, hash="aa" * 16, hash_algo="h")
-    (found,) = _determinism(hashed, dict(hashed, hash="bb" * 16), Thresholds(bitwise=True))
+    hashed = det(plain, hash="aa" * 16, hash_algo="h")
+    (found,) = _determinism(hashed, det(hashed, hash="bb" * 16), Thresholds(bitwise=True))
     assert found.verdict == "regression" and "as expected" not in found.evidence
-    torch_free = {**plain, "backend": "torch", "algo": "auto", "settings": {"deterministic": False}}
-    found = _determinism(torch_free, dict(torch_free, repeat_equal=0), Thresholds())
+    torch_free = replace(plain, backend="torch", algo="auto", settings={"deterministic": False})
+    found = _determinism(torch_free, det(torch_free, repeat_equal=False), Thresholds())
     assert [f.verdict for f in found] == ["change"] and "cudnn.deterministic=True" in found[0].evidence
 
 
@@ -251,7 +254,7 @@ def test_history_counts_isolated_excursions_not_past_steps():
     from harness.analysis.timechange import own_noise
 
     def runs(*medians):
-        return [{"k": {"median_ms": m}} for m in medians]
+        return [{"k": timed(None, median=m)} for m in medians]
 
     # the placement levels of the H200: one run of five at +9.6 %, between runs at the base's level
     assert own_noise("k", 0.5395, runs(0.5395, 0.540, 0.5913, 0.5391, 0.5398), 0.04) == pytest.approx(0.096, abs=1e-3)
@@ -293,11 +296,16 @@ def test_the_gate_finds_every_kind_of_regression_planted(tmp_path, capsys, plant
 
 def test_an_error_from_zero_to_below_fp32_roundoff_is_not_a_regression():
     from harness.analysis.compare import _accuracy
+    from harness.core.records import Accuracy, Record
 
-    base = {"key": "k", "case": "c", "backend": "cudnn", "direction": "fwd", "algo": "A", "math": "M",
-            "dtype": "fp32", "layout": "NCHW", "settings": {}, "precision_class": "fp32", "max_norm_err": 0.0}
-    assert _accuracy(base, dict(base, max_norm_err=1e-8), Thresholds()) == []
-    assert _accuracy(base, dict(base, max_norm_err=1e-6), Thresholds())[0].verdict == "regression"
+    base = Record("c", "cudnn", "fwd", "A", "M", "fp32", "NCHW",
+                  accuracy=Accuracy(None, None, 0.0, None, None, None, "fp32"))
+
+    def err(e):
+        return replace(base, accuracy=replace(base.accuracy, max_norm_err=e))
+
+    assert _accuracy(base, err(1e-8), Thresholds()) == []
+    assert _accuracy(base, err(1e-6), Thresholds())[0].verdict == "regression"
 
 
 def test_autotuner_flips_between_stacks_are_changes_not_regressions():

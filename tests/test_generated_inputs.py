@@ -88,12 +88,12 @@ def test_a_journal_line_with_any_field_of_any_value_is_stored_exactly_or_refused
     assert _schema_accepts(parsed), f"collect stored a line its schema refuses: {text[:300]}"
     with Store(tmp / "s.sqlite") as s:
         (run,) = s.runs()
-        stored = {record_key(*(r[f] for f in IDENTITY_FIELDS), r.get("settings") or {}): r
+        stored = {record_key(*(getattr(r, f) for f in IDENTITY_FIELDS), r.listed_settings): r
                   for r in s.records(run["id"])}
     want = record_key(*(parsed[f] for f in IDENTITY_FIELDS), parsed.get("settings") or {})
     others = {json.loads(x)["case"] for i, x in enumerate(lines) if i != line}
     assert want in stored and len(stored) == 1 + len(others - {parsed["case"]})
-    assert stored[want]["status"] == parsed["status"]
+    assert stored[want].status == parsed["status"]
 
 
 # ---- asv results: the keys of any accepted parameters are distinct per combination ---------------------------
@@ -141,7 +141,7 @@ def test_asv_parameters_of_any_text_are_refused_or_stored_one_record_per_combina
     with Store(tmp / "s.sqlite") as s:
         (run,) = s.runs()
         recs = s.records(run["id"])
-    keys = {record_key(*(r[f] for f in IDENTITY_FIELDS), r.get("settings") or {}) for r in recs}
+    keys = {record_key(*(getattr(r, f) for f in IDENTITY_FIELDS), r.listed_settings) for r in recs}
     assert len(recs) == n and len(keys) == n, "two parameter combinations were stored as one"
 
 

@@ -20,9 +20,9 @@ def test_the_model_calls_each_shape_as_torchvision_lists_it():
 
 
 def _default(r, direction="fwd", dtype="fp32"):
-    return (r.get("kind") == "measurement" and r.get("backend") == "torch" and r.get("status") == "ok"
-            and r["case"] == LAYER and r["direction"] == direction and r["dtype"] == dtype and r["layout"] == "NCHW"
-            and r["settings"] == {"benchmark": True, "deterministic": False, "tf32": True})
+    return (r.kind == "measurement" and r.backend == "torch" and r.status == "ok"
+            and r.case == LAYER and r.direction == direction and r.dtype == dtype and r.layout == "NCHW"
+            and r.settings == {"benchmark": True, "deterministic": False, "tf32": True})
 
 
 def test_a_layer_made_10_percent_slower_moves_the_impact_by_its_weighted_share(tmp_path, capsys):
@@ -39,9 +39,10 @@ def test_a_layer_made_10_percent_slower_moves_the_impact_by_its_weighted_share(t
     rows = {(r["pass"], r["dtype"], r["layout"]): r for r in impact(a, b, "H200")}
     row = rows[("forward", "fp32", "NCHW")]
     assert row["calls"] == row["all_calls"] == 53  # every layer of the forward pass measured on both sides
-    layer = next(x for x in a if x["key"] == next(y["key"] for y in a if framework_default(y) and y["case"] == LAYER
-                                                  and y["dtype"] == "fp32" and y["layout"] == "NCHW"))
-    share = 5 * layer["median_ms"] / row["base_ms"]
+    layer = next(x for x in a if x.identity_key() == next(y.identity_key() for y in a if framework_default(y)
+                                                          and y.case == LAYER and y.dtype == "fp32"
+                                                          and y.layout == "NCHW"))
+    share = 5 * layer.median_ms / row["base_ms"]
     assert row["change"] == pytest.approx(0.10 * share, rel=1e-6)
     assert row["low"] <= row["change"] <= row["high"]
     assert row["line"].startswith(f"ResNet-50 convolutions (batch 32, PyTorch defaults), forward fp32 NCHW, H200: "

@@ -9,6 +9,7 @@ import json
 import os
 import struct
 import zlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -517,8 +518,8 @@ def test_a_store_written_before_compressed_texts_reads_the_same(tmp_path):
         return json.dumps(_as_rows(blob, lambda e: e and json.dumps(e, sort_keys=True))).encode()
 
     now, before = _read_as_an_older_store_kept_it(tmp_path, plain)
-    assert len(now) == 3 and [x["extra"] for x in before] == [x["extra"] for x in now] and now[0]["extra"]
-    assert repr([{**x, "extra": None} for x in before]) == repr([{**x, "extra": None} for x in now])
+    assert len(now) == 3 and [x.extra for x in before] == [x.extra for x in now] and now[0].extra
+    assert repr([replace(x, extra=None) for x in before]) == repr([replace(x, extra=None) for x in now])
 
 
 def test_a_store_written_before_extras_were_objects_reads_the_same(tmp_path):
@@ -527,8 +528,8 @@ def test_a_store_written_before_extras_were_objects_reads_the_same(tmp_path):
         return zlib.compress(json.dumps(_as_rows(blob, lambda e: e and json.dumps(e, sort_keys=True))).encode())
 
     now, before = _read_as_an_older_store_kept_it(tmp_path, extras_as_text)
-    assert len(now) == 3 and [x["extra"] for x in before] == [x["extra"] for x in now] and now[0]["extra"]
-    assert repr([{**x, "extra": None} for x in before]) == repr([{**x, "extra": None} for x in now])
+    assert len(now) == 3 and [x.extra for x in before] == [x.extra for x in now] and now[0].extra
+    assert repr([replace(x, extra=None) for x in before]) == repr([replace(x, extra=None) for x in now])
 
 
 def test_a_store_written_before_texts_were_by_column_reads_the_same(tmp_path):
@@ -537,7 +538,7 @@ def test_a_store_written_before_texts_were_by_column_reads_the_same(tmp_path):
         return zlib.compress(json.dumps(_as_rows(blob)).encode(), 1)
 
     now, before = _read_as_an_older_store_kept_it(tmp_path, rows)
-    assert len(now) == 3 and repr(before) == repr(now) and now[0]["extra"]
+    assert len(now) == 3 and repr(before) == repr(now) and now[0].extra
 
 
 def test_a_tarball_keeps_its_copies_only_within_the_memory_budget_the_journals_need_first(tmp_path, monkeypatch):

@@ -207,11 +207,11 @@ def test_cudnn8_on_the_h200_reproduces_the_fconv2d_report():
         assert not any(f.kind == "availability" for f in judged["findings"])
         assert {(f.case, f.math, f.base, f.head) for f in judged["findings"] if f.kind == "accuracy"} == {
             ("seed.c4", m, "tf32", "fp32") for m in ("DEFAULT", "TENSOR_OP", "TENSOR_OP_ALLOW_CONVERSION")}
-        b = {r["key"]: r for r in sides["B"]}
+        b = {r.identity_key(): r for r in sides["B"]}
         seed = "seed.c64|cudnn|fwd|IMPLICIT_PRECOMP_GEMM|{}|fp32|NCHW|"
-        assert b[seed.format("DEFAULT")]["precision_class"] == "tf32"
-        assert 0.03 < b[seed.format("DEFAULT")]["max_abs"] < 0.05
-        assert b[seed.format("FMA")]["precision_class"] == "fp32" and b[seed.format("FMA")]["max_abs"] < 1e-3
+        assert b[seed.format("DEFAULT")].precision_class == "tf32"
+        assert 0.03 < b[seed.format("DEFAULT")].accuracy.max_abs < 0.05
+        assert b[seed.format("FMA")].precision_class == "fp32" and b[seed.format("FMA")].accuracy.max_abs < 1e-3
 
 
 def test_the_cudnn8_side_names_every_library_it_mapped():
@@ -255,10 +255,10 @@ def test_aa_pairs_timed_in_two_processes_fail_on_at_most_one_kernel():
         assert "bits:change" not in j["counts"] and all(f.kind == "time" for f in _failing(j)), name
     # every timed cuDNN record holds both processes' medians; PyTorch's in the second study of each direction
     for name, sides in legs.items():
-        timed = [r for r in sides["A"] if r["status"] == "ok" and r["median_ms"]]
+        timed = [r for r in sides["A"] if r.status == "ok" and r.median_ms]
         for backend in ("cudnn", "torch"):
-            mine = [r for r in timed if r["backend"] == backend]
-            two = sum(len((r["extra"] or {}).get("process_medians_ms") or ()) == 2 for r in mine)
+            mine = [r for r in timed if r.backend == backend]
+            two = sum(len(r.extra.get("process_medians_ms") or ()) == 2 for r in mine)
             before = backend == "torch" and name.endswith("-1")  # the first two studies timed PyTorch in one
             assert two == (0 if before else len(mine)), (name, backend, two)
 
@@ -311,9 +311,9 @@ def test_two_gpu_aa_studies_in_two_processes_on_one_host():
         assert j["both_ok"] in (2788, 1184) and "bits:change" not in j["counts"]
         assert not any(f.verdict == "regression" and f.kind != "time" for f in j["findings"])
     # the forward records carry both processes' medians, the backward ones one process's
-    assert all(len((r["extra"] or {}).get("process_medians_ms") or ()) == 2
-               for r in fwd["0"]["A"] if r["status"] == "ok" and r["median_ms"] and r["backend"] == "cudnn")
-    assert not any((r["extra"] or {}).get("process_medians_ms") for r in bwd["0"]["A"])
+    assert all(len(r.extra.get("process_medians_ms") or ()) == 2
+               for r in fwd["0"]["A"] if r.status == "ok" and r.median_ms and r.backend == "cudnn")
+    assert not any(r.extra.get("process_medians_ms") for r in bwd["0"]["A"])
 
 
 def test_two_gpus_of_one_host_are_two_machines_and_differ_on_one_kernel(tmp_path, capsys):
@@ -367,9 +367,9 @@ def test_split_placements_aa_studies_on_one_h200():
     assert len(_failing(bwd)) == 3 and all(f.verdict == "regression" and f.ratio < 1.05 for f in _failing(bwd))
     # forward: every timed cuDNN record was timed on 3 + 2 placements in its two processes
     sides = _study("h200-aa5-fwd")
-    timed = [r for r in sides["A"] if r["status"] == "ok" and r["median_ms"] and r["backend"] == "cudnn"]
-    assert timed and all(len(r["extra"]["placement_medians_ms"]) == 5 for r in timed)
-    assert all(len(r["extra"]["process_medians_ms"]) == 2 for r in timed)
+    timed = [r for r in sides["A"] if r.status == "ok" and r.median_ms and r.backend == "cudnn"]
+    assert timed and all(len(r.extra["placement_medians_ms"]) == 5 for r in timed)
+    assert all(len(r.extra["process_medians_ms"]) == 2 for r in timed)
 
 
 def test_backward_aa_with_the_cheaper_sweep():
@@ -405,7 +405,7 @@ def test_two_process_aa_pairs_of_the_evening_fail_on_nothing():
     assert (seed.algo, seed.math, seed.dtype) == ("FFT_TILING", "TENSOR_OP", "fp16")
     assert "18.6 µs apart where one side's spread 110.9 µs" in seed.evidence
     for name in ("h200-aa7-bwd", "h200-aa8-bwd"):
-        timed = [r for r in _study(name)["A"] if r["status"] == "ok" and r["median_ms"]]
-        assert {r["backend"] for r in timed} == {"cudnn", "torch"}
-        assert all(len((r["extra"] or {}).get("process_medians_ms") or ()) == 2 for r in timed), name
+        timed = [r for r in _study(name)["A"] if r.status == "ok" and r.median_ms]
+        assert {r.backend for r in timed} == {"cudnn", "torch"}
+        assert all(len(r.extra.get("process_medians_ms") or ()) == 2 for r in timed), name
         assert "bits:change" not in judged[name]["counts"]

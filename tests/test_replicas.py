@@ -4,6 +4,7 @@ record, a replica that fails, and the compare reading the processes' levels as n
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 import numpy as np
 
@@ -77,18 +78,19 @@ def test_merge_keeps_each_process_median_and_whether_they_computed_the_same_bits
     assert rec.extra["fresh_process_equal"] is False and rec.time.n == 80
     same = replicas.merge(_rec([0.4] * 40), _rec([0.4] * 40), keep=64)
     assert same.extra["fresh_process_equal"] is True
-    failed = replicas.merge(_rec([0.4] * 40), Record(**{**_rec([1.0]).__dict__, "status": CRASHED, "time": None,
-                                                        "reason": "the worker died of SIGSEGV"}), keep=64)
+    failed = replicas.merge(_rec([0.4] * 40), replace(_rec([1.0]), status=CRASHED, time=None,
+                                                      reason="the worker died of SIGSEGV"), keep=64)
     assert "process_medians_ms" not in failed.extra and failed.time.n == 40
     assert failed.extra["replica"] == "crashed: the worker died of SIGSEGV"
 
 
-def _stored(levels, rng, n=40) -> dict:
+def _stored(levels, rng, n=40) -> Record:
     """A record as the store returns it, timed in len(levels) processes at those levels (ms)."""
     samples = np.concatenate([lv * (1 + 0.001 * rng.standard_normal(n)) for lv in levels])
-    return {"key": "k", "case": "quick.seed", "backend": "cudnn", "direction": "fwd", "algo": "GEMM",
-            "math": "DEFAULT", "dtype": "bf16", "layout": "NCHW", "settings": {}, "status": OK, "median_ms": float(np.median(samples)), "timer": "cuda_event",
-            "samples": samples, "n": len(samples), "extra": {"process_medians_ms": list(levels)}}
+    return Record(case="quick.seed", backend="cudnn", direction="fwd", algo="GEMM", math="DEFAULT", dtype="bf16",
+                  layout="NCHW", status=OK, time=Timing(float(np.median(samples)), 0.0, len(samples), "hot",
+                                                        "cuda_event", samples_ms=samples),
+                  extra={"process_medians_ms": list(levels)}, combo_key="k")
 
 
 def test_a_change_within_the_levels_of_one_runs_processes_is_ambiguous_not_a_regression():
@@ -184,8 +186,8 @@ def test_a_change_must_clear_half_the_spread_of_either_sides_placements():
     a_places, b_places = [0.05136, 0.051568, 0.051472, 0.051104, 0.050464], [0.052352, 0.055104, 0.05376,
                                                                                 0.054048, 0.05392]
     base, head = _stored([0.051456, 0.05088], rng), _stored([0.053648, 0.053984], rng)
-    base["extra"]["placement_medians_ms"], head["extra"]["placement_medians_ms"] = a_places, b_places
+    base.extra["placement_medians_ms"], head.extra["placement_medians_ms"] = a_places, b_places
     v = time_verdict(base, head, th)
     assert v[0] == "ambiguous" and "only 0.8 µs apart where one side's spread 2.8 µs" in v[1]
-    head["extra"]["placement_medians_ms"] = [x + 0.0006 for x in b_places]  # 1.4 us apart, over 2.8 / 2
+    head.extra["placement_medians_ms"] = [x + 0.0006 for x in b_places]  # 1.4 us apart, over 2.8 / 2
     assert time_verdict(base, head, th)[0] == "regression"

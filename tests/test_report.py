@@ -537,18 +537,18 @@ def test_the_gates_history_is_read_light_and_equal_to_the_records(tmp_path, fixt
     """reading.history_records (key and median of the ok records, from the packed numbers and the vectors) gives
     compare_runs what the whole records give it, on every run of the fixtures (journals, asv results, records
     not ok, untimed ones) and of the hand-built fleet."""
-    from harness.report.reading import combo_keys, current_records, history_records
+    from harness.report.reading import combinations, current_records, history_records
 
     fixture_report.copy_store(tmp_path / "s.sqlite")  # the real runs, collected once per session
     db = _fleet(tmp_path)  # and the hand-built fleet collected into the same store
     with Store(db, create=False) as s:
         runs = s.runs()
         vectors = s.vectors([r["id"] for r in runs])
-        light = history_records(s, runs, vectors, combo_keys(s))
+        light = history_records(s, runs, vectors, combinations(s))
         assert len(light) == len(runs) and sum(map(len, light)) > 100
         for r, got in zip(runs, light, strict=True):
-            want = [x for x in current_records(s, [r], vectors) if x.get("status") == "ok"]
-            assert [(x["key"], x["median_ms"]) for x in got] == [(x["key"], x["median_ms"]) for x in want]
+            want = [x for x in current_records(s, [r], vectors) if x.status == "ok"]
+            assert [(x.identity_key(), x.median_ms) for x in got] == [(x.identity_key(), x.median_ms) for x in want]
 
 
 def test_one_name_on_two_gpus_is_two_machines_on_every_page(tmp_path):

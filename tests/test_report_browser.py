@@ -48,14 +48,14 @@ def test_report_loads_clean_with_fixture_numbers(browser, fixture_report, tmp_pa
         runs = named_runs(s)
         machines = sorted({r["machine"] for r in runs})
         newest = runs[-1]
-        worst = max((r["max_norm_err"] for r in s.records(newest["id"], with_samples=False)
-                     if r["status"] == "ok" and r["max_norm_err"] is not None and r["kind"] == "measurement"),
+        worst = max((r.max_norm_err for r in s.records(newest["id"], with_samples=False)
+                     if r.status == "ok" and r.max_norm_err is not None and r.kind == "measurement"),
                     default=None)
         # the overview counts the newest record of every combination over the runs of a machine and image
         status_of: dict = {}
         for r in reversed([r for r in runs if (r["machine"], r["image"]) == (newest["machine"], newest["image"])]):
             for x in s.records(r["id"], with_samples=False):
-                status_of.setdefault(x["combo"], x["status"])
+                status_of.setdefault(x.combo, x.status)
         n_combos, n_ok = len(status_of), sum(v == "ok" for v in status_of.values())
     page = browser.open((site / "index.html").as_uri())
     assert page.errors == [] and page.dialogs == [], what

@@ -14,9 +14,15 @@ ROOT = Path(__file__).resolve().parents[1]
 # 400 combinations timed on both sides, the head 2 % slower on each (no finding: all unchanged, one grey path)
 SCATTER = """
 import json
+from harness.core.records import Record, Timing
 from harness.report.charts import ratio_scatter
-base = {f"case{i}|cudnn|fwd|ALGO_{i % 7}": {"status": "ok", "median_ms": 0.01 * (1 + i)} for i in range(400)}
-head = {k: {"status": "ok", "median_ms": r["median_ms"] * 1.02} for k, r in base.items()}
+
+def rec(i, scale):
+    return Record(f"case{i}", "cudnn", "fwd", f"ALGO_{i % 7}", "DEFAULT", "fp32", "NCHW",
+                  time=Timing(median_ms=0.01 * (1 + i) * scale, iqr_ms=0.0, n=8, mode="hot", timer="cuda_event"))
+
+base = {rec(i, 1.0).key(): rec(i, 1.0) for i in range(400)}
+head = {rec(i, 1.02).key(): rec(i, 1.02) for i in range(400)}
 print(json.dumps(ratio_scatter(base, head, [])))
 """
 

@@ -11,6 +11,7 @@ from _fleet_data import FIXTURES
 from harness.analysis import rollup
 from harness.collect.ingest import collect
 from harness.collect.store import Store
+from harness.core.records import Determinism, Record, Timing
 from harness.report import build
 
 
@@ -22,7 +23,8 @@ def _f(key, settings, ratio=1.2, verdict="regression", kind="time", algo="auto",
 
 
 def _r(ms, h="aa"):
-    return {"status": "ok", "median_ms": ms, "hash": h}
+    return Record("c", "torch", "fwd", "auto", "TF32", "fp32", "NCHW", time=Timing(ms, 0.0, 9, "hot", "cuda_event"),
+                  determinism=Determinism(h, "h", None, None, None, None))
 
 
 def test_variants_with_the_same_bits_and_times_are_one_row():

@@ -35,13 +35,13 @@ def test_ingest_is_idempotent_and_vectors_match_records(tmp_path):
         assert len(runs) == 1 and runs[0]["n_ok"] == 2 and runs[0]["counts"] == {"ok": 2,
                                                                                  "CUDNN_STATUS_NOT_SUPPORTED": 1}
         v = s.vectors([runs[0]["id"]])[runs[0]["id"]]
-        by_combo = {r["combo"]: r for r in s.records(runs[0]["id"])}
+        by_combo = {r.combo: r for r in s.records(runs[0]["id"])}
         for cid, ok, med, chosen in zip(v["combo"], v["ok"], v["median"], v["chosen"], strict=True):
             r = by_combo[int(cid)]
-            assert ok == (r["status"] == "ok")
+            assert ok == (r.status == "ok")
             if ok:
-                assert med == pytest.approx(r["median_ms"], rel=1e-6)
-            assert (chosen >= 0) == (r["chosen_algo"] is not None)
+                assert med == pytest.approx(r.median_ms, rel=1e-6)
+            assert (chosen >= 0) == (r.chosen_algo is not None)
         assert s.names()[int(v["chosen"][v["chosen"] >= 0][0])] == "ALGO_1"
         assert s.record_count() == 3
 
@@ -94,14 +94,15 @@ def test_packed_records_read_back_exactly(tmp_path):
     with Store(tmp_path / "s.sqlite") as s:
         assert not collect(tmp_path / "s.sqlite", [d]).refused
         (run,) = s.runs()
-        recs = {r["case"]: r for r in s.records(run["id"])}
+        recs = {r.case: r for r in s.records(run["id"])}
         assert s.record_count() == 2 and set(recs) == {"a", "b"}
         a, b = recs["a"], recs["b"]
-        assert a["median_ms"] == 3.0 and list(a["samples"]) == [3.0, 3.5] and a["n"] == 2
-        assert a["repeat_equal"] == 1 and isinstance(a["repeats"], int) and a["hash"] == first.determinism.hash
-        assert b["median_ms"] is None and len(b["samples"]) == 0 and b["reason"] == "nope"
-        assert b["explanation"] == "why: <b>" and b["repeat_equal"] is None
-        assert s.records(run["id"], with_samples=False)[0]["samples"] is None
+        assert a.median_ms == 3.0 and list(a.samples) == [3.0, 3.5] and a.time.n == 2
+        assert a.determinism.repeat_equal == 1 and isinstance(a.determinism.repeats, int)
+        assert a.hash == first.determinism.hash
+        assert b.median_ms is None and len(b.samples if b.samples is not None else ()) == 0 and b.reason == "nope"
+        assert b.explanation == "why: <b>" and (b.determinism and b.determinism.repeat_equal) is None
+        assert s.records(run["id"], with_samples=False)[0].samples is None
 
 
 @pytest.mark.parametrize("field", ["median_ms", "min_ms"])

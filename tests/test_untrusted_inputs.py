@@ -188,13 +188,13 @@ def test_samples_keep_float64_precision_and_old_float32_stores_still_read(tmp_pa
     collect(db, [tmp_path / "a"])
     with Store(db) as st:
         (rec,) = st.records(st.runs()[0]["id"])
-        assert rec["samples"].tolist() == [big, big * 1.0000001]
+        assert rec.samples.tolist() == [big, big * 1.0000001]
         assert st.vectors([st.runs()[0]["id"]])[st.runs()[0]["id"]]["median"][0] == big
         # a store written before float64: the same row with float32 blobs reads back as float32 values
         st.db.execute("UPDATE run_records SET samples = ?", (np.array([1.5, 2.5], "<f4").tobytes(),))
         st.db.execute("UPDATE run_vectors SET median = ?", (np.array([1.5], "<f4").tobytes(),))
         (rec,) = st.records(st.runs()[0]["id"])
-        assert rec["samples"].tolist() == [1.5, 2.5]
+        assert rec.samples.tolist() == [1.5, 2.5]
         assert st.vectors([st.runs()[0]["id"]])[st.runs()[0]["id"]]["median"].tolist() == [1.5]
 
 

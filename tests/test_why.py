@@ -11,12 +11,15 @@ from harness.analysis.compare import compare_runs
 from harness.analysis.why import time_cause
 from harness.collect.ingest import collect
 from harness.collect.store import Store
+from harness.core.records import Accuracy, Determinism, Record, Timing
 
 
-def _rec(**kw):
-    base = {"median_ms": 1.0, "hash": "aa", "hash_algo": "sha256", "precision_class": "tf32", "chosen_algo": None,
-            "extra": {"process_medians_ms": [1.0, 1.01]}}
-    return {**base, **kw}
+def _rec(median_ms=1.0, hash="aa", precision_class="tf32", chosen_algo=None, extra=None, clock=None):
+    return Record("c", "cudnn", "fwd", "A", "DEFAULT", "fp32", "NCHW",
+                  time=Timing(median_ms, 0.0, 9, "hot", "cuda_event", clock=clock),
+                  accuracy=Accuracy(None, None, None, None, None, None, precision_class),
+                  determinism=Determinism(hash, "sha256", None, None, None, None), chosen_algo=chosen_algo,
+                  extra={"process_medians_ms": [1.0, 1.01]} if extra is None else extra)
 
 
 def test_same_bits_name_the_library_other_bits_name_the_engines():
@@ -30,8 +33,8 @@ def test_same_bits_name_the_library_other_bits_name_the_engines():
 
 
 def test_a_capped_clock_and_one_process_are_said():
-    capped = {"clock": {"slowdowns": ["sw_power_cap"]}, "process_medians_ms": [1.0, 1.0]}
-    why = time_cause(_rec(), _rec(median_ms=1.2, extra=capped))
+    capped = {"slowdowns": ["sw_power_cap"]}
+    why = time_cause(_rec(), _rec(median_ms=1.2, extra={"process_medians_ms": [1.0, 1.0]}, clock=capped))
     assert why.startswith("the GPU's clock was capped on the head side (sw_power_cap)")
     one = time_cause(_rec(extra={}), _rec(median_ms=1.2))
     assert one.endswith("base timed in one process: the spread between processes is unknown")

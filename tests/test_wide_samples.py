@@ -15,7 +15,7 @@ from harness.analysis.compare import compare_runs
 from harness.analysis.timechange import Thresholds, placements_apart, time_verdict, untrusted
 from harness.collect.ingest import read_runs_into
 from harness.collect.store import Store
-from harness.core.records import Timing
+from harness.core.records import Record, Timing
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
@@ -65,7 +65,7 @@ def test_a_wide_base_is_decided_on_its_placements(split_study):
     (i,) = [i for i, c in enumerate(calls) if (c["case"], c["algo"], c["math"], c["dtype"], c["layout"]) == (
         "resnet50.layer3.0.conv2.n32", "IMPLICIT_PRECOMP_GEMM", "DEFAULT", "fp32", "NHWC")]
 
-    def record(name: str) -> dict:
+    def record(name: str) -> Record:
         return detection_power.as_record([Timing(**p["passes"][name][i]) for p in split_study],
                                          [p["placements"][name][i] for p in split_study])
 
@@ -78,7 +78,7 @@ def test_a_wide_base_is_decided_on_its_placements(split_study):
     assert (round(gap * 1e3, 2), round(spread * 1e3, 2)) == (2.54, 0.53)
 
 
-def _study(name: str) -> dict[str, list[dict]]:
+def _study(name: str) -> dict[str, list[Record]]:
     store = Store(":memory:")
     read_runs_into(store, [RUNS / f"{name}.tar.gz"])
     return {store.run_json(r["id"])["options"]["paired"]["role"]: store.records(r["id"]) for r in store.runs()}
@@ -90,8 +90,8 @@ def test_one_process_a_side_stays_vetoed():
     would fail an A/A pair; it stays ambiguous."""
     sides = _study("h200-aa3-bwd")
     key = "resnet50.layer3.0.conv1.n32|cudnn|bwd_filter|ALGO_1|TENSOR_OP_ALLOW_CONVERSION|fp16|NHWC|"
-    base, head = ({r["key"]: r for r in sides[role]}[key] for role in ("A", "B"))
-    assert len(base["extra"]["placement_medians_ms"]) == 5 and not base["extra"].get("process_medians_ms")
+    base, head = ({r.identity_key(): r for r in sides[role]}[key] for role in ("A", "B"))
+    assert len(base.extra["placement_medians_ms"]) == 5 and not base.extra.get("process_medians_ms")
     verdict, evidence, _ = time_verdict(base, head, Thresholds())
     assert verdict == "ambiguous" and "head wide" in evidence
     assert not [f for f in judgement.judge(sides["A"], sides["B"])["findings"] if f.verdict in ("regression",
@@ -105,14 +105,14 @@ def test_no_wide_pair_of_eight_nights_has_its_placements_apart():
     fp32 1.07x slower, nights 0 -> 3: placements 2,282-2,338 us against 2,400-2,631 us)."""
     store = Store(":memory:")
     read_runs_into(store, [RUNS / "h200x2-repeat8-fwd.tar.gz"])
-    nights = [{r["key"]: r for r in store.records(run["id"]) if r["status"] == "ok" and r["median_ms"]}
+    nights = [{r.identity_key(): r for r in store.records(run["id"]) if r.status == "ok" and r.median_ms}
               for run in sorted(store.runs(), key=lambda r: r["started"])]
     wide = apart = 0
     for a, b in itertools.combinations(nights, 2):
         for key in a.keys() & b.keys():
             if set(untrusted(a[key])) | set(untrusted(b[key])) == {"wide"}:
                 wide += 1
-                apart += placements_apart(a[key], b[key], b[key]["median_ms"] > a[key]["median_ms"], 0.01) is not None
+                apart += placements_apart(a[key], b[key], b[key].median_ms > a[key].median_ms, 0.01) is not None
     assert wide == 825 and apart == 0
     seed = "seed.c8|cudnn|fwd|FFT_TILING|TENSOR_OP|fp32|NCHW|"
     (f,) = [f for f in compare_runs(store.records(sorted(store.runs(), key=lambda r: r["started"])[0]["id"]),

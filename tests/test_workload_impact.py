@@ -55,7 +55,7 @@ def test_a_training_step_pools_a_gpus_forward_and_backward_studies(tmp_path):
             step = _rows(rows, **{"pass": "training step"})
             assert step and all(r["change"] is None and "not measured on base nor head" in r["missing"]
                                 and "no number" in r["line"] for r in step)
-        pooled = [{r["key"]: r for leg in legs for r in leg["records"][role]} for role in ("A", "B")]
+        pooled = [{r.identity_key(): r for leg in legs for r in leg["records"][role]} for role in ("A", "B")]
         rows = workload(*pooled, "H200")
         for choice in ("defaults", "cudnn.benchmark"):
             for dtype in ("fp32", "fp16", "bf16"):
@@ -85,8 +85,8 @@ def test_a_training_step_pools_a_gpus_forward_and_backward_studies(tmp_path):
 
 def _ort_default(model, search):
     def pick(r):
-        s = r["settings"]
-        return (r["case"] == f"model.{model}" and r["status"] == "ok" and s.get("cudnn_conv_algo_search") == search
+        s = r.settings
+        return (r.case == f"model.{model}" and r.status == "ok" and s.get("cudnn_conv_algo_search") == search
                 and all(s.get(k) == v for k, v in DEFAULTS.items()))
     return pick
 
@@ -109,8 +109,8 @@ def test_onnxruntime_models_from_whole_model_latency_across_a_stack_change(tmp_p
     for r in got:
         model = "mobilenetv2" if r["model"] == "MobileNetV2" else "resnet50"
         b, h = (next(x for x in recs[k] if _ort_default(model, r["choice"])(x)) for k in ("ort1192", "native"))
-        assert (r["base_ms"], r["head_ms"]) == (b["median_ms"], h["median_ms"])
-        assert r["change"] == pytest.approx(h["median_ms"] / b["median_ms"] - 1)
+        assert (r["base_ms"], r["head_ms"]) == (b.median_ms, h.median_ms)
+        assert r["change"] == pytest.approx(h.median_ms / b.median_ms - 1)
         assert r["low"] <= r["change"] <= r["high"] and r["basis"] == "whole-model"
         # what the number is computed from, said plainly: no per-layer record of the model's shapes in the store
         assert f"from whole-model latency (its {sum(conv_shapes(model, 1).values())} convolutions" in r["line"]

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..core.explain import documented_nondeterminism
-from ..core.records import OK, RecordKind, record_key
+from ..core.records import OK, Record, RecordKind, record_key
 from ..measurement import fingerprint
 from .findings import BITS_CHANGED, EXPLAINED_BY_RECORD, KINDS, Finding, FindingKind, Verdict
 from .thresholds import Thresholds
@@ -26,19 +26,19 @@ __all__ = ["BITS_CHANGED", "KINDS", "Finding", "FindingKind", "Verdict", "compar
 
 # ---- two runs --------------------------------------------------------------------------------------------------
 
-def _finding(kind: FindingKind, verdict: Verdict, rec: dict[str, Any], base: str, head: str, evidence: str,
+def _finding(kind: FindingKind, verdict: Verdict, rec: Record, base: str, head: str, evidence: str,
              **kw: Any) -> Finding:
-    return Finding(kind=kind, verdict=verdict, key=rec["key"], case=rec["case"], backend=rec["backend"],
-                   direction=rec["direction"], algo=rec["algo"], math=rec["math"], dtype=rec["dtype"],
-                   layout=rec["layout"], settings=rec["settings"], base=base, head=head, evidence=evidence,
-                   **{"explanation": rec.get("explanation") if kind in EXPLAINED_BY_RECORD else None, **kw})
+    return Finding(kind=kind, verdict=verdict, key=rec.identity_key(), case=rec.case, backend=rec.backend,
+                   direction=rec.direction, algo=rec.algo, math=rec.math, dtype=rec.dtype,
+                   layout=rec.layout, settings=rec.listed_settings, base=base, head=head, evidence=evidence,
+                   **{"explanation": rec.explanation if kind in EXPLAINED_BY_RECORD else None, **kw})
 
 
-def _clock_note(rb: dict[str, Any], rh: dict[str, Any]) -> str:
+def _clock_note(rb: Record, rh: Record) -> str:
     """What the GPU's clock did while either side was timed, where it was slowed (a power cap, heat)."""
     notes = []
     for side, rec in (("base", rb), ("head", rh)):
-        ck = (rec.get("extra") or {}).get("clock") or {}
+        ck = (rec.time.clock if rec.time else None) or {}
         if ck.get("slowdowns"):
             notes.append(f"{side} timed while the GPU reported {'+'.join(ck['slowdowns'])} "
                          f"(SM clock {ck.get('sm_mhz_min')}-{ck.get('sm_mhz_max')} MHz)")
@@ -57,63 +57,62 @@ def _fmt_err(v: float | None) -> str:
     return "-" if v is None else f"{v:.2e}"
 
 
-def compare_runs(base: Iterable[dict[str, Any]], head: Iterable[dict[str, Any]], th: Thresholds | None = None,
-                 history: Iterable[Iterable[dict[str, Any]]] = ()) -> list[Finding]:
-    """Findings between two runs' records (as ``Store.records`` returns them), matched on the record key: the one
-    comparison of ``convbench compare``, the report's judging and the paired upgrade judgement.
-    ``history``: records of earlier runs of the base's machine and stack, oldest first, whose isolated
-    excursions widen a combination's time threshold (timechange.own_noise, HISTORY_FACTOR)."""
+def compare_runs(base: Iterable[Record], head: Iterable[Record], th: Thresholds | None = None,
+                 history: Iterable[Iterable[Record]] = ()) -> list[Finding]:
+    """Findings between two runs' records (as ``Store.records`` returns them), matched on their combination's key
+    (Record.identity_key): the one comparison of ``convbench compare``, the report's judging and the paired
+    upgrade judgement. ``history``: records of earlier runs of the base's machine and stack, oldest first, whose
+    isolated excursions widen a combination's time threshold (timechange.own_noise, HISTORY_FACTOR)."""
     th = th or Thresholds()
-    b = {r["key"]: r for r in base}
-    h = {r["key"]: r for r in head}
-    past = [{r["key"]: r for r in run if r.get("status") == OK} for run in history]
+    b = {r.identity_key(): r for r in base}
+    h = {r.identity_key(): r for r in head}
+    past = [{r.identity_key(): r for r in run if r.status == OK} for run in history]
     out: list[Finding] = []
     for key in sorted(b.keys() | h.keys()):
         rb, rh = b.get(key), h.get(key)
         if rb is None:
-            out.append(_finding(FindingKind.AVAILABILITY, Verdict.CHANGE, rh, "not measured", rh["status"], "new combination"))
+            out.append(_finding(FindingKind.AVAILABILITY, Verdict.CHANGE, rh, "not measured", rh.status, "new combination"))
             continue
         if rh is None:
-            lost = rb["status"] == OK and th.lost_coverage_fails
-            out.append(_finding(FindingKind.AVAILABILITY, Verdict.REGRESSION if lost else Verdict.CHANGE, rb, rb["status"], "not measured",
+            lost = rb.status == OK and th.lost_coverage_fails
+            out.append(_finding(FindingKind.AVAILABILITY, Verdict.REGRESSION if lost else Verdict.CHANGE, rb, rb.status, "not measured",
                                 "coverage lost: ok in base, not measured in head" if lost else
                                 "combination not measured in head"))
             continue
-        if rb["status"] == OK and rh["status"] != OK:
-            out.append(_finding(FindingKind.AVAILABILITY, Verdict.REGRESSION, rh, OK, rh["status"],
-                                f"was ok, now {rh['status']}: {rh.get('reason') or 'no reason given'}"))
+        if rb.status == OK and rh.status != OK:
+            out.append(_finding(FindingKind.AVAILABILITY, Verdict.REGRESSION, rh, OK, rh.status,
+                                f"was ok, now {rh.status}: {rh.reason or 'no reason given'}"))
             continue
-        if rb["status"] != OK and rh["status"] == OK:
-            out.append(_finding(FindingKind.AVAILABILITY, Verdict.IMPROVEMENT, rh, rb["status"], OK, "now runs"))
-        if rb["status"] != OK or rh["status"] != OK:
+        if rb.status != OK and rh.status == OK:
+            out.append(_finding(FindingKind.AVAILABILITY, Verdict.IMPROVEMENT, rh, rb.status, OK, "now runs"))
+        if rb.status != OK or rh.status != OK:
             continue
-        noise = own_noise(key, rb["median_ms"], past, th.rel(rb["median_ms"], rb.get("timer"))) \
-            if past and rb["median_ms"] else 0.0
+        bm, hm = rb.median_ms, rh.median_ms
+        noise = own_noise(key, bm, past, th.rel(bm, rb.time.timer)) if past and bm else 0.0
         tv = time_verdict(rb, rh, th, noise, [run[key] for run in past if key in run])
         if tv:
             verdict, evidence, nums = tv
-            out.append(_finding(FindingKind.TIME, Verdict(verdict), rh, fmt_time(rb["median_ms"]), fmt_time(rh["median_ms"]),
+            out.append(_finding(FindingKind.TIME, Verdict(verdict), rh, fmt_time(bm), fmt_time(hm),
                                 evidence + _clock_note(rb, rh), ratio=nums.get("ratio"), ci=nums.get("ci"),
                                 p=nums.get("p"), delta_us=nums.get("delta_us"),
-                                explanation=time_cause(rb, rh, nums.get("ratio")), base_ms=rb["median_ms"],
-                                head_ms=rh["median_ms"]))
+                                explanation=time_cause(rb, rh, nums.get("ratio")), base_ms=bm, head_ms=hm))
         out += _accuracy(rb, rh, th)
         out += _determinism(rb, rh, th)
         out += _search(rb, rh)
     return out
 
 
-def _accuracy(rb: dict[str, Any], rh: dict[str, Any], th: Thresholds) -> list[Finding]:
+def _accuracy(rb: Record, rh: Record, th: Thresholds) -> list[Finding]:
     out = []
-    cb, ch = rb.get("precision_class"), rh.get("precision_class")
+    cb, ch = rb.precision_class, rh.precision_class
     if cb and ch and cb != ch:
         worse = PRECISION_RANK.get(ch, 3) > PRECISION_RANK.get(cb, 3)
         better = PRECISION_RANK.get(ch, 3) < PRECISION_RANK.get(cb, 3)
         verdict = Verdict.REGRESSION if worse else Verdict.IMPROVEMENT if better else Verdict.CHANGE
         out.append(_finding(FindingKind.ACCURACY, verdict, rh, cb, ch, f"precision class {cb} -> {ch} (max normalised error "
-                            f"{_fmt_err(rb.get('max_norm_err'))} -> {_fmt_err(rh.get('max_norm_err'))})"))
+                            f"{_fmt_err(rb.max_norm_err)} -> {_fmt_err(rh.max_norm_err)})"))
         return out
-    eb, eh = rb.get("max_norm_err"), rh.get("max_norm_err")
+    eb, eh = rb.max_norm_err, rh.max_norm_err
     if eb is not None and eh is not None and eh > th.error_floor:
         growth = eh / max(eb, th.error_floor)
         if growth >= th.error_growth:
@@ -128,14 +127,14 @@ def _accuracy(rb: dict[str, Any], rh: dict[str, Any], th: Thresholds) -> list[Fi
 AUTOTUNE_CHANCE = "a timed search picks among near-tied candidates by chance (an autotuner study)"
 
 
-def expected_nondeterminism(rec: dict[str, Any]) -> str | None:
+def expected_nondeterminism(rec: Record) -> str | None:
     """The documented cause of run-to-run differences of a stored record (explain.nondeterminism_cause), if any."""
-    if rec.get("kind") == RecordKind.AUTOTUNE:
+    if rec.kind == RecordKind.AUTOTUNE:
         return AUTOTUNE_CHANCE
-    return documented_nondeterminism(rec.get("backend"), rec.get("direction"), rec.get("settings"), rec.get("extra"))
+    return documented_nondeterminism(rec.backend, rec.direction, rec.listed_settings, rec.extra)
 
 
-def _determinism(rb: dict[str, Any], rh: dict[str, Any], th: Thresholds) -> list[Finding]:
+def _determinism(rb: Record, rh: Record, th: Thresholds) -> list[Finding]:
     out = []
     # An algorithm documented as non-deterministic (or PyTorch allowed to pick one) repeats bit for bit in one
     # run and not in the next by chance: on cuDNN 9.19 -> 9.27 (H200, docs/upgrade.md) 119 of 2,632 backward
@@ -144,21 +143,24 @@ def _determinism(rb: dict[str, Any], rh: dict[str, Any], th: Thresholds) -> list
     worse = Verdict.CHANGE if cause else Verdict.REGRESSION
     better = Verdict.CHANGE if cause else Verdict.IMPROVEMENT
     why = f" ({cause})" if cause else ""
+    det_b, det_h = rb.determinism, rh.determinism
+    if det_b is None or det_h is None:
+        return out
     for name, words in (("repeat_equal", "in-place repeats"), ("fresh_handle_equal", "fresh handle/session")):
-        if rb.get(name) == 1 and rh.get(name) == 0:
+        if getattr(det_b, name) == 1 and getattr(det_h, name) == 0:
             out.append(_finding(FindingKind.DETERMINISM, worse, rh, "bitwise equal", "differs",
                                 f"{words} no longer bitwise equal{why}", expected=cause))
-        elif rb.get(name) == 0 and rh.get(name) == 1:
+        elif getattr(det_b, name) == 0 and getattr(det_h, name) == 1:
             out.append(_finding(FindingKind.DETERMINISM, better, rh, "differs", "bitwise equal",
                                 f"{words} now bitwise equal{why}", expected=cause))
     # Only the step from one output to several is a finding: an algorithm already unstable gives a count that
     # varies from run to run (and its repeats stop once the instability is shown).
-    db, dh = rb.get("distinct_outputs"), rh.get("distinct_outputs")
+    db, dh = det_b.distinct_outputs, det_h.distinct_outputs
     if db == 1 and dh is not None and dh > 1:
         out.append(_finding(FindingKind.DETERMINISM, worse, rh, str(db), str(dh), f"distinct outputs {db} -> {dh}{why}",
                             expected=cause))
-    hb, hh = rb.get("hash"), rh.get("hash")
-    if hb and hh and hb != hh and rb.get("hash_algo") == rh.get("hash_algo"):
+    hb, hh = det_b.hash, det_h.hash
+    if hb and hh and hb != hh and det_b.hash_algo == det_h.hash_algo:
         # Two runs of a documented non-deterministic algorithm differ by chance: in the A/A backward study on two
         # H200s (docs/performance.md) 159-160 such combinations a GPU, all of them documented ones. They stay changes,
         # also under --bitwise, and say so, so that "changed bits" counts what a stack changed.
@@ -168,12 +170,12 @@ def _determinism(rb: dict[str, Any], rh: dict[str, Any], th: Thresholds) -> list
     return out
 
 
-def _search(rb: dict[str, Any], rh: dict[str, Any]) -> list[Finding]:
-    if rh["backend"] != "ort" or "cudnn_conv_algo_search" not in (rh.get("settings") or {}):
+def _search(rb: Record, rh: Record) -> list[Finding]:
+    if rh.backend != "ort" or "cudnn_conv_algo_search" not in rh.settings:
         return []
-    if rb.get("chosen_algo") != rh.get("chosen_algo") and (rb.get("chosen_algo") or rh.get("chosen_algo")):
-        return [_finding(FindingKind.SEARCH, Verdict.CHANGE, rh, str(rb.get("chosen_algo")), str(rh.get("chosen_algo")),
-                         f"{rh['settings']['cudnn_conv_algo_search']} search now picks another algorithm")]
+    if rb.chosen_algo != rh.chosen_algo and (rb.chosen_algo or rh.chosen_algo):
+        return [_finding(FindingKind.SEARCH, Verdict.CHANGE, rh, str(rb.chosen_algo), str(rh.chosen_algo),
+                         f"{rh.settings['cudnn_conv_algo_search']} search now picks another algorithm")]
     return []
 
 
@@ -230,15 +232,14 @@ def fingerprint_diff(base: dict[str, Any], head: dict[str, Any]) -> list[tuple[s
 
 # ---- many machines ---------------------------------------------------------------------------------------------
 
-def machine_neutral_key(rec: dict[str, Any]) -> str:
+def machine_neutral_key(rec: Record) -> str:
     """The record key without the settings that only name where it ran (``device``), so that the same
-    combination on a CPU host and a GPU host lines up."""
-    settings = {k: v for k, v in (rec.get("settings") or {}).items() if k != "device"}
-    return record_key(rec["case"], rec["backend"], rec["direction"], rec["algo"], rec["math"], rec["dtype"],
-                      rec["layout"], settings)
+    combination on a CPU host and a GPU host lines up (a study's kind among the settings, as listed)."""
+    settings = {k: v for k, v in rec.listed_settings.items() if k != "device"}
+    return record_key(rec.case, rec.backend, rec.direction, rec.algo, rec.math, rec.dtype, rec.layout, settings)
 
 
-def cross_machine(runs: list[dict[str, Any]], records: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
+def cross_machine(runs: list[dict[str, Any]], records: dict[int, list[Record]]) -> dict[str, Any]:
     """Side by side, one run per machine (the first is the base): per combination the time ratio, error
     ratio, precision class and whether all outputs are bitwise identical."""
     machines = [r["machine"] for r in runs]
@@ -255,24 +256,24 @@ def cross_machine(runs: list[dict[str, Any]], records: dict[int, list[dict[str, 
             if rec is None:
                 cells.append(None)
                 continue
-            cell = {"status": rec["status"], "median_ms": rec["median_ms"], "max_norm_err": rec["max_norm_err"],
-                    "precision_class": rec["precision_class"], "hash": rec["hash"], "time_ratio": None,
-                    "error_ratio": None, "explanation": rec.get("explanation")}
-            if base is not None and base is not rec and base["status"] == OK and rec["status"] == OK:
-                if base["median_ms"] and rec["median_ms"]:
-                    cell["time_ratio"] = rec["median_ms"] / base["median_ms"]
-                if base["max_norm_err"] is not None and rec["max_norm_err"] is not None:
-                    cell["error_ratio"] = (max(rec["max_norm_err"], 1e-12) / max(base["max_norm_err"], 1e-12))
-            if rec["status"] == OK and rec["hash"]:
-                hashes.add(rec["hash"])
-            if rec.get("explanation"):
-                explanations.append((m, rec["explanation"]))
+            cell = {"status": rec.status, "median_ms": rec.median_ms, "max_norm_err": rec.max_norm_err,
+                    "precision_class": rec.precision_class, "hash": rec.hash, "time_ratio": None,
+                    "error_ratio": None, "explanation": rec.explanation}
+            if base is not None and base is not rec and base.status == OK and rec.status == OK:
+                if base.median_ms and rec.median_ms:
+                    cell["time_ratio"] = rec.median_ms / base.median_ms
+                if base.max_norm_err is not None and rec.max_norm_err is not None:
+                    cell["error_ratio"] = (max(rec.max_norm_err, 1e-12) / max(base.max_norm_err, 1e-12))
+            if rec.status == OK and rec.hash:
+                hashes.add(rec.hash)
+            if rec.explanation:
+                explanations.append((m, rec.explanation))
             cells.append(cell)
         any_rec = next(p[key] for p in per if key in p)
         classes = {c["precision_class"] for c in cells if c and c["precision_class"]}
-        rows.append({"key": key, "case": any_rec["case"], "backend": any_rec["backend"],
-                     "direction": any_rec["direction"], "algo": any_rec["algo"], "math": any_rec["math"],
-                     "dtype": any_rec["dtype"], "layout": any_rec["layout"], "settings": any_rec["settings"],
+        rows.append({"key": key, "case": any_rec.case, "backend": any_rec.backend,
+                     "direction": any_rec.direction, "algo": any_rec.algo, "math": any_rec.math,
+                     "dtype": any_rec.dtype, "layout": any_rec.layout, "settings": any_rec.listed_settings,
                      "cells": cells, "bitwise_identical": (len(hashes) == 1) if hashes else None,
                      "n_hashes": len(hashes), "class_differs": len(classes) > 1, "explanations": explanations})
     return {"machines": machines, "runs": runs, "rows": rows}

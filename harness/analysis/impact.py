@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..core.cases import resnet50_calls
-from ..core.records import OK, RecordKind
+from ..core.records import OK, Record, RecordKind
 from .timechange import row_medians
 
 PASSES = (("forward", ("fwd",)), ("backward", ("bwd_data", "bwd_filter")))
@@ -33,11 +33,11 @@ CHOICES = {"defaults": (False, "cudnn.benchmark off"), "cudnn.benchmark": (True,
 UNIT = {"forward": "pass", "backward": "pass", "training step": "step"}
 
 
-def framework_default(rec: dict[str, Any], choice: str = "cudnn.benchmark") -> bool:
+def framework_default(rec: Record, choice: str = "cudnn.benchmark") -> bool:
     """A record of what PyTorch runs when a model calls a convolution with its settings left alone, cudnn.benchmark
     as ``choice`` sets it."""
-    s = rec.get("settings") or {}
-    return (rec.get("backend") == "torch" and rec.get("kind", RecordKind.MEASUREMENT) == RecordKind.MEASUREMENT
+    s = rec.settings
+    return (rec.backend == "torch" and rec.kind == RecordKind.MEASUREMENT
             and s.get("benchmark") is CHOICES[choice][0] and s.get("deterministic") is False
             and s.get("tf32") in (True, None))
 
@@ -47,16 +47,16 @@ def _weights(direction: str) -> dict[str, int]:
     return {c: n for c, n in calls.items() if not (direction == "bwd_data" and c == STEM)}
 
 
-def boot_medians(rec: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
+def boot_medians(rec: Record, rng: np.random.Generator) -> np.ndarray:
     """N_BOOT bootstrap medians of a record's samples (its median repeated where it kept fewer than three)."""
-    s = rec.get("samples")
+    s = rec.samples
     if s is None or len(s) < 3:
-        return np.full(N_BOOT, float(rec["median_ms"]))
+        return np.full(N_BOOT, float(rec.median_ms))
     a = np.asarray(s, dtype=np.float64)
     return row_medians(a[rng.integers(0, len(a), (N_BOOT, len(a)))])
 
 
-def interval(terms: list[tuple[int, dict[str, Any], dict[str, Any]]], rng: np.random.Generator) -> tuple[float, float]:
+def interval(terms: list[tuple[int, Record, Record]], rng: np.random.Generator) -> tuple[float, float]:
     """The 95 % bootstrap interval of sum(n * head) / sum(n * base) - 1 over (n, base, head) terms."""
     bb = sum(n * boot_medians(b, rng) for n, b, _ in terms)
     bh = sum(n * boot_medians(h, rng) for n, _, h in terms)
@@ -75,7 +75,7 @@ def _missing(directions: tuple[str, ...], have: set[tuple[str, str]]) -> str:
     return "; ".join(parts) or f"no layer of {', '.join(directions)} measured on both sides"
 
 
-def impact(base: list[dict[str, Any]] | dict[str, dict[str, Any]], head: list[dict[str, Any]] | dict[str, dict[str, Any]],
+def impact(base: list[Record] | dict[str, Record], head: list[Record] | dict[str, Record],
            gpu: str = "", choice: str = "cudnn.benchmark", passes: tuple = PASSES,
            gaps: bool = False) -> list[dict[str, Any]]:
     """Per pass, dtype and layout: the ResNet-50 convolution time of each side (ms, calls weighted), the change
@@ -84,9 +84,9 @@ def impact(base: list[dict[str, Any]] | dict[str, dict[str, Any]], head: list[di
     pick = {}
     for side, recs in (("base", base), ("head", head)):
         for r in (recs.values() if isinstance(recs, dict) else recs):
-            if (r.get("status") == OK and r.get("median_ms") and framework_default(r, choice)
-                    and r["case"].endswith(".n32") and r["case"].startswith("resnet50.")):
-                pick[(side, r["direction"], r["dtype"], r["layout"], r["case"])] = r
+            if (r.status == OK and r.median_ms and framework_default(r, choice)
+                    and r.case.endswith(".n32") and r.case.startswith("resnet50.")):
+                pick[(side, r.direction, r.dtype, r.layout, r.case)] = r
     have = {(side, d, t, lay) for (side, d, t, lay, _) in pick}
     out = []
     rng = np.random.default_rng(0)
@@ -105,7 +105,7 @@ def impact(base: list[dict[str, Any]] | dict[str, dict[str, Any]], head: list[di
                         measured.add(d)
             row = {"model": "ResNet-50", "batch": 32, "framework": "PyTorch", "choice": choice, "pass": name,
                    "dtype": dtype, "layout": layout, "gpu": gpu, "basis": "per-layer", "calls": calls,
-                   "all_calls": total, "shapes": len({b["case"] for _, b, _ in terms}),
+                   "all_calls": total, "shapes": len({b.case for _, b, _ in terms}),
                    "all_shapes": len(resnet50_calls(32)), "coverage": {d: tuple(v) for d, v in per.items()}}
             if measured != set(directions):
                 if gaps:
@@ -115,8 +115,8 @@ def impact(base: list[dict[str, Any]] | dict[str, dict[str, Any]], head: list[di
                     row["line"] = impact_line(row)
                     out.append(row)
                 continue
-            tb = sum(n * b["median_ms"] for n, b, _ in terms)
-            th = sum(n * h["median_ms"] for n, _, h in terms)
+            tb = sum(n * b.median_ms for n, b, _ in terms)
+            th = sum(n * h.median_ms for n, _, h in terms)
             lo, hi = interval(terms, rng)
             row.update(base_ms=tb, head_ms=th, change=th / tb - 1, low=lo, high=hi, missing=None)
             row["line"] = impact_line(row)

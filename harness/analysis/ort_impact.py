@@ -22,7 +22,7 @@ import numpy as np
 
 from ..backends.ort.architectures import MODELS, conv_layers
 from ..core.cases import CATALOGUE, Case
-from ..core.records import OK
+from ..core.records import OK, Record, RecordKind
 from .impact import interval
 
 SEARCHES = ("EXHAUSTIVE", "HEURISTIC")
@@ -40,8 +40,8 @@ def conv_shapes(model_id: str, batch: int) -> Counter:
     return Counter(g for _, g in conv_layers(model_id, batch))
 
 
-def _search(rec: dict[str, Any]) -> str | None:
-    s = rec.get("settings") or {}
+def _search(rec: Record) -> str | None:
+    s = rec.settings
     if all(s.get(k) == v for k, v in DEFAULTS.items()) and s.get("cudnn_conv_algo_search") in SEARCHES:
         return s["cudnn_conv_algo_search"]
     return None
@@ -51,36 +51,36 @@ def _layer_cases(model_id: str, batch: int, base: list, head: list) -> int:
     """How many of the model's conv shapes have a per-layer onnxruntime record (a catalogue case of that
     geometry) on both sides."""
     shapes = set(conv_shapes(model_id, batch))
-    sides = [{_geometry(CATALOGUE[r["case"]]) for r in recs if r.get("backend") == "ort"
-              and r.get("case") in CATALOGUE and r.get("status") == OK} for recs in (base, head)]
+    sides = [{_geometry(CATALOGUE[r.case]) for r in recs if r.backend == "ort"
+              and r.case in CATALOGUE and r.status == OK} for recs in (base, head)]
     return len(shapes & sides[0] & sides[1])
 
 
-def ort_impact(base: list[dict[str, Any]] | dict[str, dict[str, Any]],
-               head: list[dict[str, Any]] | dict[str, dict[str, Any]], gpu: str = "") -> list[dict[str, Any]]:
+def ort_impact(base: list[Record] | dict[str, Record], head: list[Record] | dict[str, Record],
+               gpu: str = "") -> list[dict[str, Any]]:
     """Per model onnxruntime ran on either side, search mode and dtype: the whole-model latency of each side, the
     change head/base - 1 with its bootstrap 95 % interval; where a side lacks the model under that setting, a row
     saying so (change None)."""
     recs = {side: list(r.values() if isinstance(r, dict) else r) for side, r in (("base", base), ("head", head))}
-    pick: dict[tuple, dict[str, Any]] = {}
+    pick: dict[tuple, Record] = {}
     ran: set[tuple[str, str, str]] = set()
     for side, rs in recs.items():
         for r in rs:
-            if r.get("backend") != "ort" or not str(r.get("case", "")).startswith("model."):
+            if r.backend != "ort" or not r.case.startswith("model."):
                 continue
-            model = r["case"].split(".", 1)[1]
-            if model not in MODELS or r.get("kind", "measurement") != "measurement":
+            model = r.case.split(".", 1)[1]
+            if model not in MODELS or r.kind != RecordKind.MEASUREMENT:
                 continue
-            ran.add((model, r["dtype"], r["layout"]))
+            ran.add((model, r.dtype, r.layout))
             mode = _search(r)
-            if mode and r.get("status") == OK and r.get("median_ms"):
-                pick[(side, model, mode, r["dtype"], r["layout"])] = r
+            if mode and r.status == OK and r.median_ms:
+                pick[(side, model, mode, r.dtype, r.layout)] = r
     out = []
     rng = np.random.default_rng(0)
     for model, dtype, layout in sorted(ran):
         for mode in SEARCHES:
             b, h = pick.get(("base", model, mode, dtype, layout)), pick.get(("head", model, mode, dtype, layout))
-            batch = int(((b or h or {}).get("extra") or {}).get("batch") or 1)
+            batch = int((b or h).extra.get("batch") or 1) if (b or h) else 1
             shapes = conv_shapes(model, batch)
             row = {"model": NAMES[model], "batch": batch, "framework": "onnxruntime", "choice": mode,
                    "pass": "whole model", "dtype": dtype, "layout": layout, "gpu": gpu, "basis": "whole-model",
@@ -93,7 +93,7 @@ def ort_impact(base: list[dict[str, Any]] | dict[str, dict[str, Any]],
                                    f"use_tf32=1, max workspace, I/O binding)")
             else:
                 lo, hi = interval([(1, b, h)], rng)
-                row.update(base_ms=b["median_ms"], head_ms=h["median_ms"], change=h["median_ms"] / b["median_ms"] - 1,
+                row.update(base_ms=b.median_ms, head_ms=h.median_ms, change=h.median_ms / b.median_ms - 1,
                            low=lo, high=hi, missing=None)
             row["line"] = ort_line(row)
             out.append(row)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from ..core.records import OK
+from ..core.records import OK, Record
 from .compare import compare_runs
 from .findings import Finding, FindingKind
 from .thresholds import Thresholds
@@ -17,8 +17,7 @@ ROLES = ("A", "B")  # the base stack and the stack judged against it
 KINDS = ("time", "bits", "expected bits", "accuracy", "availability", "determinism")  # Finding.judged_kind
 
 
-def judge(a_records: list[dict[str, Any]], b_records: list[dict[str, Any]],
-          th: Thresholds | None = None) -> dict[str, Any]:
+def judge(a_records: list[Record], b_records: list[Record], th: Thresholds | None = None) -> dict[str, Any]:
     """One upgrade verdict per combination: time (faster / slower / same / ambiguous), bits (changed or
     not), accuracy, availability (status), determinism. The findings are compare's, so the gate, the report and
     the upgrade page say the same."""
@@ -30,8 +29,9 @@ def judge(a_records: list[dict[str, Any]], b_records: list[dict[str, Any]],
     for fs in per_key.values():
         for f in fs:
             counts[f"{f.judged_kind}:{f.words}"] += 1
-    both = {r["key"] for r in a_records} & {r["key"] for r in b_records}
-    ran = {r["key"] for r in a_records if r["status"] == OK} & {r["key"] for r in b_records if r["status"] == OK}
+    both = {r.identity_key() for r in a_records} & {r.identity_key() for r in b_records}
+    ran = ({r.identity_key() for r in a_records if r.status == OK}
+           & {r.identity_key() for r in b_records if r.status == OK})
     timed = {f.key for f in findings if f.kind == FindingKind.TIME}
     counts["time:same"] = len(ran - timed)
     return {"combinations": len(both), "both_ok": len(ran), "counts": dict(sorted(counts.items())),

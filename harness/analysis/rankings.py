@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from ..core.records import OK, RecordKind
+from ..core.records import OK, Record, RecordKind
 
 SUCCESS = "CUDNN_STATUS_SUCCESS"
 # A pick this much slower than the measured fastest is counted as a miss a user would notice; below it, a
@@ -27,17 +27,17 @@ def _top(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     return min(ok, key=lambda r: r["rank"]) if ok else None
 
 
-def compare_rankings(rankings: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def compare_rankings(rankings: list[dict[str, Any]], records: list[Record]) -> list[dict[str, Any]]:
     """One row per problem (case, direction, dtype, layout, math) that cuDNN ranked and convbench timed: the
     measured fastest algorithm, the heuristic's and Find's first choices, and what each choice costs against
     the fastest (measured median of the choice / measured median of the fastest; None when the choice was not
     timed, e.g. its workspace was over the sweep's limit)."""
     measured: dict[tuple, dict[str, float]] = {}
     for x in records:
-        if (x["backend"] == "cudnn" and x["kind"] == RecordKind.MEASUREMENT and x["status"] == OK and x["median_ms"]
-                and not x.get("settings")):
-            times = measured.setdefault(tuple(x[k] for k in _PROBLEM), {})
-            times[x["algo"]] = min(x["median_ms"], times.get(x["algo"], float("inf")))
+        if (x.backend == "cudnn" and x.kind == RecordKind.MEASUREMENT and x.status == OK and x.median_ms
+                and not x.settings):
+            times = measured.setdefault(tuple(getattr(x, k) for k in _PROBLEM), {})
+            times[x.algo] = min(x.median_ms, times.get(x.algo, float("inf")))
     ranked: dict[tuple, dict[str, list[dict[str, Any]]]] = {}
     for r in rankings:
         ranked.setdefault(tuple(r[k] for k in _PROBLEM), {}).setdefault(r["source"], []).append(r)

@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
-from ..core.records import OK
+from ..core.records import OK, Record
 
 # Two settings variants timed the same call when both sides' output bits are equal and their medians lie within
 # this of each other's (the calibrated threshold of the shortest calls is 4 % and more: within it is noise).
@@ -28,8 +28,12 @@ def _near(a: float | None, b: float | None) -> bool:
     return bool(a and b) and abs(a / b - 1) <= VARIANT_MATCH
 
 
-def collapse(findings: Iterable[Any], base: dict[str, dict[str, Any]],
-             head: dict[str, dict[str, Any]]) -> list[tuple[Any, list[Any]]]:
+def _bits_and_time(rec: Record | None) -> tuple[str | None, float | None]:
+    return (rec.hash, rec.median_ms) if rec is not None else (None, None)
+
+
+def collapse(findings: Iterable[Any], base: dict[str, Record],
+             head: dict[str, Record]) -> list[tuple[Any, list[Any]]]:
     """(representative, variants) in the order given: time findings of one call under other settings whose two
     sides carry the same output bits and medians within VARIANT_MATCH of the representative's are its variants
     (the representative among them); every other finding stands alone."""
@@ -37,12 +41,10 @@ def collapse(findings: Iterable[Any], base: dict[str, dict[str, Any]],
     open_: dict[tuple, list[tuple[Any, list[Any]]]] = {}
     for f in findings:
         if f.kind == "time":
-            rb, rh = base.get(f.key) or {}, head.get(f.key) or {}
+            (hb, mb), (hh, mh) = _bits_and_time(base.get(f.key)), _bits_and_time(head.get(f.key))
             for rep, members in open_.get(_call(f), ()):
-                qb, qh = base.get(rep.key) or {}, head.get(rep.key) or {}
-                if (rb.get("hash") and rb.get("hash") == qb.get("hash") and rh.get("hash") == qh.get("hash")
-                        and _near(rb.get("median_ms"), qb.get("median_ms"))
-                        and _near(rh.get("median_ms"), qh.get("median_ms"))):
+                (qhb, qmb), (qhh, qmh) = _bits_and_time(base.get(rep.key)), _bits_and_time(head.get(rep.key))
+                if hb and hb == qhb and hh == qhh and _near(mb, qmb) and _near(mh, qmh):
                     members.append(f)
                     break
             else:
@@ -73,17 +75,16 @@ def groups(findings: Iterable[Any]) -> list[dict[str, Any]]:
     return out
 
 
-def net(findings: list[Any], base: dict[str, dict[str, Any]], head: dict[str, dict[str, Any]],
-        n_failing: int) -> dict[str, Any]:
+def net(findings: list[Any], base: dict[str, Record], head: dict[str, Record], n_failing: int) -> dict[str, Any]:
     """The comparison in one line: slower / faster / unchanged / undecided counts of the combinations timed on
     both sides, how many fail the gate, and the geometric mean of head/base over all of them."""
-    timed = [k for k in base.keys() & head.keys() if base[k].get("status") == OK and head[k].get("status") == OK
-             and base[k].get("median_ms") and head[k].get("median_ms")]
+    timed = [k for k in base.keys() & head.keys() if base[k].status == OK and head[k].status == OK
+             and base[k].median_ms and head[k].median_ms]
     verdict = {f.key: f.words for f in findings if f.kind == "time"}
     slower = sum(1 for k in timed if verdict.get(k) == "slower")
     faster = sum(1 for k in timed if verdict.get(k) == "faster")
     undecided = sum(1 for k in timed if verdict.get(k) == "ambiguous")
-    logs = [math.log(head[k]["median_ms"] / base[k]["median_ms"]) for k in timed]
+    logs = [math.log(head[k].median_ms / base[k].median_ms) for k in timed]
     geo = math.exp(sum(logs) / len(logs)) if logs else None
     return {"timed": len(timed), "slower": slower, "faster": faster, "undecided": undecided,
             "unchanged": len(timed) - slower - faster - undecided, "failing": n_failing, "geomean": geo}

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.records import Record
 from ..measurement.timing import FLOOR_SAMPLES, sample_flags
 from .thresholds import Thresholds
 
@@ -93,13 +94,14 @@ def bootstrap_median_ratio(base: np.ndarray, head: np.ndarray, *, n_boot: int = 
     return float(np.median(b) / np.median(a)), float(lo), float(hi)
 
 
-def untrusted(rec: dict[str, Any]) -> list[str]:
+def untrusted(rec: Record) -> list[str]:
     """Why one side's samples cannot decide a change: the timer's own flags, or the samples' shape."""
-    flags = list((rec.get("extra") or {}).get("flags") or ())
-    samples = rec.get("samples")
+    t = rec.time
+    flags = list(t.flags or ()) if t is not None else []
+    samples = rec.samples
     if samples is not None and len(samples):
         flags += [f for f in sample_flags([float(x) for x in samples]) if f not in flags]
-        if (rec.get("n") or len(samples)) >= FLOOR_SAMPLES and "few_samples" in flags:
+        if (t.n or len(samples)) >= FLOOR_SAMPLES and "few_samples" in flags:
             flags.remove("few_samples")  # the store keeps a thinned subset; the timer took enough
     return flags
 
@@ -111,41 +113,41 @@ def untrusted(rec: dict[str, Any]) -> list[str]:
 HISTORY_FACTOR = 2.0
 
 
-def own_noise(key: str, base_ms: float, history: list[dict[str, dict[str, Any]]], rel: float) -> float:
+def own_noise(key: str, base_ms: float, history: list[dict[str, Record]], rel: float) -> float:
     """The largest isolated excursion of ``key``'s median in earlier runs (oldest first), relative to
     ``base_ms``: a run that left the base's level (by more than ``rel``) between two runs at it. A level the
     series left for good is a past change, not noise, and does not count; 0 without such an excursion."""
-    xs = [h[key]["median_ms"] for h in history if key in h and h[key].get("median_ms")] + [base_ms]
+    xs = [h[key].median_ms for h in history if key in h and h[key].median_ms] + [base_ms]
     at_base = [abs(x / base_ms - 1) <= rel for x in xs]
     return max((abs(xs[i] / base_ms - 1) for i in range(1, len(xs) - 1)
                 if not at_base[i] and at_base[i - 1] and at_base[i + 1]), default=0.0)
 
 
-def process_levels(rec: dict[str, Any]) -> list[float]:
+def process_levels(rec: Record) -> list[float]:
     """The medians of the processes a record was timed in (run/replicas.py), when there were several."""
-    pm = [x for x in (rec.get("extra") or {}).get("process_medians_ms") or () if x]
+    pm = [x for x in rec.extra.get("process_medians_ms") or () if x]
     return pm if len(pm) >= 2 else []
 
 
-def process_spread(recs: list[dict[str, Any]]) -> tuple[float, list[float]]:
+def process_spread(recs: list[Record]) -> tuple[float, list[float]]:
     """The largest gap between the processes of one run among ``recs`` (max/min - 1) and those processes'
     medians; (0, []) without replicas."""
     return max(((max(pm) / min(pm) - 1, pm) for pm in map(process_levels, recs) if pm), default=(0.0, []))
 
 
-def placement_levels(rec: dict[str, Any]) -> list[float]:
+def placement_levels(rec: Record) -> list[float]:
     """The medians of each placement of a record's operands in each process (run/replicas.py keeps them all)."""
-    return [x for x in (rec.get("extra") or {}).get("placement_medians_ms") or () if x]
+    return [x for x in rec.extra.get("placement_medians_ms") or () if x]
 
 
-def draws(rec: dict[str, Any]) -> list[float]:
+def draws(rec: Record) -> list[float]:
     """The medians of a record's independent level draws: each placement of its operands in each process,
     else each process; [] with fewer than two."""
     placed = placement_levels(rec)
     return placed if len(placed) >= 2 else process_levels(rec)
 
 
-def draws_overlap(base: dict[str, Any], head: dict[str, Any], slower: bool) -> tuple[list[float], list[float]] | None:
+def draws_overlap(base: Record, head: Record, slower: bool) -> tuple[list[float], list[float]] | None:
     """(base draws, head draws) when both sides have them and they overlap against the direction of the change
     (a slower head with a draw at or below the base's slowest, or the reverse); else None. Samples within one
     draw are not independent of each other: a placement or process sets a level they share, so the draws are
@@ -166,13 +168,13 @@ def placement_gap(b: list[float], h: list[float], slower: bool) -> tuple[float, 
     return (min(h) - max(b) if slower else min(b) - max(h)), max(max(b) - min(b), max(h) - min(h))
 
 
-def placement_sides(base: dict[str, Any], head: dict[str, Any]) -> tuple[list[float], list[float]] | None:
+def placement_sides(base: Record, head: Record) -> tuple[list[float], list[float]] | None:
     """Both sides' placement medians where each has MIN_PLACEMENTS or more (enough to judge on them), else None."""
     b, h = placement_levels(base), placement_levels(head)
     return (b, h) if len(b) >= MIN_PLACEMENTS and len(h) >= MIN_PLACEMENTS else None
 
 
-def placements_apart(base: dict[str, Any], head: dict[str, Any], slower: bool,
+def placements_apart(base: Record, head: Record, slower: bool,
                      alpha: float) -> tuple[float, float, float] | None:
     """(gap, spread, p) where both sides were timed in two processes or more, on MIN_PLACEMENTS placements or
     more, and every head placement lies beyond every base placement (in the change's direction) by more than
@@ -202,7 +204,7 @@ def placements_apart(base: dict[str, Any], head: dict[str, Any], slower: bool,
 CLOSE_SHARE = 0.5
 
 
-def placements_close(base: dict[str, Any], head: dict[str, Any], slower: bool,
+def placements_close(base: Record, head: Record, slower: bool,
                      share: float = CLOSE_SHARE) -> tuple[float, float] | None:
     """(gap, spread) where both sides have MIN_PLACEMENTS placement medians or more, apart in the change's
     direction (draws_overlap has found them so) by no more than ``share`` of the larger of the two sides'
@@ -226,11 +228,11 @@ def placements_close(base: dict[str, Any], head: dict[str, Any], slower: bool,
 LEVEL_MATCH = 0.01
 
 
-def past_level(head_ms: float, past: list[dict[str, Any]]) -> float | None:
+def past_level(head_ms: float, past: list[Record]) -> float | None:
     """The level among ``past`` records (medians and their processes' medians) within LEVEL_MATCH of
     ``head_ms``, or None."""
     for rec in past:
-        for x in [rec.get("median_ms"), *process_levels(rec)]:
+        for x in [rec.median_ms, *process_levels(rec)]:
             if x and abs(x / head_ms - 1) <= LEVEL_MATCH:
                 return x
     return None
@@ -246,18 +248,18 @@ def ci_words(lo: float, hi: float, slower: bool) -> str:
     return f"{a:.{digits}f}-{b:.{digits}f}x"
 
 
-def time_verdict(base: dict[str, Any], head: dict[str, Any], th: Thresholds, noise: float = 0.0,
-                 past: list[dict[str, Any]] = ()) -> tuple[str, str, dict[str, Any]] | None:
+def time_verdict(base: Record, head: Record, th: Thresholds, noise: float = 0.0,
+                 past: list[Record] = ()) -> tuple[str, str, dict[str, Any]] | None:
     """(verdict, evidence, numbers) for the timing of one combination, or None when it is the same.
     ``noise``: the combination's own run-to-run deviation in earlier runs (own_noise); ``past``: its records in
     those runs, whose processes' levels count with the two sides' own (a change within them is ambiguous), and
     whose levels make a head that returns to one of them ambiguous (past_level)."""
-    bm, hm = base.get("median_ms"), head.get("median_ms")
+    bm, hm = base.median_ms, head.median_ms
     if not bm or not hm:
         return None
     ratio = hm / bm
     delta_us = (hm - bm) * 1e3
-    timer = head.get("timer") or base.get("timer")
+    timer = head.time.timer or base.time.timer
     rel, floor = max(th.rel(bm, timer), HISTORY_FACTOR * noise), th.floor_us(timer)
     slower = ratio >= 1 + rel and delta_us >= floor
     faster = ratio <= 1 / (1 + rel) and -delta_us >= floor
@@ -300,7 +302,7 @@ def time_verdict(base: dict[str, Any], head: dict[str, Any], th: Thresholds, noi
     if doubts:
         return "ambiguous", (f"{size}, but not decided: samples are {', '.join(doubts)} "
                              f"(thresholds {rel:.0%} and {floor:g} µs)"), nums
-    sa, sb = base.get("samples"), head.get("samples")
+    sa, sb = base.samples, head.samples
     if sa is not None and sb is not None and len(sa) >= 3 and len(sb) >= 3:
         p = mann_whitney_greater(sa, sb)[1] if slower else mann_whitney_greater(sb, sa)[1]
         r, lo, hi = bootstrap_median_ratio(sa, sb)
@@ -309,7 +311,7 @@ def time_verdict(base: dict[str, Any], head: dict[str, Any], th: Thresholds, noi
         if p < th.alpha and (lo > 1.0 if slower else hi < 1.0):
             return ("regression" if slower else "improvement"), evidence, nums
         return "ambiguous", f"{evidence}: beyond the thresholds but not significant", nums
-    biqr, hiqr = base.get("iqr_ms") or 0.0, head.get("iqr_ms") or 0.0
+    biqr, hiqr = base.time.iqr_ms or 0.0, head.time.iqr_ms or 0.0
     apart = bm + biqr / 2 < hm - hiqr / 2 if slower else hm + hiqr / 2 < bm - biqr / 2
     if apart:
         return ("regression" if slower else "improvement"), f"{size}; no samples stored, interquartile ranges do not overlap", nums

@@ -9,26 +9,29 @@ explanation (core/explain.py) is about its accuracy or status and is never offer
 
 from __future__ import annotations
 
-from typing import Any
-
+from ..core.records import Record
 from .timechange import process_levels
 
 
-def _clock(rec: dict[str, Any]) -> list[str]:
-    ck = (rec.get("extra") or {}).get("clock") or {}
+def _clock(rec: Record) -> list[str]:
+    ck = (rec.time.clock if rec.time else None) or {}
     return list(ck.get("slowdowns") or ())
 
 
-def _algo(rec: dict[str, Any]) -> str | None:
-    a = rec.get("chosen_algo")
+def _algo(rec: Record) -> str | None:
+    a = rec.chosen_algo
     return str(a) if a not in (None, "") else None
 
 
-def time_cause(base: dict[str, Any], head: dict[str, Any], ratio: float | None = None) -> str:
-    """The cause of a time change between ``base`` and ``head`` (record dicts as ``Store.records`` gives them),
-    from their hashes, chosen algorithms, precision classes, clocks and processes; ``ratio`` head/base."""
-    if ratio is None and base.get("median_ms") and head.get("median_ms"):
-        ratio = head["median_ms"] / base["median_ms"]
+def _hash_algo(rec: Record) -> str | None:
+    return rec.determinism.hash_algo if rec.determinism else None
+
+
+def time_cause(base: Record, head: Record, ratio: float | None = None) -> str:
+    """The cause of a time change between ``base`` and ``head`` (as ``Store.records`` gives them), from their
+    hashes, chosen algorithms, precision classes, clocks and processes; ``ratio`` head/base."""
+    if ratio is None and base.median_ms and head.median_ms:
+        ratio = head.median_ms / base.median_ms
     way = "slower" if (ratio or 1.0) >= 1.0 else "faster"
     parts: list[str] = []
     for side, rec in (("base", base), ("head", head)):
@@ -36,9 +39,9 @@ def time_cause(base: dict[str, Any], head: dict[str, Any], ratio: float | None =
         if caps:
             parts.append(f"the GPU's clock was capped on the {side} side ({'+'.join(caps)}): the cap, not the "
                          "library, may explain it")
-    cb, ch = base.get("precision_class"), head.get("precision_class")
-    hb, hh = base.get("hash"), head.get("hash")
-    same_algo = base.get("hash_algo") == head.get("hash_algo")
+    cb, ch = base.precision_class, head.precision_class
+    hb, hh = base.hash, head.hash
+    same_algo = _hash_algo(base) == _hash_algo(head)
     ab, ah = _algo(base), _algo(head)
     if cb and ch and cb != ch:
         parts.append(f"precision class changed ({cb} -> {ch}): another math path")

@@ -11,14 +11,15 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from ..core.records import Record
 from .impact import CHOICES, PASSES, TRAINING, impact
 from .ort_impact import ort_impact
 
 COLUMNS = ("forward", "backward", "training step", "whole model")
 
 
-def workload(base: list[dict[str, Any]] | dict[str, dict[str, Any]],
-             head: list[dict[str, Any]] | dict[str, dict[str, Any]], gpu: str = "") -> list[dict[str, Any]]:
+def workload(base: list[Record] | dict[str, Record], head: list[Record] | dict[str, Record],
+             gpu: str = "") -> list[dict[str, Any]]:
     """Every impact row of one GPU's base and head records: ResNet-50's forward and backward passes where measured,
     its training step (or what it lacks), under both of PyTorch's kernel choices; onnxruntime's models."""
     rows: list[dict[str, Any]] = []

@@ -6,13 +6,12 @@ Kept out of the core (it needs numpy, and only collect uses it); the rules thems
 from __future__ import annotations
 
 import itertools
-import typing
 from typing import Any
 
 import numpy as np
 
 from ..core.records import RecordKind, Timing
-from ..core.schema import RULES, SchemaError, nullable, value_check
+from ..core.schema import RULES, SchemaError, journal_types, nullable, value_check
 
 # A fleet's journal repeats one shape ten million times: the same combinations, the same few statuses, numbers in
 # the same places. check_record walks every line's tree (about 5 us a line); journals.parse_journal instead checks a
@@ -62,7 +61,7 @@ def remember(d: dict[str, Any]) -> None:
 def field_type(cls: type, name: str) -> Any:
     hints = _HINTS.get(cls)
     if hints is None:
-        hints = _HINTS[cls] = typing.get_type_hints(cls)
+        hints = _HINTS[cls] = journal_types(cls)
     return hints[name]
 
 
@@ -217,7 +216,7 @@ def values_pass(values: Any, tp: Any, name: str) -> bool:
 # keys only): their values are gathered by name and checked per run; any other key makes the line not plain.
 PLAIN_EXTRA = ("wall_ms", "process_medians_ms", "placement_medians_ms", "fresh_process_equal", "replica",
                "documented_nondeterministic")
-_TIME_HINTS = typing.get_type_hints(Timing)
+_TIME_HINTS = journal_types(Timing)
 OPTIONAL_TYPES: dict[str, Any] = {"host_ms": _TIME_HINTS["host_ms"], "flags": _TIME_HINTS["flags"], **RULES.clock_types,
                                   **{k: RULES.extra_types[k] for k in PLAIN_EXTRA}}
 _EXTRA_KEYS = frozenset(PLAIN_EXTRA)

@@ -184,9 +184,9 @@ def _origin(item: Any) -> str:
     return str(item[1]) if isinstance(item, tuple) else getattr(item, "origin", repr(item)[:200])
 
 
-def _refusing(item: Any, step: Callable[[], Any]) -> Any:
+def refusing(item: Any, step: Callable[[], Any]) -> Any:
     """``step()`` of one item; whatever goes wrong with it (even a bug exposed by hostile input) refuses it, not
-    the collect: [('refused', line)]. A store that cannot be written (full disk, read-only mount, damage) ends the
+    the collect (nor a compare reading paths, runread.RunsRead): [('refused', line)]. A store that cannot be written (full disk, read-only mount, damage) ends the
     collect: StoreError."""
     try:
         return step()
@@ -200,8 +200,8 @@ def _refusing(item: Any, step: Callable[[], Any]) -> Any:
 
 
 def _ingest_or_refuse(store: Store, item: Any, lock: Any = None, replace: bool = False) -> list[tuple]:
-    """One item, refused in one line rather than failing the collect (_refusing)."""
-    return _refusing(item, lambda: ingest_item(store, item, lock, replace))
+    """One item, refused in one line rather than failing the collect (refusing)."""
+    return refusing(item, lambda: ingest_item(store, item, lock, replace))
 
 
 BATCH = 8  # items a parser process takes at once
@@ -220,12 +220,12 @@ def _worker(items: list[Any]) -> list[tuple]:
 
     def write_pending() -> None:
         for i, prepared in pending:
-            results[i] = _refusing(prepared.item, lambda prepared=prepared: write_item(store, prepared,
+            results[i] = refusing(prepared.item, lambda prepared=prepared: write_item(store, prepared,
                                                                                       _worker_replace))
         pending.clear()
 
     for i, item in enumerate(items):
-        prepared = _refusing(item, lambda item=item: parse_item(store, item))
+        prepared = refusing(item, lambda item=item: parse_item(store, item))
         if isinstance(prepared, list):  # refused
             results[i] = prepared
         else:
@@ -351,8 +351,8 @@ def _collect_into(summary: Summary, store_path: str, paths: list[str | Path], jo
 
 
 def read_runs_into(store: Store, paths: list[str | Path]) -> Summary:
-    """Collect into an already open (e.g. in-memory) store: used by ``compare`` on paths, which writes nothing.
-    The same checks as ``collect``: what collect refuses, compare refuses in the same line."""
+    """Collect into an already open (e.g. in-memory) store (the scripts' studies of committed runs). The same
+    checks as ``collect``: what collect refuses, this refuses in the same line."""
     summary = Summary()
     for item in discover(paths):
         results = [("refused", str(item))] if isinstance(item, Refused) else _ingest_or_refuse(store, item)

@@ -1,6 +1,6 @@
 """What `convbench compare` compares and decides: its two operands (each a run directory, tarball or results tree
-read into memory, or a run id, prefix, image:NAME or machine:NAME in the store) resolved to runs, paired per machine
-(its GPU on its node), and judged by analysis.compare with the gate's settings (``judge``).
+read with no store (runread.RunsRead), or a run id, prefix, image:NAME or machine:NAME in the store) resolved to
+runs, paired per machine (its GPU on its node), and judged by analysis.compare with the gate's settings (``judge``).
 """
 
 from __future__ import annotations
@@ -13,9 +13,12 @@ from typing import Any
 
 from ..analysis.thresholds import Thresholds
 from ..core.errors import EXIT_NO_DATA, UserError
+from ..core.records import Record
+from .runread import RunsRead
 from .store import Store, StoreError
 
 Run = dict[str, Any]
+Source = Store | RunsRead  # where an operand's runs are read from: the store, or the paths it named
 
 
 def open_store(path: str, verify: bool = True) -> Store:
@@ -26,20 +29,18 @@ def open_store(path: str, verify: bool = True) -> Store:
         raise UserError(str(exc)) from None
 
 
-def resolve(selector: str, store_path: str, refused: Callable[[str], None] | None = None) -> tuple[Store, list[Run]]:
-    """(store holding the runs, runs) for an operand; ``refused`` hears each source a path held that is no run."""
-    from .ingest import read_runs_into
-
+def resolve(selector: str, store_path: str, refused: Callable[[str], None] | None = None) -> tuple[Source, list[Run]]:
+    """(where the runs are read from, runs) for an operand; ``refused`` hears each source a path held that is no
+    run."""
     if os.path.exists(selector):
-        mem = Store(":memory:")
-        summary = read_runs_into(mem, [selector])
-        for line in summary.refused:
+        read = RunsRead([selector])
+        for line in read.refused:
             if refused:
                 refused(line)
-        runs = mem.runs()
+        runs = read.runs()
         if not runs:
             raise UserError(f"{selector}: no readable runs", EXIT_NO_DATA)
-        return mem, runs
+        return read, runs
     store = open_store(store_path)
     if selector.startswith("image:"):
         runs = store.runs("image = ?", (selector[6:],))
@@ -55,7 +56,7 @@ def resolve(selector: str, store_path: str, refused: Callable[[str], None] | Non
     return store, runs
 
 
-def pairs(sb: Store, base_runs: list[Run], sh: Store, head_runs: list[Run]) -> list[tuple[Run, Run]]:
+def pairs(sb: Source, base_runs: list[Run], sh: Source, head_runs: list[Run]) -> list[tuple[Run, Run]]:
     """The runs compared: the report's pairing (analysis/pairing.latest_pairs: the latest run of each GPU on its
     node on both sides; one machine a side and none in common: those two)."""
     from ..analysis.pairing import latest_pairs
@@ -68,19 +69,20 @@ def pairs(sb: Store, base_runs: list[Run], sh: Store, head_runs: list[Run]) -> l
     return matched
 
 
-def history(store: Store, base: Run, base_fp: dict[str, Any]) -> list[list[dict[str, Any]]]:
+def history(source: Source, base: Run, base_fp: dict[str, Any]) -> list[list[Record]]:
     """Records of the runs before ``base`` on its machine and stack (pairing.history_runs), as the report uses."""
     from ..analysis.pairing import history_runs
 
-    earlier = history_runs(base, base_fp, store.runs("started < ?", (base["started"],)),
-                           lambda r: store.run_json(r["id"])["fingerprint"])
-    return [store.records(r["id"], with_samples=False) for r in earlier]
+    before = source.runs("started < ?", (base["started"],)) if isinstance(source, Store) else \
+        [r for r in source.runs() if r["started"] < base["started"]]
+    earlier = history_runs(base, base_fp, before, lambda r: source.run_json(r["id"])["fingerprint"])
+    return [source.records(r["id"], with_samples=False) for r in earlier]
 
 
 @dataclass
 class Operands:
-    base_store: Store
-    head_store: Store
+    base_store: Source
+    head_store: Source
     pairs: list[tuple[Run, Run]]  # (base run, head run) per machine
 
 
@@ -97,10 +99,11 @@ def operands(base: str, head: str, store_path: str, refused: Callable[[str], Non
     return Operands(sb, sh, matched)
 
 
-def same_run(base: str, head: str, sb: Store, sh: Store, rb: Run, rh: Run) -> bool:
+def same_run(base: str, head: str, sb: Source, sh: Source, rb: Run, rh: Run) -> bool:
     """BASE and HEAD name one run: one row of one store (`machine:X machine:X`), or one path given twice."""
-    if sb.path == ":memory:" or sh.path == ":memory:":
-        return sb.path == sh.path and os.path.realpath(base) == os.path.realpath(head)
+    if isinstance(sb, RunsRead) or isinstance(sh, RunsRead):
+        return isinstance(sb, RunsRead) and isinstance(sh, RunsRead) and \
+            os.path.realpath(base) == os.path.realpath(head)
     return os.path.realpath(sb.path) == os.path.realpath(sh.path) and rb["id"] == rh["id"]
 
 
@@ -149,11 +152,11 @@ def judge(ops: Operands, th: Thresholds) -> Judgement:
         notes.append("fingerprints differ in: " + ("; ".join(f"{k} {_short(a)} -> {_short(b)}" for k, a, b in diff)
                                                   if diff else "nothing but clocks, power and temperature"))
         base_recs, head_recs = sb.records(rb["id"]), sh.records(rh["id"])
-        in_common += len({r["key"] for r in base_recs} & {r["key"] for r in head_recs})
+        in_common += len({r.identity_key() for r in base_recs} & {r.identity_key() for r in head_recs})
         side = pooled.setdefault(rh["machine"], {"gpu": str(fingerprint_field(fh, "gpu.name") or rh["machine"]),
                                                  "base": {}, "head": {}})
-        side["base"].update((r["key"], r) for r in base_recs)
-        side["head"].update((r["key"], r) for r in head_recs)
+        side["base"].update((r.identity_key(), r) for r in base_recs)
+        side["head"].update((r.identity_key(), r) for r in head_recs)
         for f in compare_runs(base_recs, head_recs, th, history(sb, rb, fb)):
             f.machine, f.base_run, f.head_run = rh["machine"], rb["run_id"], rh["run_id"]
             f.extra["across_hardware"] = across

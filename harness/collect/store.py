@@ -18,6 +18,7 @@ from urllib.parse import quote
 
 import numpy as np
 
+from ..core.records import Record
 from . import store_reads, store_writes
 from .store_packing import ParsedRun, UnpackableRecord, samples_array, samples_blob
 from .store_schema import (
@@ -118,7 +119,6 @@ class Store:
         self.combo_ids: dict[str, int] = {}
         self.name_ids: dict[str, int] = {}
         self.combo_cache: dict[int, tuple[tuple, dict[str, Any]]] = {}
-        self.combo_bases: dict[int, dict[str, Any]] = {}  # records' dicts begin as a copy of their combination's
 
     def _uri(self, query: str) -> str:
         """The store file as an SQLite URI with ``query`` (mode=ro, mode=rw, immutable=1)."""
@@ -166,8 +166,9 @@ class Store:
     def record_count(self) -> int:
         return store_reads.record_count(self)
 
-    def records(self, run_pk: int, *, with_samples: bool = True) -> list[dict[str, Any]]:
-        """Records of one run joined with their combination (samples as float64 arrays)."""
+    def records(self, run_pk: int, *, with_samples: bool = True) -> list[Record]:
+        """Records of one run, as core.records' Record with their combination's id and key (samples as float64
+        arrays)."""
         return store_reads.records(self, run_pk, with_samples=with_samples)
 
     def rankings(self, run_pk: int) -> list[dict[str, Any]]:

@@ -1,5 +1,5 @@
-"""Reading the store back: run rows and their JSON, a run's records unpacked into dicts joined with their
-combination, cuDNN's rankings, and the columnar vectors that nightly series read instead of the records.
+"""Reading the store back: run rows and their JSON, a run's records unpacked into core.records' Record (the class
+the backends yield), cuDNN's rankings, and the columnar vectors that nightly series read instead of the records.
 """
 
 from __future__ import annotations
@@ -13,13 +13,12 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..core.records import RecordKind
+from ..core.records import SCHEMA_VERSION, Accuracy, Determinism, Record, Timing
 from .store_packing import (
     COMBO_COLUMNS,
     INTEGER_COLUMNS,
     NUMBER_COLUMNS,
     RANKING_COLUMNS,
-    TEXT_COLUMNS,
     floats,
     loads_texts,
     numbers_array,
@@ -50,7 +49,7 @@ def _damage_is_a_store_error(read: _F) -> _F:
 
 
 # The SQL columns combos.case_id and rankings.case_id hold the record model's ``case`` (Record.case, Ranking.case):
-# the dicts read back use the model's name, the files keep theirs (a store written before reads the same).
+# the rows read back use the model's name, the files keep theirs (a store written before reads the same).
 _MODEL_NAMES = {"case_id": "case"}
 
 
@@ -77,22 +76,26 @@ def _number_values(col: np.ndarray, integer: bool) -> list:
     return vals
 
 
-def listed_settings(settings_json: str, kind: str) -> dict[str, Any]:
-    """A combination's settings as a record read back carries them: a study's kind shown among them (``record``)
-    wherever a record is listed."""
-    settings = json.loads(settings_json)
-    return settings if kind == RecordKind.MEASUREMENT else {"record": kind, **settings}
+# which NUMBER_COLUMNS hold each part of a record: a part is there where any of its columns (these, or its texts) is
+_PART_NUMBERS = {part: [NUMBER_COLUMNS.index(c) for c in cols] for part, cols in (
+    ("time", ("median_ms", "iqr_ms", "min_ms", "n")),
+    ("accuracy", ("max_abs", "rel_l2", "max_norm_err", "nan", "inf", "unwritten")),
+    ("determinism", ("repeats", "repeat_equal", "fresh_handle_equal", "distinct_outputs")))}
 
 
 def unpack_records(n: int, combo_ids: list[int], combos: dict[int, tuple[tuple, dict[str, Any]]], numbers: bytes,
-                   texts: bytes, counts_blob: bytes, samples_blob_: bytes, *, with_samples: bool = True,
-                   bases: dict[int, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """A packed run_records row (store_packing.pack_records) as the records a reader gets, each joined with its
-    combination (``combos``: id -> (COMBO_COLUMNS values, listed_settings)): the one decoding of a run's records,
-    of the store's rows and of a run read straight from its directory (runread.py)."""
+                   texts: bytes, counts_blob: bytes, samples_blob_: bytes, *,
+                   with_samples: bool = True) -> list[Record]:
+    """A packed run_records row (store_packing.pack_records) as the Records a reader gets, each with its
+    combination (``combos``: id -> (COMBO_COLUMNS values, settings)) and its id and key: the one decoding of a
+    run's records, of the store's rows and of a run read straight from its directory (runread.py). A record's
+    settings are its own copy; samples are float64 arrays (views of one array per run), None without samples; the
+    timer's clock, host time and flags go back from the stored extra (journals._stored_extra) into Timing, and the
+    two verdicts the store keeps as 0 and 1 are booleans again. The loop builds the parts inline: a function call
+    a part was a third of the time of a record (profiled on the fixtures' 384,483 records)."""
     num = numbers_array(numbers, n)
+    has = {part: (~np.isnan(num[rows])).any(axis=0).tolist() for part, rows in _PART_NUMBERS.items()}
     columns = [_number_values(num[j], c in INTEGER_COLUMNS) for j, c in enumerate(NUMBER_COLUMNS)]
-    text_cols = text_columns(texts, n)
     if with_samples:
         counts = np.frombuffer(counts_blob, "<i4")
         allsamples = floats(samples_blob_, int(counts.sum()))
@@ -100,21 +103,30 @@ def unpack_records(n: int, combo_ids: list[int], combos: dict[int, tuple[tuple, 
         samples = [allsamples[a:b] for a, b in zip([0, *ends][:n], ends, strict=True)]
     else:
         samples = [None] * n
-    # a record is its combination's dict (made once per combination) copied, then its texts and numbers
-    bases = {} if bases is None else bases
-    names = (*TEXT_COLUMNS, *NUMBER_COLUMNS)
     out = []
-    for cid, smp, *values_ in zip(combo_ids, samples, *text_cols, *columns, strict=True):
-        base = bases.get(cid)
-        if base is None:
-            base = bases[cid] = dict(zip((*_model_names(COMBO_COLUMNS), "combo"), (*combos[cid][0], cid),
-                                         strict=True))
-        d = base.copy()
-        d.update(zip(names, values_, strict=True))
-        d["settings"] = dict(combos[cid][1])
-        d["extra"] = d["extra"] or {}
-        d["samples"] = smp
-        out.append(d)
+    for (cid, status, reason, device, timer, mode, precision, hash_, hash_algo, chosen, explanation, extra,
+         median, iqr, min_ms, count, workspace, max_abs, rel_l2, norm_err, nan, inf, unwritten, repeats,
+         repeat_equal, fresh_equal, distinct, smp, has_time, has_acc, has_det) in zip(
+            combo_ids, *text_columns(texts, n), *columns, samples, has["time"], has["accuracy"], has["determinism"],
+            strict=True):
+        if extra is None:
+            extra = {}
+        if has_time or timer is not None or mode is not None:
+            if extra:
+                t = Timing(median, iqr, count, mode, timer, min_ms, smp, extra.pop("clock", None),
+                           extra.pop("host_ms", None), extra.pop("flags", None) or [])
+            else:
+                t = Timing(median, iqr, count, mode, timer, min_ms, smp, None, None, [])
+        else:
+            t = None
+        a = Accuracy(max_abs, rel_l2, norm_err, nan, inf, unwritten, precision) \
+            if has_acc or precision is not None else None
+        d = Determinism(hash_, hash_algo, repeats, None if repeat_equal is None else repeat_equal == 1,
+                        None if fresh_equal is None else fresh_equal == 1, distinct) \
+            if has_det or hash_ is not None or hash_algo is not None else None
+        c, settings = combos[cid]
+        out.append(Record(c[1], c[2], c[3], c[4], c[5], c[6], c[7], status, reason, device, dict(settings),
+                          workspace, t, a, d, chosen, explanation, extra, c[9], SCHEMA_VERSION, cid, c[0]))
     return out
 
 
@@ -166,8 +178,8 @@ def record_count(store: StoreFile) -> int:
 
 
 @_damage_is_a_store_error
-def records(store: StoreFile, run_pk: int, *, with_samples: bool = True) -> list[dict[str, Any]]:
-    """Records of one run joined with their combination, as dicts (samples as float64 arrays)."""
+def records(store: StoreFile, run_pk: int, *, with_samples: bool = True) -> list[Record]:
+    """Records of one run (unpack_records: samples as float64 arrays)."""
     row = store.db.execute("SELECT n, combo, numbers, texts, sample_counts, samples FROM run_records WHERE run=?",
                           (run_pk,)).fetchone()
     if row is None:
@@ -175,7 +187,7 @@ def records(store: StoreFile, run_pk: int, *, with_samples: bool = True) -> list
     n, combo_blob, numbers, texts, counts_blob, samples_blob_ = row
     combo_ids = np.frombuffer(combo_blob, "<i4").tolist()
     return unpack_records(n, combo_ids, combo_rows(store, combo_ids), numbers, texts, counts_blob, samples_blob_,
-                          with_samples=with_samples, bases=store.combo_bases if store.readonly else {})
+                          with_samples=with_samples)
 
 
 def combo_rows(store: StoreFile, combo_ids: list[int]) -> dict[int, tuple[tuple, dict[str, Any]]]:
@@ -187,7 +199,7 @@ def combo_rows(store: StoreFile, combo_ids: list[int]) -> dict[int, tuple[tuple,
         chunk = wanted[i:i + 500]
         for r in store.db.execute(f"SELECT id, {','.join(COMBO_COLUMNS)} FROM combos WHERE id IN "
                                  f"({','.join('?' * len(chunk))})", chunk):
-            cache[r[0]] = (r[1:], listed_settings(r[9], r[10]))
+            cache[r[0]] = (r[1:], json.loads(r[9]))
     return cache
 
 

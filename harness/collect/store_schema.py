@@ -111,8 +111,7 @@ class StoreFile(Protocol):
     readonly: bool
     combo_ids: dict[str, int]  # combination key -> id (writes)
     name_ids: dict[str, int]  # chosen-algorithm name -> id (writes)
-    combo_cache: dict[int, tuple[tuple, dict[str, Any]]]  # id -> (COMBO_COLUMNS values, listed settings) (reads)
-    combo_bases: dict[int, dict[str, Any]]  # id -> the dict a record read back begins as a copy of (reads)
+    combo_cache: dict[int, tuple[tuple, dict[str, Any]]]  # id -> (COMBO_COLUMNS values, settings) (reads)
 
 
 class StoreError(UserError):

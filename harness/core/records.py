@@ -1,8 +1,10 @@
 """The record: one measured combination, the unit everything else in convbench reads and writes.
 
-A record is a flat JSON object so that the journal, the asv bridge, the store and the report all agree on
-one shape. Keys that a backend cannot fill stay ``None`` rather than being left out, so that a reader never
-has to guess whether a value was lost or never measured.
+One class for writers and readers alike: a backend yields a ``Record``, the journal writes it as one JSON object
+(``to_dict``), and the store and a run read back from its directory return ``Record`` objects again
+(collect/store_reads.py), which compare, the report and the upgrade study read. Keys that a backend cannot fill
+stay ``None`` rather than being left out, so that a reader never has to guess whether a value was lost or never
+measured.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import dataclasses
 import enum
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,7 +109,13 @@ def _setting_text(value: Any) -> str:
     return json.dumps(text) if "," in text or text.startswith('"') else text
 
 
-@dataclass
+# A record read back (Store.records, runread) holds what the store kept, in the same classes: a part (time,
+# accuracy, determinism) is there where any of its stored columns is, and a field the store keeps no column for
+# (Accuracy.reduction) or that its line left out (asv's metrics, a line written by hand) is None, whatever its type
+# says; the timer's clock, flags and host time, kept in the store's extra column, are back in Timing.
+
+
+@dataclass(slots=True)
 class Timing:
     """Summary of device-timed samples; ``samples_ms`` is kept so regressions can be tested statistically."""
 
@@ -116,7 +125,9 @@ class Timing:
     mode: str  # "hot" or "cold" (L2 flushed before each repetition)
     timer: str  # "cuda_event" or "perf_counter" (host clock, CPU backends)
     min_ms: float | None = None
-    samples_ms: list[float] = field(default_factory=list)
+    # a list as a backend measures them and a journal line holds them (schema.JOURNAL_TYPES); read back, a float64
+    # numpy array (core imports no numpy: a sequence of floats), None where the reader asked for no samples
+    samples_ms: Sequence[float] | None = field(default_factory=list)
     # the GPU's clock while sampling (harness.measurement.clocks.during): SM MHz range and slowdown reasons such as a
     # power cap over the batches kept, and "throttled_batches": batches discarded because a cap held the clock down
     clock: dict[str, Any] | None = None
@@ -129,7 +140,7 @@ class Timing:
     flags: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class Accuracy:
     """Error of one output against the float64 reference computed from the same rounded inputs."""
 
@@ -143,7 +154,7 @@ class Accuracy:
     reduction: int | None = None  # terms summed per output element; the fp32 class edge depends on it
 
 
-@dataclass
+@dataclass(slots=True)
 class Determinism:
     """Bitwise reproducibility of one output; ``hash`` is comparable across processes and machines."""
 
@@ -155,7 +166,12 @@ class Determinism:
     distinct_outputs: int = 1
 
 
-@dataclass
+# Record fields a reader of the store gets and a journal never holds (to_dict, from_dict and the schema leave them
+# out): what the store knows of a record, not what was measured.
+READ_BACK_FIELDS = ("combo", "combo_key", "run")
+
+
+@dataclass(slots=True)
 class Record:
     case: str
     backend: str  # cudnn, torch, ort
@@ -177,6 +193,12 @@ class Record:
     extra: dict[str, Any] = field(default_factory=dict)
     kind: str = RecordKind.MEASUREMENT
     schema: int = SCHEMA_VERSION
+    # READ_BACK_FIELDS, None on a record a backend yields: its combination's id in the store (in a run read
+    # without a store, its place among the run's combinations) and the store's key of it (identity.key())
+    combo: int | None = field(default=None, compare=False, repr=False)
+    combo_key: str | None = field(default=None, compare=False, repr=False)
+    # the run row (Store.runs) it was read from, where a reader that reads several runs keeps it (the report)
+    run: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def key(self) -> str:
         """The key of the combination, whatever the record's kind (a study's record and the measurement it is of
@@ -184,13 +206,48 @@ class Record:
         return record_key(self.case, self.backend, self.direction, self.algo, self.math, self.dtype, self.layout,
                           self.settings)
 
+    def identity_key(self) -> str:
+        """``identity.key()``, the store's key of the combination with its kind: what two runs' records are
+        matched on. Read back, the key the store keeps (``combo_key``), not spelled again."""
+        return self.combo_key if self.combo_key is not None else self.identity.key()
+
     @property
     def identity(self) -> Identity:
         return Identity(self.case, self.backend, self.direction, self.algo, self.math, self.dtype, self.layout,
                         self.settings, self.kind)
 
+    @property
+    def listed_settings(self) -> dict[str, Any]:
+        """The settings as a record is listed (pages, findings): a study's kind shown among them as ``record``."""
+        return self.settings if self.kind == RecordKind.MEASUREMENT else {"record": self.kind, **self.settings}
+
+    # Read-only views of the values most readers ask for, None where the part is missing.
+    @property
+    def median_ms(self) -> float | None:
+        return None if self.time is None else self.time.median_ms
+
+    @property
+    def samples(self) -> Sequence[float] | None:
+        return None if self.time is None else self.time.samples_ms
+
+    @property
+    def precision_class(self) -> str | None:
+        return None if self.accuracy is None else self.accuracy.precision_class
+
+    @property
+    def max_norm_err(self) -> float | None:
+        return None if self.accuracy is None else self.accuracy.max_norm_err
+
+    @property
+    def hash(self) -> str | None:
+        return None if self.determinism is None else self.determinism.hash
+
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The journal's JSON object of the record (no READ_BACK_FIELDS)."""
+        data = dataclasses.asdict(self)
+        for name in READ_BACK_FIELDS:
+            del data[name]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Record:
@@ -198,7 +255,7 @@ class Record:
             raise ValueError("record is not a JSON object")
         if data.get("schema") != SCHEMA_VERSION:
             raise ValueError(f"record schema {data.get('schema')!r} is not {SCHEMA_VERSION}")
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = {f.name for f in dataclasses.fields(cls)} - set(READ_BACK_FIELDS)
         unknown = set(data) - names
         if unknown:
             raise ValueError(f"record has unknown fields: {sorted(unknown)}")

@@ -28,6 +28,7 @@ from .cases import DIRECTIONS, DTYPES, LAYOUTS
 from .records import (
     IDENTITY_FIELDS,
     KEY_SEPARATOR,
+    READ_BACK_FIELDS,
     RECORD_KINDS,
     SCHEMA_VERSION,
     SETTING_EQUALS,
@@ -268,10 +269,21 @@ def nullable(tp: Any) -> bool:
     return tp is float or tp is Any or type(None) in typing.get_args(tp)
 
 
+# Fields a journal line holds in a narrower type than the class allows its readers: samples are a list in a line,
+# a float64 array read back from the store (records.Timing).
+JOURNAL_TYPES: dict[str, Any] = {"samples_ms": list[float]}
+
+
+def journal_types(cls: type) -> dict[str, Any]:
+    """The type a journal line's field of ``cls`` must have, by field name: its annotation, or JOURNAL_TYPES'."""
+    return {**typing.get_type_hints(cls), **{k: v for k, v in JOURNAL_TYPES.items()
+                                             if k in {f.name for f in dataclasses.fields(cls)}}}
+
+
 def _object_checker(cls: type, nonneg: bool) -> Check:
-    hints = typing.get_type_hints(cls)
+    hints = journal_types(cls)
     fields = {f.name: value_check(hints[f.name], f.name, nonneg) for f in dataclasses.fields(cls)
-              if f.name not in ("kind", "schema")}
+              if f.name not in ("kind", "schema", *READ_BACK_FIELDS)}
     not_null = {name for name in fields if not nullable(hints[name])}
 
     def check_object(v, p):

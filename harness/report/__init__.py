@@ -113,7 +113,8 @@ def environment() -> jinja2.Environment:
     env = _Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
                        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(impact_table=workload.table, ms=fmt_time, time=fmt_time, err=fmt_err, settings=settings_str, minute=minute,
-                       micro=lambda text: str(text).replace(" us", " µs"))  # compare's values, with the µ sign
+                       micro=lambda text: str(text).replace(" us", " µs"),  # compare's values, with the µ sign
+                       bit=lambda v: int(v) if isinstance(v, bool) else v)  # a record's verdict as the store keeps it
     return env
 
 

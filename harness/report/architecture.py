@@ -74,7 +74,7 @@ def architecture(g: Model, parts: Parts | None = None) -> dict[str, Any]:
         both = [x for x in rows if sum(c is not None for c in x["cells"]) >= 2]
         disjoint = None
         if not both:  # say why there is nothing side by side: usually different case sets
-            sets = {r["machine"]: sorted({x["case"].split(".")[0] for x in records[r["id"]]}) for r in reps}
+            sets = {r["machine"]: sorted({x.case.split(".")[0] for x in records[r["id"]]}) for r in reps}
             disjoint = "; ".join(f"{m} ran case groups {', '.join(v)}" for m, v in sets.items())
         both.sort(key=interest)
         sections.append({"image": img, "title": title, "runs": reps, "labels": [g.minfo[r["machine"]].label for r in reps],
@@ -114,7 +114,7 @@ def picker(g: Model) -> dict[str, Any]:
     for m in ms:
         run = m.runs[-1]
         recs = g.current.get((m.name, run["image"]), [])
-        per.append({machine_neutral_key(x): x for x in recs if x["kind"] == RecordKind.MEASUREMENT})
+        per.append({machine_neutral_key(x): x for x in recs if x.kind == RecordKind.MEASUREMENT})
     seen: dict[str, int] = defaultdict(int)
     for p in per:
         for k in p:
@@ -132,17 +132,17 @@ def picker(g: Model) -> dict[str, Any]:
             x = p.get(k)
             if x is None:
                 cells.append(None)
-            elif x["status"] == OK and x["median_ms"] is not None:
-                cells.append({"v": f"{x['median_ms']:.4g}", "text": fmt_time(x["median_ms"]),
-                              "title": f"{x['precision_class'] or '-'}, bits {str(x['hash'] or '-')[:8]}"})
+            elif x.status == OK and x.median_ms is not None:
+                cells.append({"v": f"{x.median_ms:.4g}", "text": fmt_time(x.median_ms),
+                              "title": f"{x.precision_class or '-'}, bits {str(x.hash or '-')[:8]}"})
             else:  # cuDNN's own "not supported" in two words, its reason only where it says more (a page of
                 # 6 machines was 261 KB of "cudnnGet...WorkspaceSize returned CUDNN_STATUS_NOT_SUPPORTED")
-                status, reason = x["status"], x.get("reason")
+                status, reason = x.status, x.reason
                 unsupported = status.endswith("NOT_SUPPORTED")
                 cells.append({"v": None, "text": "not supported" if unsupported else status,
                               "title": None if not reason or (unsupported and reason.endswith(status)) else reason})
-        rows.append({"combo": " ".join((rec["case"], rec["backend"], rec["direction"], rec["algo"], rec["math"],
-                                        rec["dtype"], rec["layout"], settings_str(rec["settings"]))).strip(),
+        rows.append({"combo": " ".join((rec.case, rec.backend, rec.direction, rec.algo, rec.math, rec.dtype,
+                                        rec.layout, settings_str(rec.listed_settings))).strip(),
                      "cells": cells, "n": seen[k]})
     cols = [{"name": m.name, "label": m.label, "slug": m.slug, "run": m.runs[-1], "checked": i in default}
             for i, m in enumerate(ms)]

@@ -5,6 +5,7 @@ explanation."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,7 @@ import numpy as np
 from ..analysis import rollup
 from ..analysis.compare import fingerprint_diff, gate
 from ..analysis.thresholds import Thresholds
+from ..core.records import Record
 from . import morning
 from .charts import ratio_scatter, strip_plot
 from .fmt import flatten, fmt_err, fmt_time, history_key, minute
@@ -25,32 +27,44 @@ MAX_DETAILED = 100  # rows of a comparison that carry their two record tables an
 # changes page, docs/harness.md); a permalink opens the finding it names
 OPEN = TOP
 
-# (label, record field, formatter) of a record as the drill-down shows it
-RECORD_FIELDS = (
-    ("status", "status", str), ("reason", "reason", str), ("median", "median_ms", fmt_time),
-    ("interquartile range", "iqr_ms", fmt_time), ("samples", "n", str), ("timer", "timer", str),
-    ("precision class", "precision_class", str), ("max normalised error", "max_norm_err", fmt_err),
-    ("output hash", "hash", str), ("in-place repeats equal", "repeat_equal", str),
-    ("fresh handle equal", "fresh_handle_equal", str), ("distinct outputs", "distinct_outputs", str),
-    ("chosen algorithm", "chosen_algo", str),
+def _samples_kept(rec: Record) -> int | None:
+    """How many samples a record keeps (the report reads them all: a record without a time keeps none)."""
+    if rec.samples is not None:
+        return len(rec.samples)
+    return rec.time.n if rec.time is not None else 0
+
+
+def _verdict(v: bool) -> str:
+    return str(int(v))  # as the store keeps it: 1 or 0
+
+
+# (label, what of a record, formatter) of a record as the drill-down shows it
+RECORD_FIELDS: tuple[tuple[str, Callable[[Record], Any], Callable[[Any], str]], ...] = (
+    ("status", lambda r: r.status, str), ("reason", lambda r: r.reason, str),
+    ("median", lambda r: r.median_ms, fmt_time), ("interquartile range", lambda r: r.time and r.time.iqr_ms, fmt_time),
+    ("samples", _samples_kept, str), ("timer", lambda r: r.time and r.time.timer, str),
+    ("precision class", lambda r: r.precision_class, str), ("max normalised error", lambda r: r.max_norm_err, fmt_err),
+    ("output hash", lambda r: r.hash, str),
+    ("in-place repeats equal", lambda r: r.determinism and r.determinism.repeat_equal, _verdict),
+    ("fresh handle equal", lambda r: r.determinism and r.determinism.fresh_handle_equal, _verdict),
+    ("distinct outputs", lambda r: r.determinism and r.determinism.distinct_outputs, str),
+    ("chosen algorithm", lambda r: r.chosen_algo, str),
 )
 
 
-def record_rows(rec: dict[str, Any] | None) -> list[tuple[str, str]]:
+def record_rows(rec: Record | None) -> list[tuple[str, str]]:
     if rec is None:
         return [("status", "not measured")]
     out = []
-    for name, key, show in RECORD_FIELDS:
-        v = rec.get(key)
-        if key == "n" and rec.get("samples") is not None:
-            v = len(rec["samples"])
+    for name, value, show in RECORD_FIELDS:
+        v = value(rec)
         if v is not None:
             out.append((name, show(v)))
     return out
 
 
-def _samples(rec: dict[str, Any] | None) -> np.ndarray | None:
-    s = (rec or {}).get("samples")
+def _samples(rec: Record | None) -> np.ndarray | None:
+    s = None if rec is None else rec.samples
     return None if s is None else np.asarray(s, dtype=np.float64)
 
 
@@ -78,7 +92,7 @@ def comparison(c: NightlyComparison, index: int, th: Thresholds) -> dict[str, An
         opened += is_open
         rows.append({"f": f, "label": label(f), "gated": gated, "open": is_open, "anchor": anchor(f), "detailed": True,
                      "settings": variants_str(vs), "also": also, "hist": history_key(f), "base_rec": record_rows(b), "head_rec": record_rows(h),
-                     "base_run": (b or {}).get("run"), "head_run": (h or {}).get("run"), "plot": plot})
+                     "base_run": b and b.run, "head_run": h and h.run, "plot": plot})
     return {"index": index, "what": c.comparison.what, "base": c.comparison.base, "head": c.comparison.head,
             "base_started": minute(c.comparison.base.runs[-1]["started"]),
             "head_started": minute(c.comparison.head.runs[-1]["started"]),

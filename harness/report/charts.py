@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..analysis import changepoint
-from ..core.records import OK, RecordKind
+from ..core.records import OK, Record, RecordKind
 from .fmt import err_color, fmt_err, fmt_time
 
 METRIC_NAMES = {"max_norm_err": "max normalised error", "rel_l2": "relative L2 error (asv records no other)",
@@ -101,38 +101,43 @@ def strip_plot(base: np.ndarray, head: np.ndarray, *, width: int = 300, height: 
             "lo": fmt_time(lo), "hi": fmt_time(hi), "x0": pad, "x1": width - pad}
 
 
-def heatmaps(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _error(rec: Record, metric: str) -> float | None:
+    """One error metric of a record (max_norm_err, rel_l2), None where it has no accuracy."""
+    return getattr(rec.accuracy, metric) if rec.accuracy is not None else None
+
+
+def heatmaps(recs: list[Record]) -> list[dict[str, Any]]:
     """Accuracy heatmaps: algo x math, one per (dtype, direction); cell = worst max_norm_err of the
     measurements (autotune, crosscheck and repro records have their own tables)."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[str, str], list[Record]] = defaultdict(list)
     for r in recs:
-        if r["kind"] == RecordKind.MEASUREMENT:
-            groups[(r["dtype"], r["direction"])].append(r)
+        if r.kind == RecordKind.MEASUREMENT:
+            groups[(r.dtype, r.direction)].append(r)
     out = []
     for (dtype, direction), rs in sorted(groups.items()):
         # asv results carry the relative L2 error only; a map says which measure it shows
-        metric = next((m for m in ("max_norm_err", "rel_l2") if any(r[m] is not None for r in rs
-                                                                      if r["status"] == OK)), None)
-        algos = sorted({r["algo"] for r in rs})
-        maths = sorted({r["math"] for r in rs})
+        metric = next((m for m in ("max_norm_err", "rel_l2") if any(_error(r, m) is not None for r in rs
+                                                                      if r.status == OK)), None)
+        algos = sorted({r.algo for r in rs})
+        maths = sorted({r.math for r in rs})
         cell_w, cell_h, left, top = 92, 26, 230, 60
         cells = []
         notes: dict[str, int] = {}  # a record's explanation, told once below the map: a cell names its number
         for i, a in enumerate(algos):
             for j, mth in enumerate(maths):
-                sel = [r for r in rs if r["algo"] == a and r["math"] == mth]
+                sel = [r for r in rs if r.algo == a and r.math == mth]
                 if not sel:
                     continue
-                ok = [r for r in sel if r["status"] == OK]
-                errs = [r[metric] for r in ok if metric and r[metric] is not None]
-                classes = Counter(r["precision_class"] for r in ok if r["precision_class"])
+                ok = [r for r in sel if r.status == OK]
+                errs = [_error(r, metric) for r in ok if metric and _error(r, metric) is not None]
+                classes = Counter(r.precision_class for r in ok if r.precision_class)
                 worst = max(errs) if errs else None
-                statuses = Counter(r["status"] for r in sel)
+                statuses = Counter(r.status for r in sel)
                 broken = classes.get("broken", 0)
                 text = (("no error" if metric is None else fmt_err(worst)) if ok
                         else next(iter(statuses)).replace("CUDNN_STATUS_", "").replace("NOT_SUPPORTED",
                                                                                        "unsupported")[:13])
-                expl = next((r["explanation"] for r in sel if r.get("explanation")), None)
+                expl = next((r.explanation for r in sel if r.explanation), None)
                 note = notes.setdefault(expl, len(notes) + 1) if expl else None
                 cells.append({"x": left + j * cell_w, "y": top + i * cell_h,
                               "fill": "#cfd8e3" if ok and metric is None else
@@ -156,24 +161,24 @@ def time_color(ratio: float) -> str:
     return f"hsl({120 * (1 - t):.0f},65%,{50 + 8 * (1 - t):.0f}%)"
 
 
-def time_heatmaps(recs: list[dict[str, Any]], max_rows: int = 60) -> list[dict[str, Any]]:
+def time_heatmaps(recs: list[Record], max_rows: int = 60) -> list[dict[str, Any]]:
     """Timing heatmaps: case x algorithm, one per (backend, dtype, direction); a cell is the best median over the
     math types, layouts and settings of that case and algorithm, coloured by how much slower it is than the
     fastest algorithm of its case."""
-    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[str, str, str], list[Record]] = defaultdict(list)
     for r in recs:
-        if r["kind"] == RecordKind.MEASUREMENT and r["status"] == OK and r.get("median_ms"):
-            groups[(r["backend"], r["dtype"], r["direction"])].append(r)
+        if r.kind == RecordKind.MEASUREMENT and r.status == OK and r.median_ms:
+            groups[(r.backend, r.dtype, r.direction)].append(r)
     out = []
     for (backend, dtype, direction), rs in sorted(groups.items()):
-        best: dict[tuple[str, str], dict[str, Any]] = {}
+        best: dict[tuple[str, str], Record] = {}
         for r in rs:
-            k = (r["case"], r["algo"])
-            if k not in best or r["median_ms"] < best[k]["median_ms"]:
+            k = (r.case, r.algo)
+            if k not in best or r.median_ms < best[k].median_ms:
                 best[k] = r
         cases = sorted({c for c, _ in best})[:max_rows]
         algos = sorted({a for _, a in best})
-        fastest = {c: min(v["median_ms"] for (cc, _), v in best.items() if cc == c) for c in cases}
+        fastest = {c: min(v.median_ms for (cc, _), v in best.items() if cc == c) for c in cases}
         cell_w, cell_h, left, top = 92, 22, 230, 60
         cells = []
         for i, c in enumerate(cases):
@@ -181,10 +186,10 @@ def time_heatmaps(recs: list[dict[str, Any]], max_rows: int = 60) -> list[dict[s
                 r = best.get((c, a))
                 if r is None:
                     continue
-                ratio = r["median_ms"] / fastest[c]
+                ratio = r.median_ms / fastest[c]
                 cells.append({"x": left + j * cell_w, "y": top + i * cell_h,
-                              "fill": time_color(ratio), "text": fmt_time(r["median_ms"]), "dark": ratio > 4,
-                              "title": f"{c} / {a}: {ratio:.3g}x the case's fastest ({r['math']}, {r['layout']})"})
+                              "fill": time_color(ratio), "text": fmt_time(r.median_ms), "dark": ratio > 4,
+                              "title": f"{c} / {a}: {ratio:.3g}x the case's fastest ({r.math}, {r.layout})"})
         out.append({"backend": backend, "dtype": dtype, "direction": direction, "rows": cases, "cols": algos,
                     "cells": cells, "left_out": max(0, len({c for c, _ in best}) - max_rows), "notes": [],
                     "width": left + cell_w * len(algos) + 10, "height": top + cell_h * len(cases) + 10,
@@ -195,16 +200,16 @@ def time_heatmaps(recs: list[dict[str, Any]], max_rows: int = 60) -> list[dict[s
 VERDICT_COLOURS = {"slower": "#c53030", "faster": "#2f855a", "ambiguous": "#d69e2e"}
 
 
-def ratio_scatter(base: dict[str, dict[str, Any]], head: dict[str, dict[str, Any]], findings: list[Any], *,
+def ratio_scatter(base: dict[str, Record], head: dict[str, Record], findings: list[Any], *,
                   width: int = 620, height: int = 200) -> dict[str, Any] | None:
     """One comparison at a glance: every combination timed on both sides at (base time, head/base), log axes,
     coloured by its time verdict. The unchanged ones are one grey path (a dot a move: 2,000 of them in ~25 KB);
     ratios beyond 4x either way sit on the edge. Points are drawn in key order: a set's order changes from process
     to process, and a report is the same bytes for the same store."""
     verdict = {f.key: f.words for f in findings if f.kind == "time"}
-    pts = [(head[k]["median_ms"] / base[k]["median_ms"], base[k]["median_ms"], verdict.get(k, "unchanged"))
-           for k in sorted(base.keys() & head.keys()) if base[k].get("status") == OK and head[k].get("status") == OK
-           and base[k].get("median_ms") and head[k].get("median_ms")]
+    pts = [(head[k].median_ms / base[k].median_ms, base[k].median_ms, verdict.get(k, "unchanged"))
+           for k in sorted(base.keys() & head.keys()) if base[k].status == OK and head[k].status == OK
+           and base[k].median_ms and head[k].median_ms]
     if not pts:
         return None
     pad_l, pad_r, pad_t, pad_b = 46, 10, 8, 30

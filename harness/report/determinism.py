@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..core.explain import documented_nondeterminism
-from ..core.records import OK, RecordKind
+from ..core.records import OK, Record, RecordKind
 from .fmt import settings_str
 from .investigations import findings
 from .model import Model, combo_label, distinct_per_column
@@ -18,16 +18,21 @@ from .paging import Parts
 GROUP_INLINE = 10  # rows of a documented cause's group on the page itself
 
 
-def documented_cause(rec: dict[str, Any]) -> str | None:
+def documented_cause(rec: Record) -> str | None:
     """Why a stored record may differ run to run by documentation (explain.nondeterminism_cause), or None."""
-    return documented_nondeterminism(rec["backend"], rec["direction"], rec.get("settings"), rec.get("extra"))
+    return documented_nondeterminism(rec.backend, rec.direction, rec.listed_settings, rec.extra)
 
 
-def _same_problem(x: dict[str, Any]) -> tuple:
+def _same_problem(x: Record) -> tuple:
     """A record's combination without its kind: a repro record names the measurement it ran again."""
-    settings = {k: v for k, v in (x["settings"] or {}).items() if k != "record"}
-    return (x["case"], x["backend"], x["direction"], x["algo"], x["math"], x["dtype"], x["layout"],
-            settings_str(settings))
+    settings = {k: v for k, v in x.settings.items() if k != "record"}
+    return (x.case, x.backend, x.direction, x.algo, x.math, x.dtype, x.layout, settings_str(settings))
+
+
+def _differs(x: Record) -> bool:
+    """Repeats in place or a fresh handle gave other bits, or more than one distinct output."""
+    d = x.determinism
+    return d is not None and (d.repeat_equal == 0 or d.fresh_handle_equal == 0 or (d.distinct_outputs or 1) > 1)
 
 
 def _grouped(rows: list[dict[str, Any]], parts: Parts, tid: str, macro: str, what: str,
@@ -61,22 +66,21 @@ def determinism(g: Model, parts: Parts | None = None) -> dict[str, Any]:
     repro_diff = []
     causes_of: dict[tuple[str, str], dict[Any, str | None]] = {}  # (machine, image) -> combo id -> documented cause
     for (machine, img), cur in sorted(g.current.items()):
-        recs = [x for x in cur if x["status"] == OK and x["kind"] == RecordKind.MEASUREMENT]
-        cause_of = {x["combo"]: documented_cause(x) for x in recs}
-        by_problem = {_same_problem(x): cause_of[x["combo"]] for x in recs}
+        recs = [x for x in cur if x.status == OK and x.kind == RecordKind.MEASUREMENT]
+        cause_of = {x.combo: documented_cause(x) for x in recs}
+        by_problem = {_same_problem(x): cause_of[x.combo] for x in recs}
         causes_of[(machine, img)] = cause_of
-        nd = [x for x in recs if x["repeat_equal"] == 0 or x["fresh_handle_equal"] == 0
-              or (x["distinct_outputs"] or 1) > 1]
-        checked = [x for x in recs if x["repeat_equal"] is not None]
-        repro = [x for x in cur if x["kind"] == RecordKind.REPRO]
-        fpe = Counter((x["extra"] or {}).get("fresh_process_equal") for x in repro)
+        nd = [x for x in recs if _differs(x)]
+        checked = [x for x in recs if x.determinism is not None and x.determinism.repeat_equal is not None]
+        repro = [x for x in cur if x.kind == RecordKind.REPRO]
+        fpe = Counter(x.extra.get("fresh_process_equal") for x in repro)
         repro_causes = [documented_cause(x) or by_problem.get(_same_problem(x)) for x in repro]
         differs_documented = sum(1 for x, c in zip(repro, repro_causes, strict=True)
-                                 if c is not None and (x["extra"] or {}).get("fresh_process_equal") is False)
-        causes = [cause_of[x["combo"]] for x in nd]  # nd is of recs: one record per combination
+                                 if c is not None and x.extra.get("fresh_process_equal") is False)
+        causes = [cause_of[x.combo] for x in nd]  # nd is of recs: one record per combination
         expected_nd = sum(c is not None for c in causes)
         summary.append({"machine": machine, "label": g.minfo[machine].label, "image": img,
-                        "runs": list(dict.fromkeys(x["run"]["run_id"] for x in cur)),
+                        "runs": list(dict.fromkeys(x.run["run_id"] for x in cur)),
                         "ok": len(recs), "checked": len(checked), "nondeterministic": len(nd),
                         "expected": expected_nd, "unexpected": len(nd) - expected_nd,
                         "repro": len(repro), "repro_equal": fpe.get(True, 0),
@@ -84,12 +88,12 @@ def determinism(g: Model, parts: Parts | None = None) -> dict[str, Any]:
                         "repro_differs_documented": differs_documented,
                         "repro_unknown": len(repro) - fpe.get(True, 0) - fpe.get(False, 0)})
         for x, cause in zip(nd, causes, strict=True):
-            within.append({"machine": machine, "image": img, "rec": x, "settings": settings_str(x["settings"]),
+            within.append({"machine": machine, "image": img, "rec": x, "settings": settings_str(x.listed_settings),
                            "cause": cause})
         for x, cause in zip(repro, repro_causes, strict=True):
-            if (x["extra"] or {}).get("fresh_process_equal") is False:
+            if x.extra.get("fresh_process_equal") is False:
                 repro_diff.append({"machine": machine, "image": img, "rec": x,
-                                   "settings": settings_str(x["settings"]), "cause": cause})
+                                   "settings": settings_str(x.listed_settings), "cause": cause})
     across = []
     autotune = []
     n_series = 0

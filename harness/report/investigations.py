@@ -8,7 +8,7 @@ from typing import Any
 
 from ..analysis.rankings import NOTICEABLE, compare_rankings, summarise
 from ..core.cases import SEARCH_MODES as ORT_MODES
-from ..core.records import OK, RecordKind  # noqa: F401  (OK kept for page modules that filter by status)
+from ..core.records import OK, Record, RecordKind  # noqa: F401  (OK kept for page modules that filter by status)
 from .fmt import settings_str
 from .model import Model
 from .paging import Parts
@@ -33,12 +33,13 @@ def coverage(g: Model) -> dict[str, Any]:
                                                                     if m.hardware == "cpu"]}
 
 
-def _autotune_row(machine: str, label: str, image: str, x: dict[str, Any]) -> dict[str, Any]:
-    extra = x["extra"] or {}
+def _autotune_row(machine: str, label: str, image: str, x: Record) -> dict[str, Any]:
+    extra = x.extra
     winners = extra.get("winners") or {}
     near = extra.get("near_ties") or []
     spread = extra.get("max_abs_spread")
-    distinct = x["distinct_outputs"] or 1
+    det = x.determinism
+    distinct = (det and det.distinct_outputs) or 1
     if len(winners) > 1 and distinct > 1:
         verdict, rank = "different algorithms, different bits", 0
     elif distinct > 1:
@@ -49,12 +50,12 @@ def _autotune_row(machine: str, label: str, image: str, x: dict[str, Any]) -> di
         verdict, rank = "near tie", 3
     else:
         verdict, rank = "stable", 4
-    return {"machine": machine, "label": label, "image": image, "rec": x, "run": x["run"], "verdict": verdict,
+    return {"machine": machine, "label": label, "image": image, "rec": x, "run": x.run, "verdict": verdict,
             "rank": rank, "winners": ", ".join(f"{k} x{n}" for k, n in sorted(winners.items(), key=lambda kv: -kv[1])),
-            "trials": sum(winners.values()) if winners else (x["repeats"] or 0), "spread": spread,
+            "trials": sum(winners.values()) if winners else ((det and det.repeats) or 0), "spread": spread,
             "near": "; ".join(f"{t.get('winner')} leads {t.get('runner_up')} by {100 * (t.get('gap') or 0):.1f} %, "
                               f"max |delta| {t.get('max_abs_delta') or 0:.3g}" for t in near),
-            "settings": settings_str({k: v for k, v in x["settings"].items() if k != "record"})}
+            "settings": settings_str({k: v for k, v in x.listed_settings.items() if k != "record"})}
 
 
 def findings(g: Model) -> dict[str, Any]:
@@ -64,19 +65,19 @@ def findings(g: Model) -> dict[str, Any]:
     for (machine, img), recs in sorted(g.current.items()):
         label = g.minfo[machine].label
         for x in recs:
-            if x["kind"] == RecordKind.CROSSCHECK:
-                e = x["extra"] or {}
-                cross.append({"machine": machine, "label": label, "image": img, "rec": x, "run": x["run"],
+            if x.kind == RecordKind.CROSSCHECK:
+                e = x.extra
+                cross.append({"machine": machine, "label": label, "image": img, "rec": x, "run": x.run,
                               "delta": e.get("max_abs_delta"), "torch_class": e.get("torch_class"),
                               "fma_class": e.get("cudnn_fma_class"), "fma_err": e.get("cudnn_fma_max_abs"),
-                              "sm": e.get("sm"), "settings": settings_str({k: v for k, v in x["settings"].items()
+                              "sm": e.get("sm"), "settings": settings_str({k: v for k, v in x.listed_settings.items()
                                                                            if k != "record"})})
-            elif x["kind"] == RecordKind.AUTOTUNE:
+            elif x.kind == RecordKind.AUTOTUNE:
                 tune.append(_autotune_row(machine, label, img, x))
-    cross.sort(key=lambda c: (c["machine"], c["rec"]["case"], c["rec"]["dtype"]))
+    cross.sort(key=lambda c: (c["machine"], c["rec"].case, c["rec"].dtype))
     # the seed cases first: they are the ones the suite's questions were asked about
-    tune.sort(key=lambda t: (t["rank"], not t["rec"]["case"].startswith("seed."), -(t["spread"] or 0),
-                             t["machine"], t["rec"]["case"]))
+    tune.sort(key=lambda t: (t["rank"], not t["rec"].case.startswith("seed."), -(t["spread"] or 0),
+                             t["machine"], t["rec"].case))
     return {"cross": cross, "autotune": tune, "coverage": coverage(g),
             "n_unstable": sum(1 for t in tune if t["rank"] <= 1),
             "n_same_bits": sum(1 for t in tune if t["rank"] == 2),
@@ -95,36 +96,36 @@ def ort(g: Model, parts: Parts | None = None) -> dict[str, Any]:
         for x in cur:
             # asv's copies of the grid (one value per track function) say less than the journaled records
             # beside them; the page reads the records
-            if x["backend"] != "ort" or "asv_benchmark" in (x["settings"] or {}):
+            if x.backend != "ort" or "asv_benchmark" in x.settings:
                 continue
-            mode = (x["settings"] or {}).get("cudnn_conv_algo_search")
-            others = {k: v for k, v in x["settings"].items() if k != "cudnn_conv_algo_search"}
+            mode = x.settings.get("cudnn_conv_algo_search")
+            others = {k: v for k, v in x.listed_settings.items() if k != "cudnn_conv_algo_search"}
             rows.append({"machine": machine, "label": g.minfo[machine].label, "image": img, "rec": x,
                          "mode": mode if mode is not None else "-", "settings": settings_str(others)})
-            key = (machine, img, x["case"], x["dtype"], settings_str(others))
+            key = (machine, img, x.case, x.dtype, settings_str(others))
             p = pivot.setdefault(key, {"machine": machine, "label": g.minfo[machine].label, "image": img,
-                                       "case": x["case"], "dtype": x["dtype"], "settings": key[-1],
-                                       "modes": {}, "run": x["run"]})
+                                       "case": x.case, "dtype": x.dtype, "settings": key[-1],
+                                       "modes": {}, "run": x.run})
             p["modes"][str(mode)] = x
     modes = list(ORT_MODES) + sorted({m for p in pivot.values() for m in p["modes"]} - set(ORT_MODES))
     table = []
     for p in pivot.values():
-        ms = {m: p["modes"][m]["median_ms"] for m in ORT_MODES if m in p["modes"]
-              and p["modes"][m]["median_ms"] is not None}
-        hashes = {p["modes"][m]["hash"] for m in p["modes"] if p["modes"][m]["hash"]}
+        ms = {m: p["modes"][m].median_ms for m in ORT_MODES if m in p["modes"]
+              and p["modes"][m].median_ms is not None}
+        hashes = {p["modes"][m].hash for m in p["modes"] if p["modes"][m].hash}
         several = len(p["modes"]) >= 2
         table.append({**p, "ms": ms, "fastest": min(ms, key=ms.get) if len(ms) >= 2 else None,
                       "same_bits": (len(hashes) == 1) if several and hashes else None,
                       "cells": [p["modes"].get(m) for m in modes]})
     table.sort(key=lambda p: (p["machine"], p["image"], p["case"], p["dtype"], p["settings"]))
-    rows.sort(key=lambda r: (r["machine"], r["image"], r["rec"]["case"], r["rec"]["dtype"], r["mode"]))
+    rows.sort(key=lambda r: (r["machine"], r["image"], r["rec"].case, r["rec"].dtype, r["mode"]))
     runs = {id(None)}
     ort_runs = []
     for r in rows:
-        if r["rec"]["run"]["id"] not in runs:
-            runs.add(r["rec"]["run"]["id"])
-            ort_runs.append(r["rec"]["run"])
-    notes = sorted({r["rec"]["explanation"] for r in rows if r["rec"]["explanation"]})
+        if r["rec"].run["id"] not in runs:
+            runs.add(r["rec"].run["id"])
+            ort_runs.append(r["rec"].run)
+    notes = sorted({r["rec"].explanation for r in rows if r["rec"].explanation})
     return {"rows": parts.table("ort", rows, "ort_records", "onnxruntime records", inline=ORT_INLINE),
             "modes": modes, "runs": ort_runs,
             "pivot": parts.table("ortmodes", table, "ort_modes", "model/dtype/settings rows, the search modes side "
@@ -152,11 +153,11 @@ def rankings(g: Model, parts: Parts | None = None) -> dict[str, Any]:
     sections = []
     store = g.store
     for (machine, image), current in sorted(g.current.items()):
-        by_run: dict[int, list[dict[str, Any]]] = {}
+        by_run: dict[int, list[Record]] = {}
         for x in current:
-            if x["run"].get("n_rankings") and x["backend"] == "cudnn":
-                by_run.setdefault(x["run"]["id"], []).append(x)
-        runs = sorted({x["run"]["id"]: x["run"] for xs in by_run.values() for x in xs}.values(),
+            if x.run.get("n_rankings") and x.backend == "cudnn":
+                by_run.setdefault(x.run["id"], []).append(x)
+        runs = sorted({x.run["id"]: x.run for xs in by_run.values() for x in xs}.values(),
                       key=lambda r: r["started"])
         problems: dict[tuple, dict[str, Any]] = {}
         for run in reversed(runs):  # a problem ranked by two runs: the newer run's

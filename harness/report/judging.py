@@ -17,7 +17,8 @@ from ..analysis.compare import compare_runs
 from ..analysis.thresholds import Thresholds
 from ..collect.store import Store
 from ..core import children
-from .reading import combo_keys, covering_runs, current_records, history_records
+from ..core.records import Record
+from .reading import combinations, covering_runs, current_records, history_records
 
 
 @dataclass
@@ -41,11 +42,11 @@ class Judging:
     pairs: list[tuple]
     runs_of: dict[tuple[str, str], list[dict[str, Any]]]
     vectors: dict[int, dict[str, np.ndarray]]
-    memo: dict[int, list[dict[str, Any]]]
+    memo: dict[int, list[Record]]
 
 
 def judge(j: Judging, plan: list[tuple[Any, list[tuple]]], store: Store, info: dict[int, dict[str, Any]],
-          latest: dict[tuple[str, str], dict[str, Any]], current: dict[tuple[str, str], list[dict[str, Any]]],
+          latest: dict[tuple[str, str], dict[str, Any]], current: dict[tuple[str, str], list[Record]],
           th: Thresholds) -> tuple[list[dict[str, Any]], Counter, list[tuple[Any, list[NightlyComparison]]]]:
     """(image transitions, regressions per machine and image, nightly comparisons) of the model (model.finish),
     judged with the report's gate settings ``th``, once the pool's processes have made their judgements."""
@@ -63,17 +64,17 @@ def judge(j: Judging, plan: list[tuple[Any, list[tuple]]], store: Store, info: d
 
     # image transitions on each machine: latest run of an image vs latest run of the image that followed it
     transitions = []
-    known: dict[int, str] = {}
+    known: dict[int, tuple] = {}
 
-    def keys() -> dict[int, str]:  # read once, when a judgement is made here (not in the pool)
+    def combos() -> dict[int, tuple]:  # read once, when a judgement is made here (not in the pool)
         if not known:
-            known.update(combo_keys(store))
+            known.update(combinations(store))
         return known
 
     for m, a, b, earlier in pairs:
         rb, rh = latest[(m.name, a)], latest[(m.name, b)]
         findings = judged(current[(m.name, a)], current[(m.name, b)], th, verdicts,
-                          lambda earlier=earlier, v=all_vectors: history_records(store, earlier, v, keys()),
+                          lambda earlier=earlier, v=all_vectors: history_records(store, earlier, v, combos()),
                           key=_key(runs_of[(m.name, a)], runs_of[(m.name, b)], earlier, all_vectors))
         for f in findings:
             f.machine, f.base_run, f.head_run = m.name, rb["run_id"], rh["run_id"]
@@ -95,8 +96,8 @@ class NightlyComparison:
     machine: pairing.MachineNights
     comparison: pairing.Comparison
     findings: list[Any]  # compare.Finding
-    base_records: dict[str, dict[str, Any]]  # by record key: the drill-down shows both records
-    head_records: dict[str, dict[str, Any]]
+    base_records: dict[str, Record]  # by Record.identity_key: the drill-down shows both records
+    head_records: dict[str, Record]
     base_fp: dict[str, Any]
     head_fp: dict[str, Any]
 
@@ -146,14 +147,14 @@ def _key(base: list[dict[str, Any]], head: list[dict[str, Any]], history: Any,
     return (_side(base, vectors), _side(head, vectors), *(_side([r], vectors) for r in history))
 
 
-def judged(base: list[dict[str, Any]], head: list[dict[str, Any]], th: Thresholds,
+def judged(base: list[Record], head: list[Record], th: Thresholds,
            verdicts: dict[tuple, list[Any]], history: Any = (), *, key: tuple | None = None) -> list[Any]:
     """``compare_runs`` of two record sets (with the history of the base's machine and stack, as the gate
     has it), once per pair of the runs they come from: a machine's previous stack is usually its previous image,
     and the two pages share the one judgement. ``history`` may be a callable that reads it, called only when the
     judgement is not already known."""
     if key is None:
-        key = tuple(tuple(sorted({x["run"]["id"] for x in side})) for side in (base, head, *history))
+        key = tuple(tuple(sorted({x.run["id"] for x in side})) for side in (base, head, *history))
     if key not in verdicts:
         verdicts[key] = compare_runs(base, head, th, history() if callable(history) else history)
     return verdicts[key]
@@ -175,27 +176,27 @@ def judgements(plan: list[tuple[Any, list[tuple]]], pairs: list[tuple], runs_of:
 
 
 _judge_store: Store | None = None
-_judge_keys: dict[int, str] = {}
+_judge_combos: dict[int, tuple] = {}
 
 
 def _judge_group(args: tuple[str, list[tuple]]) -> dict[tuple, list[Any]]:
     """In a pool process: the judgements of one group, reading the records from its own connection to the
     store. A judgement whose runs this connection does not see as the report's does (a run replaced by a collect
     meanwhile) is left out: the report then makes it itself."""
-    global _judge_store, _judge_keys
+    global _judge_store, _judge_combos
     path, th, group = args
     if _judge_store is None or _judge_store.path != path:
         _judge_store = Store(path, create=False, verify=False)
-        _judge_keys = combo_keys(_judge_store)
+        _judge_combos = combinations(_judge_store)
     ids = sorted({r["id"] for _, b, h, e in group for r in (*b, *h, *e)})
     vectors = _judge_store.vectors(ids)
-    memo: dict[int, list[dict[str, Any]]] = {}
+    memo: dict[int, list[Record]] = {}
     out = {}
     for key, b, h, e in group:
         if _key(b, h, e, vectors) != key:
             continue
         base, head = current_records(_judge_store, b, vectors, memo), current_records(_judge_store, h, vectors, memo)
-        out[key] = compare_runs(base, head, th, history_records(_judge_store, e, vectors, _judge_keys))
+        out[key] = compare_runs(base, head, th, history_records(_judge_store, e, vectors, _judge_combos))
     return out
 
 
@@ -207,15 +208,15 @@ def judge_in(pool: Any, store: Store, groups: list[list[tuple]], th: Thresholds)
 
 
 def nightly_comparisons(store: Store, plan: list[tuple[Any, list[tuple]]], info: dict[int, dict[str, Any]],
-                        vectors: dict[int, dict[str, np.ndarray]], memo: dict[int, list[dict[str, Any]]],
+                        vectors: dict[int, dict[str, np.ndarray]], memo: dict[int, list[Record]],
                         verdicts: dict[tuple, list[Any]], th: Thresholds,
                         ) -> list[tuple[pairing.MachineNights, list[NightlyComparison]]]:
     """Every machine's nights (pairing.py) with, for each of its comparisons, the findings of its latest night."""
-    known: dict[int, str] = {}
+    known: dict[int, tuple] = {}
 
-    def keys() -> dict[int, str]:  # read once, when a judgement is made here (not in the pool)
+    def combos() -> dict[int, tuple]:  # read once, when a judgement is made here (not in the pool)
         if not known:
-            known.update(combo_keys(store))
+            known.update(combinations(store))
         return known
 
     out = []
@@ -225,11 +226,12 @@ def nightly_comparisons(store: Store, plan: list[tuple[Any, list[tuple]]], info:
             base = current_records(store, c.base.runs, vectors, memo)
             head = current_records(store, c.head.runs, vectors, memo)
             fs = judged(base, head, th, verdicts,
-                        lambda earlier=earlier: history_records(store, earlier, vectors, keys()),
+                        lambda earlier=earlier: history_records(store, earlier, vectors, combos()),
                         key=_key(c.base.runs, c.head.runs, earlier, vectors))
             for f in fs:
                 f.machine, f.base_run, f.head_run = m.name, c.base.runs[-1]["run_id"], c.head.runs[-1]["run_id"]
-            done.append(NightlyComparison(m, c, fs, {x["key"]: x for x in base}, {x["key"]: x for x in head},
+            done.append(NightlyComparison(m, c, fs, {x.identity_key(): x for x in base},
+                                          {x.identity_key(): x for x in head},
                                           info[c.base.runs[-1]["id"]]["fingerprint"],
                                           info[c.head.runs[-1]["id"]]["fingerprint"]))
         out.append((m, done))

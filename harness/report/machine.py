@@ -142,7 +142,7 @@ def machine_page(g: Model, m: MachineInfo) -> dict[str, Any]:
     newest = {g.latest[(m.name, img)]["source"]: img for img in m.images}
     for img in newest.values():
         recs = g.current[(m.name, img)]
-        from_runs = list(dict.fromkeys(x["run"]["run_id"] for x in recs))
+        from_runs = list(dict.fromkeys(x.run["run_id"] for x in recs))
         maps.append({"image": img, "run": g.latest[(m.name, img)], "from_runs": from_runs,
                      "maps": heatmaps(recs)})
     charts = []

@@ -19,7 +19,7 @@ from ..analysis import changepoint
 from ..analysis.pairing import machine_key
 from ..analysis.thresholds import Thresholds
 from ..collect.store import Store
-from ..core.records import RecordKind
+from ..core.records import Record, RecordKind
 from .fmt import hardware_label, settings_str, slug
 from .judging import (
     Judging,
@@ -69,7 +69,7 @@ class Model:
     series: list[Series]
     steps_up: Counter
     store: Store
-    current: dict[tuple[str, str], list[dict[str, Any]]]  # (machine, image) -> newest record of each combination
+    current: dict[tuple[str, str], list[Record]]  # (machine, image) -> newest record of each combination
     info: dict[int, dict[str, Any]]  # run id -> run.json (fingerprint, options)
     plan: list[tuple[Any, list[tuple]]]  # each machine's nightly comparisons, before they are judged
     judging: Judging | None = None
@@ -178,7 +178,7 @@ def gather(store: Store, title: str, pool: Any = None, complete: bool = True,
     pairs = transition_pairs(machines, latest, info)
     # the judgements (60% of a fleet report's CPU) run in the pool's processes while this one reads and draws
     pending = judge_in(pool, store, judgements(plan, pairs, runs_of, all_vectors), th) if pool is not None else None
-    memo: dict[int, list[dict[str, Any]]] = {}
+    memo: dict[int, list[Record]] = {}
     current = {key: current_records(store, runs_of[key], all_vectors, memo) for key in latest}
     series: list[Series] = []
     for m in machines:

@@ -77,11 +77,11 @@ def lost(c: NightlyComparison) -> list[dict[str, Any]]:
         if f.kind != "availability":
             continue
         if f.verdict == "regression":
-            rec = c.head_records.get(f.key) or {}
-            why[(f"ran before, now {f.head}", rec.get("reason") or "no reason recorded")] += 1
+            rec = c.head_records.get(f.key)
+            why[(f"ran before, now {f.head}", (rec and rec.reason) or "no reason recorded")] += 1
         elif f.head == "not measured":
-            rec = c.base_records.get(f.key) or {}
-            where = f"{rec.get('backend', '?')} {rec.get('direction', '?')}"
+            rec = c.base_records.get(f.key)
+            where = f"{rec.backend} {rec.direction}" if rec is not None else "? ?"
             why[("not measured in the latest night", f"{where}: no run of the night covered it")] += 1
     return [{"n": n, "what": what, "why": reason} for (what, reason), n in why.most_common()]
 
@@ -162,14 +162,14 @@ def overview(g: Model) -> dict[str, Any]:
                 continue
             last = rs[-1]
             cur = g.current.get((m.name, img), [])
-            statuses = Counter(x["status"] for x in cur)
+            statuses = Counter(x.status for x in cur)
             failed = {k: v for k, v in statuses.items() if k != OK and not neutral(k)}
             expected = {k: v for k, v in statuses.items() if neutral(k)}
             cells.append({"runs": len(rs), "last_night": last["night"], "records": len(cur),
                           "ok": statuses.get(OK, 0), "failed": sum(failed.values()), "failed_by": failed,
                           "expected": sum(expected.values()), "expected_by": expected,
                           "asv": last["source"] == "asv",
-                          "from_runs": len({x["run"]["id"] for x in cur}),
+                          "from_runs": len({x.run["id"] for x in cur}),
                           "incomplete": sum(1 for r in rs if not r["complete"]),
                           "regressions": g.regressed.get((m.name, img), 0),
                           "steps": g.steps_up.get((m.name, img), 0)})

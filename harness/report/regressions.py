@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Any
 
 from ..analysis.compare import fingerprint_diff
+from ..core.records import Record
 from .changes import record_rows
 from .charts import ratio_scatter, strip_plot
 from .fingerprints import link as fingerprint_link
@@ -40,13 +41,17 @@ def machine_pages(g: Model, group: dict[str, Any]) -> list[dict[str, Any]]:
     regressions page itself)."""
     its = (group["newest"], *group["older"])
     rows = [{"it": it, "f": f, "settings": settings_str(f.settings), "anchor": anchor(f)} for it in its for f in it["all"]]
-    glance = [{"it": it, "scatter": ratio_scatter({x["key"]: x for x in g.current[(it["t"]["machine"], it["t"]["base"]["image"])]},
-                                                  {x["key"]: x for x in g.current[(it["t"]["machine"], it["t"]["head"]["image"])]},
+    glance = [{"it": it, "scatter": ratio_scatter(_by_key(g.current[(it["t"]["machine"], it["t"]["base"]["image"])]),
+                                                  _by_key(g.current[(it["t"]["machine"], it["t"]["head"]["image"])]),
                                                   it["t"]["findings"])} for it in its]
     files = group["pages"]
     return [{"group": group, "rows": rows[k * PAGE_ROWS:(k + 1) * PAGE_ROWS], "first_row": k * PAGE_ROWS + 1,
              "n_rows": len(rows), "page": k + 1, "files": files, "file": files[k], "glance": glance if k == 0 else []}
             for k in range(len(files))]
+
+
+def _by_key(recs: list[Record]) -> dict[str, Record]:
+    return {x.identity_key(): x for x in recs}
 
 
 def _worst_first(f: Any) -> tuple:
@@ -85,25 +90,25 @@ def regressions(g: Model, parts: Parts | None = None) -> dict[str, Any]:
     for gm in groups:  # in the order of the page: the open rows get the samples and both records first
         for it in (gm["newest"], *gm["older"]):
             t = it["t"]
-            base_recs: dict[str, dict[str, Any]] | None = None
-            head_recs: dict[str, dict[str, Any]] = {}
+            base_recs: dict[str, Record] | None = None
+            head_recs: dict[str, Record] = {}
             cap = MAX_PER_PAIR if it is gm["newest"] else MAX_PER_OLDER
             it["left_out"] = max(0, it["n"] - cap)
             for f in it["regs"][:cap]:
                 if base_recs is None:
-                    base_recs = {x["key"]: x for x in g.current[(t["machine"], t["base"]["image"])]}
-                    head_recs = {x["key"]: x for x in g.current[(t["machine"], t["head"]["image"])]}
+                    base_recs = _by_key(g.current[(t["machine"], t["base"]["image"])])
+                    head_recs = _by_key(g.current[(t["machine"], t["head"]["image"])])
                 b, h = base_recs.get(f.key), head_recs.get(f.key)
                 plot = None
                 if f.kind == "time" and plots < MAX_PLOTS and b is not None and h is not None:
-                    plot = strip_plot(b["samples"], h["samples"])
+                    plot = strip_plot(b.samples, h.samples)
                     plots += 1
                 detailed = recorded < MAX_RECORD_PAIRS
                 recorded += detailed
                 it["rows"].append({"f": f, "settings": settings_str(f.settings), "plot": plot, "anchor": anchor(f),
                                    "base_rec": record_rows(b) if detailed else None,
                                    "head_rec": record_rows(h) if detailed else None,
-                                   "base_run": (b or {}).get("run"), "head_run": (h or {}).get("run")})
+                                   "base_run": b and b.run, "head_run": h and h.run})
             it["fp_link"] = fingerprint_link(g, t["base"]["id"], t["head"]["id"])
             it["diff"] = [(k, "-" if a is None else str(a), "-" if b is None else str(b)) for k, a, b in
                           fingerprint_diff(g.info[t["base"]["id"]]["fingerprint"] or {},

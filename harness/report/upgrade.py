@@ -74,7 +74,7 @@ def verdict(pair: tuple[str, str], studies: list[dict[str, Any]]) -> dict[str, A
             for role in ("A", "B"):
                 recs = (leg.get("records") or {}).get(role) or ()
                 for r in (recs.values() if isinstance(recs, dict) else recs):
-                    side[role].setdefault(r["key"], r)
+                    side[role].setdefault(r.identity_key(), r)
         if s["agreement"]["confirmed"] is not None:
             confirmed += s["agreement"]["confirmed"]
             checked += s["agreement"]["findings"]

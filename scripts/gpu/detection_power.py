@@ -35,7 +35,7 @@ from harness.analysis.timechange import Thresholds, time_verdict  # noqa: E402
 from harness.backends import SweepOptions  # noqa: E402
 from harness.backends.cudnn import ConvSession, CudnnBackend, CudnnError, WorkspaceTooLarge, placements  # noqa: E402
 from harness.core import cases as catalogue  # noqa: E402
-from harness.core.records import Timing  # noqa: E402
+from harness.core.records import Record, Timing  # noqa: E402
 from harness.measurement.timing import CudaTimer, TimingPolicy, pooled  # noqa: E402
 
 CALLS = (("IMPLICIT_PRECOMP_GEMM", "DEFAULT"), ("IMPLICIT_PRECOMP_GEMM", "FMA"), ("IMPLICIT_GEMM", "FMA"),
@@ -108,14 +108,17 @@ def measure(cases: str, part: int) -> dict:
             "passes": {name: [asdict(t) for t in ts] for name, ts in passes.items()}, "placements": placed}
 
 
-def as_record(timings: list, spots: list | None = None) -> dict:
-    """The stored form compare reads, of one call's timings pooled over the processes that measured it (and,
-    where the parts recorded them, the medians of every placement they timed, as replicas.merge keeps them)."""
+def as_record(timings: list, spots: list | None = None, call: dict | None = None) -> Record:
+    """The record compare reads, of one forward call's timings pooled over the processes that measured it (and,
+    where the parts recorded them, the medians of every placement they timed, as replicas.merge keeps them);
+    ``call``: its case, algo, math, dtype and layout (the time test reads none of them)."""
+    call = call or {"case": "-", "algo": "-", "math": "-", "dtype": "fp32", "layout": "NCHW"}
     t = pooled(timings, TimingPolicy().keep_samples)
-    extra = {"flags": t.flags, "process_medians_ms": [x.median_ms for x in timings]}
+    extra = {"process_medians_ms": [x.median_ms for x in timings]}
     if spots and all(s is not None for s in spots):
         extra["placement_medians_ms"] = [x for s in spots for x in s]
-    return {"median_ms": t.median_ms, "samples": t.samples_ms, "n": t.n, "timer": t.timer, "extra": extra}
+    return Record(case=call["case"], backend="cudnn", direction="fwd", algo=call["algo"], math=call["math"],
+                  dtype=call["dtype"], layout=call["layout"], time=t, extra=extra)
 
 
 def judge(parts: list[dict]) -> dict:
@@ -130,14 +133,14 @@ def judge(parts: list[dict]) -> dict:
                     for i in range(len(calls))] for name, _ in PASSES}
     rows = []
     for i, c in enumerate(calls):
-        base = as_record(timed["base"][i], spots["base"][i])
-        row = dict(c, base_ms=base["median_ms"], flags=base["extra"]["flags"],
-                   process_medians_ms=base["extra"]["process_medians_ms"])
+        base = as_record(timed["base"][i], spots["base"][i], c)
+        row = dict(c, base_ms=base.median_ms, flags=base.time.flags,
+                   process_medians_ms=base.extra["process_medians_ms"])
         for name in ("plus5", "plus10", "base2"):
-            head = as_record(timed[name][i], spots[name][i])
+            head = as_record(timed[name][i], spots[name][i], c)
             v = time_verdict(base, head, th)
-            row[name] = {"ratio": head["median_ms"] / base["median_ms"], "verdict": v[0] if v else "same",
-                         "flags": head["extra"]["flags"], "process_medians_ms": head["extra"]["process_medians_ms"]}
+            row[name] = {"ratio": head.median_ms / base.median_ms, "verdict": v[0] if v else "same",
+                         "flags": head.time.flags, "process_medians_ms": head.extra["process_medians_ms"]}
         rows.append(row)
     summary = {}
     for lo, hi, size, target in BANDS:

@@ -19,6 +19,7 @@ bytes) under the job's ``out_dir``, so the parent can hash them with accuracy.ou
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import hashlib
 import json
@@ -136,7 +137,7 @@ class Worker:
         timer = HostTimer(policy)
         iob = timer(lambda: sess.run_with_iobinding(binding))
         e2e = timer(lambda: sess.run(None, {name: x}))
-        return {"iobinding": iob.__dict__, "numpy": e2e.__dict__}
+        return {"iobinding": dataclasses.asdict(iob), "numpy": dataclasses.asdict(e2e)}
 
     def run_config(self, cfg: dict) -> dict:
         res: dict = {"key": cfg["key"], "status": "ok", "reason": None, "sessions": []}
@@ -212,8 +213,8 @@ def profile_agreement(job: dict) -> dict:
     prof = sess.end_profiling()
     runs = model_run_ms(prof)
     os.unlink(prof)
-    ours = summarize(samples, "hot", "perf_counter", policy.keep_samples).__dict__
-    theirs = summarize(runs[n_warm:], "hot", "ort_profiler", policy.keep_samples).__dict__ if len(runs) > n_warm \
+    ours = dataclasses.asdict(summarize(samples, "hot", "perf_counter", policy.keep_samples))
+    theirs = dataclasses.asdict(summarize(runs[n_warm:], "hot", "ort_profiler", policy.keep_samples)) if len(runs) > n_warm \
         else None
     return {"ort_version": w.ort.__version__, "ours": ours, "profiler": theirs, "profiled_runs": len(runs),
             "timed_runs": len(samples), "warmup_runs": n_warm}
