@@ -176,6 +176,13 @@ def test_a_docker_night_runs_one_container_per_gpu_slot_of_every_node(cluster, t
                    check=True, capture_output=True)
     script = out / "slurm" / "convbench-ci.sbatch"
     assert "docker image inspect" in script.read_text()
+
+    def slot_containers() -> set[str]:
+        return {c.id for c in client.containers.list(all=True, filters={"label": f"{images.LABEL_PREFIX}worker"})
+                if c.labels.get(f"{images.LABEL_PREFIX}machine") in SLOTS}
+
+    # a night whose engine was stopped under it leaves its containers in the engine's state: not this night's
+    before = slot_containers()
     job = cluster.sbatch(script, cwd=script.parent)
     end = cluster.wait(job, timeout=600)
     assert (end["JobState"], end["ExitCode"]) == ("COMPLETED", "0:0"), log_of(script, job)
@@ -186,6 +193,5 @@ def test_a_docker_night_runs_one_container_per_gpu_slot_of_every_node(cluster, t
     assert fp["node"] == {"name": "n2", "source": "CONVBENCH_NODE", "container": "docker",
                           "machine_id": fp["node"]["machine_id"]}
     assert fp["slot"] == 1 and fp["image"] == "convbench:cpu" and fp["image_id"] == image_id
-    left = [c for c in client.containers.list(all=True, filters={"label": f"{images.LABEL_PREFIX}worker"})
-            if c.labels.get(f"{images.LABEL_PREFIX}machine") in SLOTS]
-    assert not left, f"a container of this night was left behind: {left}"
+    left = slot_containers() - before
+    assert not left, f"a container of this night was left behind: {sorted(left)}"
