@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command (README): installs what the tests need on a fresh machine and runs them all, in three xdist
+# The test command (README): installs what the tests need on a fresh machine and runs them all, in four xdist
 # workers. A Slurm cluster (fixed ports) runs one at a time (a lock in tests/slurm_cluster.py), the CPU image is
 # built once, and the fixture report is built once for both workers (tests/conftest.py).
 # No GPU is needed: GPU tests carry the `gpu` marker and skip cleanly without CUDA.
@@ -34,4 +34,4 @@ python3 -m venv .venv
 lane=()
 [ "$quick" = 1 ] && lane=(-m "not slow")
 # whole modules per worker, the longest first (tests/_lanes.py): a module's fixtures are made once
-.venv/bin/python -m pytest -q -rs -n 3 --dist loadfile --no-loadscope-reorder --durations=20 "${lane[@]}" "$@"
+.venv/bin/python -m pytest -q -rs -n 4 --dist loadfile --no-loadscope-reorder --durations=20 "${lane[@]}" "$@"
