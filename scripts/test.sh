@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The test command (README): installs what the tests need on a fresh machine and runs them all, in four xdist
-# workers. A Slurm cluster (fixed ports) runs one at a time (a lock in tests/slurm_cluster.py), the CPU image is
-# built once, and the fixture report is built once for both workers (tests/conftest.py).
+# The test command (README): installs what the tests need on a fresh machine and runs them all, in three xdist
+# workers on two cores: part of the suite waits on Docker, Slurm and Chromium, and three beat two and four
+# (docs/history.md, "The test suite's time"). A Slurm cluster (fixed ports) runs one at a time (a lock in tests/slurm_cluster.py), the CPU image is built once, and the fixture
+# report is built once for all workers (tests/conftest.py).
 # No GPU is needed: GPU tests carry the `gpu` marker and skip cleanly without CUDA.
 #
 #   scripts/test.sh [--quick] [pytest arguments]
@@ -34,4 +35,4 @@ python3 -m venv .venv
 lane=()
 [ "$quick" = 1 ] && lane=(-m "not slow")
 # whole modules per worker, the longest first (tests/_lanes.py): a module's fixtures are made once
-.venv/bin/python -m pytest -q -rs -n 4 --dist loadfile --no-loadscope-reorder --durations=20 "${lane[@]}" "$@"
+.venv/bin/python -m pytest -q -rs -n 3 --dist loadfile --no-loadscope-reorder --durations=20 "${lane[@]}" "$@"
