@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command (README): installs what the tests need on a fresh machine and runs them all, in three xdist
 # workers on two cores: part of the suite waits on Docker, Slurm and Chromium, and three beat two and four
-# (docs/history.md, "The test suite's time"). A Slurm cluster (fixed ports) runs one at a time (a lock in tests/slurm_cluster.py), the CPU image is built once, and the fixture
-# report is built once for all workers (tests/conftest.py).
+# (docs/history.md, "The test suite's time"). A Slurm cluster (fixed ports) runs one at a time (a lock in
+# tests/slurm_cluster.py), the CPU image is built once, and the fixture report is built once for all workers
+# (tests/conftest.py).
 # No GPU is needed: GPU tests carry the `gpu` marker and skip cleanly without CUDA.
 #
 #   scripts/test.sh [--quick] [pytest arguments]
