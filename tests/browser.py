@@ -215,6 +215,18 @@ class Page:
         self.load_seconds = time.perf_counter() - t0
         self.pump(timeout=settle)  # late console messages and dialogs
 
+    def visit(self, url: str, settle: float, again_over: float) -> float:
+        """``navigate``, then once more where the load took ``again_over`` seconds or longer (the machine is shared:
+        a second slow load is the page's); the better load in seconds. ``errors`` and ``dialogs`` hold both visits'."""
+        self.navigate(url, settle)
+        load = self.load_seconds
+        if load >= again_over:
+            errors, dialogs = list(self.errors), list(self.dialogs)
+            self.navigate(url, settle)
+            self.errors[:0], self.dialogs[:0] = errors, dialogs
+            load = min(load, self.load_seconds)
+        return load
+
     def evaluate(self, expression: str) -> Any:
         r = self.browser.call("Runtime.evaluate", {"expression": expression, "returnByValue": True,
                                                    "awaitPromise": True}, session=self.session)

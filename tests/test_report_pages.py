@@ -57,12 +57,8 @@ def test_every_page_of_the_sample_report_opens_clean(fixture_site):
         for page in _pages(fixture_site):
             # the pages' scripts run while they are parsed, before their load event, and set no timers: 0.02 s
             # after it is for an event already on its way
-            tab.navigate(page.as_uri(), settle=0.02)
+            load = tab.visit(page.as_uri(), settle=0.02, again_over=4 * PAGE_BUDGET_S)
             assert tab.errors == [] and tab.dialogs == [], page.name
-            load = tab.load_seconds
-            if load >= 4 * PAGE_BUDGET_S:
-                tab.navigate(page.as_uri(), settle=0.02)
-                load = min(load, tab.load_seconds)
             if load >= 4 * PAGE_BUDGET_S:
                 broken[str(page.relative_to(fixture_site))] = round(load, 3)
     finally:
