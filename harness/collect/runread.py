@@ -17,8 +17,8 @@ from ..core.intake import storable
 from ..core.records import Record
 from .discovery import Archive, Refused, discover
 from .ingest import parse_item, refusing
-from .store_packing import ParsedRun, UnpackableRecord, pack_records
-from .store_reads import unpack_records
+from .store_packing import ParsedRun, UnpackableRecord, copy_replaces, packed_records
+from .store_reads import RUN_ROW_COLUMNS, unpack_records
 
 
 @dataclass
@@ -44,11 +44,7 @@ def pack_run(parsed: ParsedRun) -> PackedRun:
         ids.setdefault(c[0], len(ids))
     combo_ids = [ids[c[0]] for c in parsed.combos]
     combos = {ids[c[0]]: (c, json.loads(c[8])) for c in parsed.combos}
-    if parsed.packed is not None:  # the host's packed copy, checked against its journal (packed.py)
-        packed = (len(combo_ids), np.asarray(combo_ids, dtype="<i4").tobytes(), *parsed.packed)
-    else:
-        packed = pack_records(combo_ids, parsed.records)
-    return PackedRun(parsed.run, combos, packed)
+    return PackedRun(parsed.run, combos, packed_records(combo_ids, parsed))
 
 
 def records_of(parsed: ParsedRun) -> list[Record]:
@@ -67,11 +63,6 @@ def read_run(path: str | Path) -> tuple[dict[str, Any], list[Record]]:
     if len(runs) != 1:
         raise Refused(f"{path}: holds {len(runs)} runs, not one")
     return runs[0].run, records_of(runs[0])
-
-
-# the columns of a run row as Store.runs gives it
-RUN_ROW = ("run_id", "machine", "image", "image_id", "started", "night", "suite_revision", "hardware", "gpu_model",
-           "sm", "source", "origin", "complete", "n_records", "n_ok", "n_rankings")
 
 
 class RunsRead:
@@ -99,13 +90,8 @@ class RunsRead:
                 run = parsed.run
                 ident = (run["run_id"], run["machine"])
                 old = staged.get(ident) or (self._held[self._ids[ident]] if ident in self._ids else None)
-                if old is not None and old.run["digest"] == run["digest"]:
-                    continue
-                if old is not None and run["n_records"] < old.run["n_records"]:
-                    raise UnpackableRecord(f"run {run['run_id']} of {run['machine']} is stored with "
-                                           f"{old.run['n_records']} records; this copy has {run['n_records']}: "
-                                           "a partial copy does not replace a run (collect --replace does)")
-                staged[ident] = pack_run(parsed)
+                if copy_replaces(run, (old.run["digest"], old.run["n_records"]) if old is not None else None):
+                    staged[ident] = pack_run(parsed)
         except UnpackableRecord as exc:
             origin = item.origin if isinstance(item, Archive) else prepared.parsed[0].run["origin"]
             raise Refused(f"{origin}: {exc}") from None
@@ -121,7 +107,7 @@ class RunsRead:
 
     def runs(self) -> list[dict[str, Any]]:
         """Run rows as Store.runs gives them, oldest first."""
-        rows = [{"id": pk, **{c: p.run[c] for c in RUN_ROW}, "counts": json.loads(p.run["counts"])}
+        rows = [{"id": pk, **{c: p.run[c] for c in RUN_ROW_COLUMNS}, "counts": json.loads(p.run["counts"])}
                 for pk, p in self._held.items()]
         for r in rows:
             r["origin"] = storable(r["origin"])

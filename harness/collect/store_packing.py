@@ -344,3 +344,28 @@ def samples_array(blob: bytes | None) -> np.ndarray:
     return np.frombuffer(blob, dtype="<f8").copy()
 
 
+
+
+def packed_records(combo_ids: list[int], parsed: ParsedRun) -> tuple:
+    """A parsed run's records as run_records holds them (pack_records' tuple), its combinations given by id: the
+    host's packed copy where it shipped one (checked against its journal by packed.py), packed here otherwise."""
+    if parsed.packed is not None:
+        return (len(combo_ids), np.asarray(combo_ids, dtype="<i4").tobytes(), *parsed.packed)
+    return pack_records(combo_ids, parsed.records)
+
+
+def copy_replaces(run: dict[str, Any], held: tuple[str, int] | None, replace: bool = False) -> bool:
+    """Whether this copy of a run is kept over the copy held of it (``held``: its digest and record count, None
+    where none is held): not where it is the same content; a partial copy (fewer records) is refused unless
+    ``replace``; a grown journal (a resumed run) replaces the copy held. The one rule of collect and of runs read
+    with no store (runread.RunsRead), so that a gate on a results tree and a report of its store judge one run."""
+    if held is None:
+        return True
+    digest, n_records = held
+    if digest == run["digest"]:
+        return False
+    if run["n_records"] < n_records and not replace:
+        raise UnpackableRecord(f"run {run['run_id']} of {run['machine']} is stored with {n_records} records; "
+                               f"this copy has {run['n_records']}: a partial copy does not replace a run "
+                               "(collect --replace does)")
+    return True

@@ -130,11 +130,15 @@ def unpack_records(n: int, combo_ids: list[int], combos: dict[int, tuple[tuple, 
     return out
 
 
+# a run row's columns as Store.runs gives them besides its id and counts (runread.RunsRead gives the same)
+RUN_ROW_COLUMNS = ("run_id", "machine", "image", "image_id", "started", "night", "suite_revision", "hardware",
+                   "gpu_model", "sm", "source", "origin", "complete", "n_records", "n_ok", "n_rankings")
+
+
 @_damage_is_a_store_error
 def runs(store: StoreFile, where: str = "", params: Sequence[Any] = ()) -> list[dict[str, Any]]:
     """Run rows (without the bulky JSON columns) as dicts, oldest first."""
-    cols = ("id", "run_id", "machine", "image", "image_id", "started", "night", "suite_revision", "hardware",
-            "gpu_model", "sm", "source", "origin", "complete", "n_records", "n_ok", "n_rankings", "counts")
+    cols = ("id", *RUN_ROW_COLUMNS, "counts")
     sql = f"SELECT {','.join(cols)} FROM runs {('WHERE ' + where) if where else ''} ORDER BY started, id"
     out = []
     for row in store.db.execute(sql, params):

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from ..core.intake import storable
-from .store_packing import RANKING_COLUMNS, RUN_COLUMNS, ParsedRun, UnpackableRecord, pack_records
+from .store_packing import RANKING_COLUMNS, RUN_COLUMNS, ParsedRun, copy_replaces, packed_records
 from .store_schema import StoreError, StoreFile, error_line, rollback, when_unlocked
 
 _FIRST = operator.itemgetter(0)
@@ -65,12 +65,8 @@ def _ingest_one(store: StoreFile, parsed: ParsedRun, replace: bool) -> str:
     run = parsed.run
     row = store.db.execute("SELECT id, digest, n_records FROM runs WHERE run_id=? AND machine=?",
                           (run["run_id"], run["machine"])).fetchone()
-    if row and row[1] == run["digest"]:
+    if not copy_replaces(run, row[1:] if row else None, replace):
         return "unchanged"
-    if row and run["n_records"] < row[2] and not replace:
-        raise UnpackableRecord(f"run {run['run_id']} of {run['machine']} is stored with {row[2]} records; "
-                               f"this copy has {run['n_records']}: a partial copy does not replace a run "
-                               "(collect --replace does)")
     if row:  # the journal grew (a resumed run): replace the run as a whole
         store.db.execute("DELETE FROM runs WHERE id=?", (row[0],))
     cur = store.db.execute(f"INSERT INTO runs ({','.join(RUN_COLUMNS)}) VALUES "
@@ -83,11 +79,7 @@ def _ingest_one(store: StoreFile, parsed: ParsedRun, replace: bool) -> str:
         by_key = {c[0]: c for c in parsed.combos}
         _ids(store, "combos", store.combo_ids, by_key, by_key)
         combo_ids = [store.combo_ids[c[0]] for c in parsed.combos]
-    if parsed.packed is not None:  # packed by the host as pack_records packs it, checked by packed.py
-        records = (len(combo_ids), np.asarray(combo_ids, dtype="<i4").tobytes(), *parsed.packed)
-    else:
-        records = pack_records(combo_ids, parsed.records)
-    store.db.execute("INSERT INTO run_records VALUES (?,?,?,?,?,?,?)", (run_pk, *records))
+    store.db.execute("INSERT INTO run_records VALUES (?,?,?,?,?,?,?)", (run_pk, *packed_records(combo_ids, parsed)))
     if parsed.rankings:
         store.db.executemany(f"INSERT INTO rankings VALUES ({','.join('?' * len(RANKING_COLUMNS))})",
                             [(run_pk, *r) for r in parsed.rankings])
