@@ -39,12 +39,12 @@ class TimingPolicy:
     min_samples: int = 32
     max_samples: int = 400
     budget_ms: float = 30.0  # device time spent sampling one combination, warm-up excluded
-    # Stop once the median's relative standard error is below this. The range of three medians is about 1.7
-    # standard errors on average and over 3 in the worst of fifty calls, so a 1 % rerun spread needs the error
-    # well under 0.33 %. At 0.5 % it was above 0.33 % for 894 of 2,788 forward records on the H200, at 0.2 % for
-    # 112; the sweeps took 11.5 s (forward) and 70 s (backward) longer, mostly calls under 50 us. The rerun spread
-    # itself did not measurably improve: the GPU's own state dominates it (docs/performance.md).
-    noise_target: float = 0.002
+    # Stop once the median's relative standard error is below this. Tighter is not better here: going from 0.5 %
+    # to 0.2 % made the median's own error small (above 0.33 % for 112 of 2,788 forward records instead of 894) and
+    # did not lower the rerun spread, which the GPU's own state dominates (docs/performance.md, fidelity), while
+    # calls under 50 us took four to six times the samples, each costing a spacer of 1.5 host dispatches: about
+    # 23 s of a forward night and 41 s of a backward one, worked out from the committed H200 runs.
+    noise_target: float = 0.005
     batch: int = 8
     cold: bool = False  # flush L2 before each repetition (outside the timed region)
     keep_samples: int = 64  # samples stored in the record (evenly thinned); the summary uses all
@@ -217,23 +217,21 @@ class CudaTimer:
         discarded = 0
         per_placement: list[list[float]] = [[] for _ in fns]
         accepted = 0
+        # one set of event pairs for every batch: a batch reads its times before the next records them again
+        pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(batch)]
         while accepted < len(fns) or not _enough(samples, spent, policy):
             fn = fns[accepted % len(fns)]
             torch.cuda._sleep(int(spacer_s * SPACER_CLOCK_HZ))
             gate = torch.cuda.Event()
             gate.record(stream)
-            pairs = []
-            for _ in range(batch):
+            for start, end in pairs:
                 if self._flush is not None:
                     self._flush.zero_()
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
                 start.record(stream)
                 h = time.perf_counter()
                 fn()
                 dispatch.append(time.perf_counter() - h)
                 end.record(stream)
-                pairs.append((start, end))
             ahead = not gate.query()  # the device had not reached the batch when the host finished enqueuing
             end.synchronize()
             # right after the batch: the clock it ran at, and any cap still in force

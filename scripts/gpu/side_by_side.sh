@@ -4,6 +4,8 @@
 # (scripts/run_breakdown.py --against) and each side's end.json (wall, sweep, asv phase).
 #   scripts/gpu/side_by_side.sh --pack REV      (here: .baseline/ holds REV's code, no fixtures; carry it)
 #   OUT=dir bash scripts/gpu/side_by_side.sh fwd   (on the GPU host, asv on PYTHONPATH)
+# AGAIN=1 runs this tree's stage a second time (into $OUT/new2): with the first, an A/A pair of the new code on
+# the same GPU, to be compared where the runs come back.
 set -uo pipefail
 if [ "${1:-}" = "--pack" ]; then
   rev=${2:?REV}; rm -rf .baseline && mkdir .baseline
@@ -23,6 +25,10 @@ export CONVBENCH_MACHINE=${CONVBENCH_MACHINE:-h200-lent-gpu0}
 base_run=$(ls -td /tmp/convbench-results/$CONVBENCH_MACHINE/*/ | head -1)
 ( cd "$here" && OUT="$OUT/new" PYTHONPATH="${ASV_PATH:-}:$here" bash scripts/gpu/nightly.sh "$stage" )
 new_run=$(ls -td /tmp/convbench-results/$CONVBENCH_MACHINE/*/ | head -1)
+if [ "${AGAIN:-0}" = 1 ]; then
+  mkdir -p "$OUT/new2"
+  ( cd "$here" && OUT="$OUT/new2" PYTHONPATH="${ASV_PATH:-}:$here" bash scripts/gpu/nightly.sh "$stage" )
+fi
 python3 scripts/run_breakdown.py "$new_run" --against "$base_run" | tee "$OUT/against.txt"
 for side in base_run new_run; do
   echo "$side $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print({k: d.get(k) for k in ('seconds','sweep_seconds','asv_seconds','ok')})" "${!side}end.json")"
