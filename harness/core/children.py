@@ -177,17 +177,27 @@ def shut(pool: Any, hard: bool = False) -> None:
     finalizer = getattr(pool, "_terminate", None)
     if finalizer is not None:
         finalizer.cancel()
-    if handler is not None and handler.is_alive() and handler is not threading.current_thread():
-        handler.join(1)  # it may be starting a worker this moment: that one is stopped below too
-    workers = list(getattr(pool, "_pool", None) or [])
-    for p in workers:
-        if p.exitcode is None:
-            p.terminate()
-    for p in workers:
-        p.join(1)
-        if p.exitcode is None:
-            p.kill()
-            p.join(5)
+    waits = handler is not None and handler is not threading.current_thread()
+    if waits and handler.is_alive():
+        handler.join(1)
+    stopped: list[Any] = []
+    for again in (False, True):
+        workers = [p for p in list(getattr(pool, "_pool", None) or []) if p not in stopped]
+        for p in workers:
+            if p.exitcode is None:
+                p.terminate()
+        for p in workers:
+            p.join(1)
+            if p.exitcode is None:
+                p.kill()
+                p.join(5)
+        stopped += workers
+        if again or not (waits and handler.is_alive()):
+            break
+        # a worker the handler was starting when told to stop joins the pool once it has started (on a loaded host
+        # that took over the second waited above): the handler is waited for and the pool looked at once more, else
+        # that worker outlives this (a parser opening the store its collect has just removed, with a traceback)
+        handler.join(5)
 
 
 @contextlib.contextmanager
