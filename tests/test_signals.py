@@ -1,7 +1,8 @@
 """Long commands under real signals on real subprocesses: a collect whose parser is SIGKILLed (the OOM killer)
 ends within seconds; SIGHUP, SIGTERM and Ctrl-C (SIGINT to the whole process group, as a terminal sends it) end
 a collect building a new store with one line, no traceback and no hidden ``.NAME.new-*`` store; a report whose
-judge is killed still ends, and a report stopped by a signal leaves no build folder and no child behind."""
+judge is killed still ends, and a report stopped by a signal leaves no build folder and no child behind; a pool
+ended while it was still starting a worker stops that worker too."""
 
 from __future__ import annotations
 
