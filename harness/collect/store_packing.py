@@ -344,8 +344,6 @@ def samples_array(blob: bytes | None) -> np.ndarray:
     return np.frombuffer(blob, dtype="<f8").copy()
 
 
-
-
 def packed_records(combo_ids: list[int], parsed: ParsedRun) -> tuple:
     """A parsed run's records as run_records holds them (pack_records' tuple), its combinations given by id: the
     host's packed copy where it shipped one (checked against its journal by packed.py), packed here otherwise."""
