@@ -13,7 +13,6 @@ SLOW = {
     "test_ort_isolation.py",  # onnxruntime sessions in crashing, hanging processes: 11-37 s a test
     "test_models.py",  # builds the ONNX models (22 s)
     "test_ort.py",  # onnxruntime sessions; its model fixture takes 8 s
-    "test_untrusted_inputs.py::test_every_record_convbench_wrote_passes_the_schema",
     "test_report.py::test_report_from_real_runs_via_cli",
     "test_report.py::test_the_gates_history_is_read_light_and_equal_to_the_records",
     "test_packed.py::test_every_fixture_run_packs_to_what_its_journal_stores",
