@@ -30,8 +30,15 @@ if [ "$quick" = 0 ]; then
   for s in scripts/host-*.sh; do [ -e "$s" ] && CONVBENCH_STARTED_DIR="$started" bash "$s"; done
 fi
 python3 -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip 2> >(grep -v "is ignored" >&2 || true)
-.venv/bin/python -m pip install -q -e '.[cpu,harness,test]' 'torch==2.13.0' 2> >(grep -v "is ignored" >&2 || true)
+pip_q() { .venv/bin/python -m pip install -q "$@" 2> >(grep -v "is ignored" >&2 || true); }
+pip_q --upgrade pip
+# pip installs one package after another on one core: PyTorch's CPU wheel goes in beside the rest (49 -> 35 s on
+# the 2-core VM, docs/history.md); the last call resolves the whole set and adds whatever the two left out.
+pip_q --no-deps 'torch==2.13.0' &
+torch_pip=$!
+pip_q -e '.[harness,test]' 'onnxruntime>=1.17' 'onnx>=1.15' 'asv>=0.6.4' sympy networkx fsspec filelock
+wait "$torch_pip"
+pip_q -e '.[cpu,harness,test]' 'torch==2.13.0'
 .venv/bin/ruff check .
 lane=()
 [ "$quick" = 1 ] && lane=(-m "not slow")

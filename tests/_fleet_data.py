@@ -142,13 +142,16 @@ def copy_run(src: Path, results: Path, **meta_changes: Any) -> Path:
 EVIL_NAME = "<script>alert(1)</script>"
 
 
-def fixture_records(kinds: tuple[str, ...] | None = None) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(run.json, record) of every record line in the committed fixture tarballs, read straight from the files
-    (not through collect), so that tests can check the report against the fixtures independently. The run dict
-    has ``end_json_present`` when the run wrote end.json (an interrupted run did not)."""
+def fixture_records(kinds: tuple[str, ...] | None = None, backend: str | None = None,
+                    ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(run.json, record) of every record line in the committed fixture tarballs (of ``kinds``, of ``backend``),
+    read straight from the files (not through collect), so that tests can check the report against the fixtures
+    independently. The run dict has ``end_json_present`` when the run wrote end.json (an interrupted run did not).
+    Parsing every line takes 16 CPU-s: a line whose text cannot hold the kind or backend asked for is not parsed."""
     out = []
     every_run: list[dict[str, Any]] = []
     wanted = [json.dumps(k).encode() for k in kinds] if kinds is not None else None
+    named = json.dumps(backend).encode() if backend is not None else None
     for tar_path in fixture_tarballs():
         runs: dict[str, dict[str, Any]] = {}
         lines: dict[str, bytes] = {}
@@ -165,17 +168,28 @@ def fixture_records(kinds: tuple[str, ...] | None = None) -> list[tuple[dict[str
                     lines[parent] = tar.extractfile(m).read()
         for parent, data in lines.items():
             for line in data.splitlines():
-                if wanted and not any(k in line for k in wanted):
-                    continue  # its kind is none of ``kinds``: a JSON string value holds its quoted text
+                if (wanted and not any(k in line for k in wanted)) or (named and named not in line):
+                    continue  # its kind or backend is not one asked for: a JSON string value holds its quoted text
                 try:
                     d = json.loads(line)
                 except ValueError:  # a torn last line of an interrupted run
                     continue
-                if kinds is None or d.get("kind") in kinds:
+                if (kinds is None or d.get("kind") in kinds) and (backend is None or d.get("backend") == backend):
                     out.append((runs[parent], d))
         every_run += runs.values()
     as_the_report_names(every_run)
     return out
+
+
+def fixture_runs() -> list[dict[str, Any]]:
+    """Every run.json in the committed fixture tarballs, named as the report names them (not their records)."""
+    runs = []
+    for tar_path in fixture_tarballs():
+        with tarfile.open(tar_path) as tar:
+            runs += [json.loads(tar.extractfile(m).read()) for m in tar.getmembers()
+                     if m.isfile() and m.name.rpartition("/")[2] == "run.json"]
+    as_the_report_names(runs)
+    return runs
 
 
 def named_runs(store: Any) -> list[dict[str, Any]]:

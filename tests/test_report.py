@@ -120,7 +120,7 @@ def test_fixture_report_answers_the_seed_questions(fixture_site):
     """The H200 fixtures' crosscheck and autotune records, read from the tarballs here, appear on the
     investigations page with the numbers and explanations they carry, and it says which GPU generations were not
     measured; the index links to it rather than opening with it."""
-    from _fleet_data import fixture_records
+    from _fleet_data import fixture_records, fixture_runs
 
     cross = [d for _, d in fixture_records(("crosscheck",))]
     tune = [d for _, d in fixture_records(("autotune",))]
@@ -132,7 +132,7 @@ def test_fixture_report_answers_the_seed_questions(fixture_site):
     index = _text((site / "investigations.html").read_text())
     for d in cross:
         assert f"{d['extra']['max_abs_delta']:.3g}" in index and d["explanation"] in index
-    sms = {(run["fingerprint"].get("gpu") or {}).get("sm") for run, _ in fixture_records()}
+    sms = {(run["fingerprint"].get("gpu") or {}).get("sm") for run in fixture_runs()}
     if not any(sm and sm.split(".")[0] in ("6", "7") for sm in sms):
         assert "not shown by these data" in index
     # autotune: every record whose fresh searches chose different algorithms with different output bits
@@ -149,8 +149,7 @@ def test_fixture_report_shows_repro_and_ort_search_modes(fixture_site):
     from _fleet_data import fixture_records, newest_per_combination
 
     repro = [d for _, d in fixture_records(("repro",))]
-    ort = newest_per_combination([(run, d) for run, d in fixture_records(("measurement",))
-                                  if d["backend"] == "ort"])
+    ort = newest_per_combination(fixture_records(("measurement",), backend="ort"))
     if not repro or not ort:
         pytest.skip("fixtures hold no repro/ort records")
     site = fixture_site

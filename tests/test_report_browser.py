@@ -137,8 +137,7 @@ def test_fixture_findings_are_on_screen(browser, fixture_site, tmp_path):
         listed += part.evaluate("document.querySelectorAll('#sessions-table tbody tr').length")
         part.close()
     assert (listed if paged else inline) == len(tune) and inline <= 50, (inline, listed, len(tune))
-    ort = newest_per_combination([(run, d) for run, d in fixture_records(("measurement",))
-                                  if d["backend"] == "ort"])
+    ort = newest_per_combination(fixture_records(("measurement",), backend="ort"))
     if ort:
         op = browser.open((site / "ort.html").as_uri())
         assert op.errors == []

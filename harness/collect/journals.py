@@ -220,6 +220,7 @@ def _parse_journal(raw: RawRun, meta: dict[str, Any], full: bool) -> ParsedRun:
             checked = full
             if full:
                 check_record(d)
+                remember(d)  # as a plain read remembers what it walked: this run's next night reads it plain
             try:  # fast path: every field there, combination seen before; anything else takes the full path
                 (schema, kind, case, backend, direction, algo, math_, dtype, layout, settings, t, a, h, status,
                  reason, device, workspace, chosen_algo, explanation, extra) = get_rec(d)
