@@ -59,19 +59,22 @@ SLOW = {
 
 
 
-# scripts/test.sh hands whole modules to xdist's two workers (--dist loadfile: a module's fixtures, such as a Slurm
-# cluster, a built wheel or the hostile corpus, are made once) and the longest modules first, in this order
-# (pytest --durations on the 2-core VM), so that no worker is left alone with a long module at the end. The first
-# module starts by building the session's fixture report (tests/conftest.py) while the other worker takes a module
-# that does not read it; the report's other readers come after. The modules not named follow in their own order.
+# scripts/test.sh hands whole modules to xdist's three workers (--dist loadfile: a module's fixtures, such as a Slurm
+# cluster, a built wheel or the hostile corpus, are made once) in this order, two modules to each worker at the start
+# and the next to whichever finishes. The two cores stay busy only where no worker waits with nothing to compute
+# (a per-test timeline and vmstat on the 2-core VM, docs/history.md): the first module builds the session's fixture
+# report (tests/conftest.py) while the second and third need none of it; its readers come fourth and fifth, when it is
+# nearly built; the Slurm cluster's two users (one cluster at a time, tests/slurm_cluster.py) sit far apart; the
+# modules that mostly wait on signals and hung processes do not end the run. The modules not named follow in their
+# own order (longest first within the list, pytest --durations).
 FIRST_MODULES = [
-    "test_report.py", "test_ort_isolation.py", "test_report_browser.py", "test_paired.py", "test_report_pages.py",
-    "test_untrusted_inputs.py", "test_hostile_corpus.py", "test_asv_continuous.py", "test_slurm_cluster.py",
-    "test_ort.py", "test_packed.py", "test_models.py", "test_packaging.py", "test_docker_integration.py",
-    "test_fleet_night.py", "test_collect_plain_real.py", "test_kill_resume.py", "test_slurm_render.py",
-    "test_sweep_cpu.py", "test_records.py", "test_bench_asv.py", "test_signals.py", "test_overlays.py",
-    "test_docs_commands.py", "test_page_permalinks.py", "test_upgrade_page.py", "test_identity.py", "test_impact.py",
-    "test_hostrun.py", "test_worker.py",
+    "test_report.py", "test_ort_isolation.py", "test_collect_plain_real.py", "test_report_pages.py",
+    "test_report_browser.py", "test_fleet_night.py", "test_paired.py", "test_untrusted_inputs.py",
+    "test_hostile_corpus.py", "test_asv_continuous.py", "test_ort.py", "test_packed.py", "test_models.py",
+    "test_slurm_cluster.py", "test_packaging.py", "test_docker_integration.py", "test_kill_resume.py",
+    "test_sweep_signals.py", "test_slurm_render.py", "test_sweep_cpu.py", "test_records.py", "test_bench_asv.py",
+    "test_signals.py", "test_overlays.py", "test_docs_commands.py", "test_page_permalinks.py", "test_upgrade_page.py",
+    "test_identity.py", "test_impact.py", "test_hostrun.py", "test_worker.py",
 ]
 BUILDS_THE_FIXTURE_REPORT = "test_report.py::test_fixture_report_answers_the_seed_questions"
 
