@@ -212,3 +212,37 @@ def test_a_worker_the_pool_was_still_starting_is_stopped_too():
     children.shut(pool, hard=True)
     assert late and late[0].exitcode is not None, "the worker started late outlived shut()"
     assert time.monotonic() - t0 < 10
+
+
+def test_a_worker_started_in_place_of_a_dead_one_leaves_without_its_initializer(tmp_path, capfd):
+    """A parser killed mid-write tears the store being built; the pool forks workers in its place until the collect
+    ends it, and each opened that store in its initializer and printed a traceback (8 of them in one clean-clone
+    run). A worker past the pool's size leaves at once: the initializer runs only in the workers the pool started
+    with, and nothing is printed."""
+    import multiprocessing as mp
+
+    from harness.core import children
+
+    opened = tmp_path / "opened"
+
+    def open_store(path: str) -> None:  # stands for ingest._worker_init: counts itself, fails once the store is torn
+        with open(path, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        if os.path.exists(path + ".torn"):
+            raise RuntimeError("database disk image is malformed")
+
+    pool = children.start_pool(mp.get_context("fork"), 2, open_store, (str(opened),))
+    try:
+        deadline = time.monotonic() + 30
+        while (not opened.exists() or len(opened.read_text().split()) < 2) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        Path(str(opened) + ".torn").touch()
+        os.kill(pool._pool[0].pid, signal.SIGKILL)  # a parser at work, as the OOM killer
+        while pool.convbench_started.value < 4 and time.monotonic() < deadline:  # two workers forked in its place
+            time.sleep(0.05)
+    finally:
+        children.shut(pool, hard=True)
+    assert pool.convbench_started.value >= 4
+    assert len(opened.read_text().split()) == 2  # the two the pool started with, no replacement
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "malformed" not in err, err

@@ -111,7 +111,7 @@ def start_pool(ctx: Any, processes: int, initializer: Any = None, initargs: tupl
     # pool's threads (which fork the replacements) keep them blocked, so they reach this process's main thread
     before = signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
     try:
-        pool = ctx.Pool(processes, initializer=_counted, initargs=(started, initializer, initargs))
+        pool = ctx.Pool(processes, initializer=_counted, initargs=(started, processes, initializer, initargs))
     except BaseException:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
         raise
@@ -124,9 +124,15 @@ def start_pool(ctx: Any, processes: int, initializer: Any = None, initargs: tupl
     return pool
 
 
-def _counted(started: Any, initializer: Any, initargs: tuple) -> None:
+def _counted(started: Any, size: int, initializer: Any, initargs: tuple) -> None:
     with started.get_lock():
         started.value += 1
+        replacement = started.value > size
+    if replacement:
+        # a worker died and the pool forked this one in its place: its parent is ending the pool (ChildDied), and
+        # what the initializer would open may have died with the worker (a store being built, torn by a parser
+        # killed mid-write: each replacement printed its traceback). It leaves at once, quietly.
+        os._exit(0)
     if initializer is not None:
         initializer(*initargs)
 
