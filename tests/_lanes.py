@@ -58,15 +58,14 @@ SLOW = {
 }
 
 
-
 # scripts/test.sh hands whole modules to xdist's three workers (--dist loadfile: a module's fixtures, such as a Slurm
-# cluster, a built wheel or the hostile corpus, are made once) in this order, two modules to each worker at the start
-# and the next to whichever finishes. The two cores stay busy only where no worker waits with nothing to compute
-# (a per-test timeline and vmstat on the 2-core VM, docs/history.md): the first module builds the session's fixture
-# report (tests/conftest.py) while the second and third need none of it; its readers come fourth and fifth, when it is
-# nearly built; the Slurm cluster's two users (one cluster at a time, tests/slurm_cluster.py) sit far apart; the
-# modules that mostly wait on signals and hung processes do not end the run. The modules not named follow in their
-# own order (longest first within the list, pytest --durations).
+# cluster, a built wheel or the hostile corpus, are made once) in this order: the first three start the three workers
+# and each next one goes to the worker that runs out first. The two cores stay busy only where no worker waits with
+# nothing to compute (a per-test timeline and vmstat on the 2-core VM, docs/history.md): the first module builds the
+# session's fixture report (tests/conftest.py) while the second and third need none of it; its readers come fourth
+# and fifth, when it is nearly built; the Slurm cluster's two users (one cluster at a time, tests/slurm_cluster.py)
+# sit far apart; the modules that mostly wait on signals and hung processes do not end the run. The modules not named
+# follow in their own order (longest first within the list, pytest --durations).
 FIRST_MODULES = [
     "test_report.py", "test_ort_isolation.py", "test_collect_plain_real.py", "test_report_pages.py",
     "test_report_browser.py", "test_fleet_night.py", "test_paired.py", "test_untrusted_inputs.py",
