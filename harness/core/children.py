@@ -202,7 +202,8 @@ def shut(pool: Any, hard: bool = False) -> None:
             break
         # a worker the handler was starting when told to stop joins the pool once it has started (on a loaded host
         # that took over the second waited above): the handler is waited for and the pool looked at once more, else
-        # that worker outlives this (a parser opening the store its collect has just removed, with a traceback)
+        # that worker outlives this, unreaped (start_pool's replacements leave on their own, _counted; a pool made
+        # otherwise has its worker run on)
         handler.join(5)
 
 
