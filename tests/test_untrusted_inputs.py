@@ -382,6 +382,20 @@ def test_resuming_a_tampered_journal_is_one_line(tmp_path, label):
     assert res.returncode == EXIT_USAGE and "records.jsonl" in line, line
 
 
+def test_a_refused_machine_or_resume_never_loads_pytorch(tmp_path):
+    """Both are refused before PyTorch loads (a refusal took two seconds, most of them the import)."""
+    d = _journal_run(tmp_path)
+    (d / JOURNAL_FILE).write_bytes(b"garbage\n")
+    probe = ("import sys; from harness import cli; code = cli.main(sys.argv[1:]); "
+             "print('torch loaded' if 'torch' in sys.modules else 'torch not loaded', code)")
+    sweep = ["sweep", "--cases", "quick", "--backends", "torch", "--results", str(tmp_path / "results")]
+    for args, env in ((sweep, {"CONVBENCH_MACHINE": "a/b"}), ([*sweep, "--resume", str(d)], {})):
+        res = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, cwd=ROOT,
+                             env={**os.environ, **env}, timeout=60)
+        assert res.stdout.split() == ["torch", "not", "loaded", str(EXIT_USAGE)], (res.stdout, res.stderr)
+        assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
 @pytest.mark.parametrize("header", [{"schema": "1"}, {"run_id": 5}, {"started": "yesterday"}, {"machine": ""}])
 def test_resuming_a_bad_run_header_is_one_line(tmp_path, header):
     d = _journal_run(tmp_path)

@@ -232,6 +232,7 @@ def sweep(args) -> int:
         raise UserError(f"--resume {args.resume}: not a run directory (no run.json)")
     if not 0 < args.timeout <= MAX_TIMEOUT_S:
         raise UserError(f"--timeout must be > 0 and at most {MAX_TIMEOUT_S:.0f} seconds")
+    sweep_mod.refuse_before_loading(args.resume)
     cases, options = sweep_setup(args)
     journal = sweep_mod.run(cases, list(args.backends), options, args.results, resume=args.resume,
                             isolate=args.isolate, timeout_s=args.timeout)

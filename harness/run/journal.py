@@ -89,6 +89,15 @@ def read_header(path: Path) -> dict[str, Any]:
         raise JournalError(f"{path / RUN_FILE}: {exc}") from None
 
 
+def check_machine(machine: str) -> None:
+    """The machine name a run is filed under: it becomes a directory name under the results root, so
+    CONVBENCH_MACHINE=../../x must not escape it."""
+    try:
+        check_name(machine, "machine (CONVBENCH_MACHINE or the fingerprint)")
+    except SchemaError as exc:
+        raise JournalError(str(exc)) from None
+
+
 class Journal:
     def __init__(self, path: Path):
         self.path = _run_dir(path)
@@ -99,8 +108,8 @@ class Journal:
     def create(cls, results: Path, fingerprint: dict[str, Any], options: dict[str, Any],
                run_id: str | None = None) -> Journal:
         machine = os.environ.get("CONVBENCH_MACHINE") or fpmod.machine_name(fingerprint)
-        try:  # both become directory names under the results root: CONVBENCH_MACHINE=../../x must not escape
-            check_name(machine, "machine (CONVBENCH_MACHINE or the fingerprint)")
+        check_machine(machine)
+        try:
             if run_id:
                 check_name(run_id, "run id")
         except SchemaError as exc:

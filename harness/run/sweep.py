@@ -27,7 +27,7 @@ from ..core.records import OK, RecordKind, wholly_failed
 from ..measurement import fingerprint
 from . import replicas, runners
 from .finalize import finalize
-from .journal import JOURNAL_FILE, RUN_FILE, Journal, iter_journal
+from .journal import JOURNAL_FILE, RUN_FILE, Journal, check_machine, iter_journal
 from .pool import DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, WorkerPool
 from .slicetime import SliceClock
 
@@ -42,6 +42,17 @@ def _cuda_device() -> tuple[bool, str | None]:
         return False, None
     uuid = getattr(torch.cuda.get_device_properties(0), "uuid", None)
     return True, (f"GPU-{uuid}" if uuid is not None else None)
+
+
+def refuse_before_loading(resume: Path | None) -> None:
+    """What the user named is checked before PyTorch loads (most of a refusal's two seconds otherwise): a
+    machine name that cannot be a directory, a run to resume whose header or journal collect would refuse. The
+    same checks run again where the run is opened, under its lock."""
+    machine = os.environ.get("CONVBENCH_MACHINE")
+    if machine:
+        check_machine(machine)
+    if resume is not None:
+        Journal(resume).done_keys()
 
 
 def take_fingerprint(cuda: bool, uuid: str | None) -> dict[str, Any]:
