@@ -9,7 +9,6 @@ source twice is a no-op; a resumed run whose journal grew replaces its earlier c
 from __future__ import annotations
 
 import contextlib
-import gc
 import multiprocessing as mp
 import os
 import stat
@@ -19,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core import children, intake
+from ..core import children, heap, intake
 from ..core.errors import EXIT_ENVIRONMENT, UserError
 from ..core.progress import Progress
 from ..core.rundir import END_FILE, JOURNAL_FILE, RUN_FILE
@@ -172,7 +171,7 @@ _worker_replace = False
 
 def _worker_init(path: str, lock, replace: bool, building: bool) -> None:
     global _worker_store, _worker_lock, _worker_replace
-    gc.set_threshold(50_000, 20, 100)  # a parser allocates millions of short-lived tuples and no cycles
+    heap.use_bulk_thresholds()
     children.quiet_worker()  # the pool's terminate ends a parser at once; Ctrl-C is the parent's (fresh.py's too)
     _worker_store = Store(path, verify=False, building=building)
     if not building:
@@ -304,13 +303,14 @@ def _collect_into(summary: Summary, store_path: str, paths: list[str | Path], jo
     if jobs <= 1:
         store = Store(store_path, building=building)
         try:
-            for item in items:
-                if bar is not None:
-                    bar.step()
-                if isinstance(item, Refused):
-                    account([("refused", str(item))])
-                    continue
-                account(_ingest_or_refuse(store, item, replace=replace))
+            with heap.bulk_allocations():
+                for item in items:
+                    if bar is not None:
+                        bar.step()
+                    if isinstance(item, Refused):
+                        account([("refused", str(item))])
+                        continue
+                    account(_ingest_or_refuse(store, item, replace=replace))
         finally:
             store.close()
         return

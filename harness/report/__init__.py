@@ -12,7 +12,6 @@ its numbers come from. To add a page: a module with a context function of the mo
 from __future__ import annotations
 
 import datetime as dt
-import gc
 import multiprocessing as mp
 import os
 import sqlite3
@@ -27,7 +26,7 @@ from ..analysis.compare import Finding
 from ..analysis.thresholds import Thresholds
 from ..collect.store import Store, StoreError
 from ..collect.store_schema import error_line
-from ..core import children
+from ..core import children, heap
 from ..core.intake import storable
 from ..core.progress import Progress
 from . import output
@@ -131,16 +130,11 @@ def build(store: Store, out: str | Path, *, title: str = "convbench fleet report
     POOL_FROM_RUNS runs or more, none for a smaller one, where starting them costs more than they save).
     ``meter``: show pages i/N, elapsed and ETA on stderr (core/progress.py). ``thresholds``: the gate's settings
     every judgement is made with and the index names (default: the calibrated ones)."""
-    # gather holds millions of long-lived objects that the default thresholds traverse again and again: 29% of
-    # a 10^7-record report's CPU time went to the cyclic collector (9.9 -> 7.7 s, same RSS; docs/history.md)
-    collector = gc.get_threshold()
-    gc.set_threshold(50_000, 20, 100)
     try:
-        return output.replace(out, lambda folder: _build(store, folder, title, workers, meter, thresholds))
+        with heap.bulk_allocations():  # gather holds millions of long-lived objects
+            return output.replace(out, lambda folder: _build(store, folder, title, workers, meter, thresholds))
     except sqlite3.DatabaseError as exc:  # a damaged page read before the check of every page (_verified) ended
         raise StoreError(error_line(store.path, exc)) from None
-    finally:
-        gc.set_threshold(*collector)
 
 
 def _verify(path: str) -> None:
