@@ -771,6 +771,11 @@ def _snapshot(root: Path, skip: tuple[str, ...] = ()) -> dict[str, str]:
     return snap
 
 
+def _outside(snap: dict[str, str], skip: tuple[str, ...]) -> dict[str, str]:
+    """The entries of a snapshot that _snapshot with ``skip`` would have kept."""
+    return {p: v for p, v in snap.items() if not p.startswith(skip)}
+
+
 def _run_child(argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> tuple[str, int | None, int]:
     """('done'|'hang', exit code, peak RSS KiB) of ``convbench argv`` in a forked child (the parent has
     imported what the commands import, so a child starts in milliseconds)."""
@@ -905,8 +910,11 @@ def tally(out: Path, collect_items: bool = True) -> dict:
         results.append({**it, "outcome": _judge(log, state, code, rss, (1,), checks)})
         for p in sandbox.glob(f"c{i}.sqlite*"):
             p.unlink()
+    corpus = out.resolve()  # every scenario's folder is corpus/scenarios/NAME
+    after: dict[str, str] | None = None  # the corpus (the sandbox left out) as the last scenario left it
     for sc in scenarios:
         d = (out / sc["path"]).resolve()
+        assert d.parent.parent == corpus, d
         fill = lambda a, d=d: [x.replace("{dir}", str(d)) for x in a]  # noqa: E731
         log = sandbox / "log"
         ok = True
@@ -925,16 +933,21 @@ def tally(out: Path, collect_items: bool = True) -> dict:
         victim = d / sc["victim"] if sc["victim"] else None
         vbefore = (victim.read_bytes() if victim.is_file() else None) if victim else None
         elsewhere = (str(d), str(sandbox))  # the corpus and scenarios but this one and the log
-        before = _snapshot(d.parent.parent, skip=elsewhere)
+        # The corpus outside this scenario as the last one left it (its before-steps write inside it only): one
+        # walk of the whole corpus per scenario, not two.
+        if after is None:
+            after = _snapshot(corpus, skip=(str(sandbox),))
+        before = _outside(after, elsewhere)
         inside = _snapshot(d, skip=(str(d / "deep/a/b/results"), str(d / "s.sqlite"), str(d / "results")))
         escape = _escape_state()
         state, code, rss = _run_child(fill(sc["argv"]), {**env, **sc["env"]}, d, log)
+        after = _snapshot(corpus, skip=(str(sandbox),))
 
         def checks(text, d=d, sc=sc, victim=victim, vbefore=vbefore, before=before, inside=inside, ok=ok,
-                   elsewhere=elsewhere, escape=escape):
+                   elsewhere=elsewhere, escape=escape, after=after):
             if not ok:
                 return "wrong outcome"
-            if _escape_state() != escape or _snapshot(d.parent.parent, skip=elsewhere) != before:
+            if _escape_state() != escape or _outside(after, elsewhere) != before:
                 return "written outside"
             if victim and (victim.read_bytes() if victim.is_file() else None) != vbefore:
                 return "written outside"

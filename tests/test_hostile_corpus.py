@@ -140,6 +140,23 @@ def test_every_scenario_is_refused_cleanly_where_it_enters(corpus):
     assert summary["refused cleanly"] == summary["tried"]
 
 
+def test_the_tally_blames_the_scenario_that_writes_outside_its_folder_and_only_it(tmp_path):
+    """The tally's own check can fail: a command that leaves a store beside the corpus is "written outside"; the
+    clean scenarios before and after it are not blamed for it."""
+    mod = _corpus_module()
+    out = tmp_path / "corpus"
+    sc = mod.Scenarios(out)
+    (out / "beside").mkdir(parents=True)
+    for n, store in enumerate(("{dir}/s.sqlite", str(out / "beside" / "s.sqlite"), "{dir}/s.sqlite")):
+        d = sc.add("paths", f"collect number {n}", ["collect", "{dir}/results", "--store", store], (0,),
+                   setup=mod._write_run)
+        assert d.is_dir()
+    (out / "scenarios.json").write_text(json.dumps(sc.items))
+    summary = mod.tally(out, collect_items=False)
+    assert summary["tried"] == 3
+    assert [(f["why"], f["outcome"]) for f in summary["failed"]] == [("collect number 1", "written outside")]
+
+
 def test_every_hostile_run_is_refused_on_the_plain_path_in_the_general_paths_words(corpus):
     """collect's plain path (real lines and rankings checked per run, collect/columns.py) refuses each hostile run
     of the corpus as the general path (check_record on every line) does, in the same words, with the identities
