@@ -967,6 +967,9 @@ def tally(out: Path, collect_items: bool = True) -> dict:
                 return "wrong outcome"  # a refusal is one line
             return None
         results.append({**sc, "outcome": _judge(log, state, code, rss, tuple(sc["expect"]), checks)})
+        # the checks read this scenario's store, which may leave SQLite's -shm beside it: the next scenario's
+        # "before" is the corpus after them
+        after = {**_outside(after, (str(d) + os.sep,)), **_snapshot(d)}
     counts = {o: sum(r["outcome"] == o for r in results) for o in OUTCOMES}
     by_category: dict[str, dict[str, int]] = {}
     for r in results:
