@@ -1,9 +1,8 @@
 """The cyclic garbage collector's thresholds while collect parses and the report gathers.
 
 Both build millions of tuples that hold no cycles, and keep many of them alive for a while: at Python's default
-thresholds the collector walks the surviving ones again and again. 29 % of a 10^7-record report's CPU went to it
-(9.9 -> 7.7 s at these thresholds, same RSS), and about 14 % of a one-process collect of the committed fixture runs
-(15.7-16.5 -> 13.4-14.4 CPU-s); docs/history.md.
+thresholds the collector walks the surviving ones again and again (what it cost: docs/history.md, "Figures behind
+the code's comments").
 """
 
 from __future__ import annotations
