@@ -35,6 +35,25 @@ def test_inputs_are_the_same_draws_every_time():
     assert a["x"].shape == CASE.x_shape() and abs(float(a["x"].mean())) < 0.1
 
 
+def test_operands_drawn_ahead_are_the_ones_the_next_case_uses_and_the_current_case_keeps_its_own():
+    """A worker draws the next case's operands while it waits (accuracy.draw_ahead): the case it is measuring
+    and the next one both stay drawn, and what was drawn ahead is what a fresh draw gives."""
+    now, ahead = cases.select("quick.seed,quick.grouped")
+    accuracy._drawn.cache_clear()
+    current = accuracy.host_inputs(now, "bwd_data")
+    accuracy.draw_ahead(ahead, ("bwd_data", "bwd_filter"))
+    drawn = accuracy._drawn.cache_info()
+    assert drawn.misses == 6 and drawn.currsize == 6
+    again, nxt = accuracy.host_inputs(now, "bwd_filter"), accuracy.host_inputs(ahead, "bwd_data")
+    assert accuracy._drawn.cache_info().misses == 6  # neither drawn a second time
+    assert all(again[k] is current[k] for k in current)
+    accuracy._drawn.cache_clear()
+    fresh = accuracy.host_inputs(ahead, "bwd_data")
+    assert all((fresh[k] == nxt[k]).all() for k in fresh)
+    accuracy.draw_ahead(now, ("fwd",))
+    assert accuracy._drawn.cache_info().currsize == 5  # a forward night draws x and w only
+
+
 def test_fp32_arithmetic_is_fp32_class():
     ops = _operands()
     acc = _classify(ops["x"], ops["w"])

@@ -114,6 +114,38 @@ def test_isolated_torch_sweep_matches_in_process(tmp_path):
     assert {r.key(): r.determinism.hash for r in ra} == {r.key(): r.determinism.hash for r in rb}
 
 
+def test_each_slice_names_the_next_case_and_the_worker_draws_it_after_replying(tmp_path, monkeypatch):
+    """The sweep hands every slice the case it measures next; a worker draws that case's operands once it has
+    sent its reply (while the other timing process measures), never before."""
+    import multiprocessing
+
+    from harness.run import poolchild, replicas
+
+    handed = []
+    real = replicas.measure_slice
+    monkeypatch.setattr(replicas, "measure_slice", lambda *a: handed.append((a[4].id, a[7] and a[7].id)) or real(*a))
+    fast = TimingPolicy(budget_ms=2.0, min_samples=3, max_samples=10)
+    chosen = cases.select("quick.seed,quick.grouped,quick.pointwise")
+    sweep.run(chosen, ["torch"], SweepOptions(device="cpu", timing=fast, dtypes=("fp32",)), tmp_path / "r",
+              isolate=True, log=lambda m: None)
+    ids = [c.id for c in chosen]
+    assert handed == [(ids[0], ids[1]), (ids[1], ids[2]), (ids[2], None)]
+
+    parent, child = multiprocessing.Pipe()
+    order = []
+    monkeypatch.setattr(poolchild, "_die_with_parent", lambda pid: None)
+    monkeypatch.setattr(poolchild, "_run_slice", lambda msg: order.append("measured") or ("done", None))
+    monkeypatch.setattr(poolchild.accuracy, "draw_ahead",
+                        lambda case, directions: order.append(("drew", case, directions, parent.poll())))
+    options = SweepOptions(device="cpu", directions=("bwd_data", "bwd_filter"))
+    parent.send({"case": "this one", "options": options, "ahead": "the next one"})
+    parent.send({"case": "the last one", "options": options, "ahead": None})
+    parent.send(None)
+    poolchild.child_main(os.dup(child.fileno()), os.getpid())
+    assert order == ["measured", ("drew", "the next one", ("bwd_data", "bwd_filter"), True), "measured"]
+    assert parent.recv() == ("done", None) and parent.recv() == ("done", None)
+
+
 def test_resume_of_an_isolated_sweep_measures_nothing_twice(tmp_path, faults):
     faults({"quick.seed": "segv"})
     journal = sweep.run(cases.select("quick.seed,quick.grouped"), ["faulty"], SweepOptions(device="cpu"),

@@ -79,15 +79,22 @@ def host_inputs(case: Case, direction: str = "fwd") -> dict[str, np.ndarray]:
 
     Each operand is drawn from its own seeded stream, so every direction of a case uses the same x and w and
     both backward directions the same dy. Drawing is the costly part (0.44 s for seed.c64's three operands on
-    the H200), so one case's arrays are kept and shared by its directions, dtypes and layouts, and by both
-    backends when one process sweeps them. Callers copy them (to the device or to another dtype) and must not
-    write into them.
+    the H200), so two cases' arrays are kept (the one measured and the next, draw_ahead), shared by a case's
+    directions, dtypes and layouts, and by both backends when one process sweeps them. Callers copy them (to the
+    device or to another dtype) and must not write into them.
     """
     roles = ("x", "w", "dy") if direction != "fwd" else ("x", "w")
     return {role: _drawn(case, role) for role in roles}
 
 
-@functools.lru_cache(maxsize=3)
+def draw_ahead(case: Case, directions: tuple[str, ...]) -> None:
+    """The operands of the case a timing process measures next, drawn while it waits for its next slice: the two
+    processes of a run take turns on the GPU, so a draw made while the other one measures is off the night's
+    critical path (what the draws cost a night: the profiles in docs/performance.md)."""
+    host_inputs(case, "fwd" if set(directions) <= {"fwd"} else "bwd")
+
+
+@functools.lru_cache(maxsize=6)
 def _drawn(case: Case, role: str) -> np.ndarray:
     shape = {"x": case.x_shape, "w": case.w_shape, "dy": case.y_shape}[role]()
     rng = np.random.Generator(np.random.PCG64(case_seed(case, role)))

@@ -177,7 +177,7 @@ class WorkerPool:
     def run_slice(self, backend: str, case: Case, combos: list[Combo], options: SweepOptions,
                   runner: str | None = None, finalize: bool = True, kind: str = RecordKind.MEASUREMENT,
                   identity: Callable[[Record], str] = Record.key,
-                  replicas: dict[str, Record] | None = None) -> Iterator[Record | Ranking]:
+                  replicas: dict[str, Record] | None = None, ahead: Case | None = None) -> Iterator[Record | Ranking]:
         """Yield the slice's records as they are journaled: by the child, or by the parent for a failure.
 
         ``runner`` (load_runner) runs the slice instead of the backend named ``backend``, which still names the
@@ -187,6 +187,7 @@ class WorkerPool:
         that kind whose ``identity`` is a combination's finishes it (a study whose records name what they found,
         as the crosscheck names its algorithm, passes a coarser identity than the whole key). ``replicas``: the
         same combinations timed in another process (``replicate``), by key, pooled into the records (replicas.py).
+        ``ahead``: the case the sweep measures next, whose operands the worker draws once it has replied.
         """
         remaining = {identity(c.record(case, backend, kind=kind)): c for c in combos}
         failures = 0
@@ -195,7 +196,7 @@ class WorkerPool:
                 {"run_dir": str(self.journal.path), "backend": backend, "case": case,
                  "combos": list(remaining.values()), "options": options, "memory_limit": self.memory_limit,
                  "runner": runner, "finalize": finalize, "kind": kind,
-                 "replicas": {k: r for k, r in (replicas or {}).items() if k in remaining}}),
+                 "replicas": {k: r for k, r in (replicas or {}).items() if k in remaining}, "ahead": ahead}),
                 remaining, kind, identity)
             slice_name = f"{backend} {case.id}"
             if reply is not None and reply[0] == "done":
@@ -224,12 +225,15 @@ class WorkerPool:
                 yield from self.fail(case, list(remaining.values()), backend, status, note, options.device, kind)
                 remaining.clear()
 
-    def replicate(self, backend: str, case: Case, combos: list[Combo], options: SweepOptions) -> dict[str, Record]:
+    def replicate(self, backend: str, case: Case, combos: list[Combo], options: SweepOptions,
+                  ahead: Case | None = None) -> dict[str, Record]:
         """The slice run in this pool's worker and handed back, not journaled: a replica's timing pass
         (replicas.py), by record key. A worker that fails costs the replica only: the failure is logged and
-        counted, and the combinations it had not handed back are timed in the main process alone."""
+        counted, and the combinations it had not handed back are timed in the main process alone. ``ahead`` as
+        for run_slice."""
         watch = self._watch({"run_dir": str(self.journal.path), "backend": backend, "case": case, "combos": combos,
-                             "options": options, "memory_limit": self.memory_limit, "collect": True})
+                             "options": options, "memory_limit": self.memory_limit, "collect": True,
+                             "ahead": ahead})
         while True:
             try:
                 next(watch)  # a replica journals nothing

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..backends import SweepOptions
 from ..core.records import CRASHED, Record, RecordKind
+from ..measurement import accuracy
 from .finalize import finalize, one_line, raised
 from .journal import Journal
 from .profiling import WorkerProfile
@@ -126,6 +127,15 @@ def _run_call(msg: dict[str, Any]) -> tuple:
     return ("done", _cuda_broken(), value)
 
 
+def _draw_ahead(case: Any, options: Any) -> None:
+    """The next case's operands, drawn after the reply, while the parent has the other process measure
+    (accuracy.draw_ahead). A draw that fails here is made again where the case needs it, and fails there."""
+    try:
+        accuracy.draw_ahead(case, tuple(getattr(options, "directions", ("fwd",))))
+    except Exception:  # noqa: BLE001 - see above
+        pass
+
+
 def _die_with_parent(parent: int) -> None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -154,3 +164,5 @@ def child_main(fd: int, parent: int) -> None:
         if reply[0] != "done" or reply[1]:
             profile.dump()
             os._exit(0)  # a failed or CUDA-tainted worker is never reused
+        if msg.get("ahead") is not None:
+            _draw_ahead(msg["ahead"], msg["options"])

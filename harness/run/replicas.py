@@ -64,11 +64,12 @@ def merge(rec: Record, replica: Record | None, keep: int) -> Record:
 
 
 def measure_slice(pool: Any, replicas: Any, name: str, backend: Any, case: Case, combos: list[Combo],
-                  options: SweepOptions) -> Iterator[Record | Ranking]:
+                  options: SweepOptions, ahead: Case | None = None) -> Iterator[Record | Ranking]:
     """One slice through the worker pool, timed in ``options.processes`` processes when ``replicas`` (a second
-    pool) is given and the backend can be replicated; yields the records as they are journaled."""
+    pool) is given and the backend can be replicated; yields the records as they are journaled. ``ahead``: the
+    case measured next, whose operands each worker draws while the other measures (WorkerPool.run_slice)."""
     options = effective(options, backend, replicas is not None)
     timed: dict[str, Record] = {}
     if options.processes > 1:
-        timed = replicas.replicate(name, case, combos, replica_options(options))
-    yield from pool.run_slice(name, case, combos, options, replicas=timed or None)
+        timed = replicas.replicate(name, case, combos, replica_options(options), ahead=ahead)
+    yield from pool.run_slice(name, case, combos, options, replicas=timed or None, ahead=ahead)

@@ -156,15 +156,16 @@ def run(cases: list[Case], backend_names: list[str], options: SweepOptions, resu
         # Case by case, each backend in turn: the case's operands, drawn once, serve every backend.
         progress = Progress("sweep", len(cases), unit="cases")
         log = progress.around(log)
-        for case in cases:
+        for i, case in enumerate(cases):
             progress.step(0, case.id)
+            ahead = cases[i + 1] if i + 1 < len(cases) else None
             for name, backend in backends.items():
                 combos = [c for c in backend.combos(case, options) if c.key(case, name) not in done]
                 if not combos:
                     continue
                 n_before = sum(counts.values())
                 if pool is not None and not unavailable[name]:  # journaled by the worker already
-                    made = replicas.measure_slice(pool, replica_pool, name, backend, case, combos, options)
+                    made = replicas.measure_slice(pool, replica_pool, name, backend, case, combos, options, ahead)
                 else:
                     made = _in_process(journal, backend, case, combos, replicas.effective(options, backend, False))
                 for rec in made:
