@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -141,7 +142,11 @@ def test_each_slice_names_the_next_case_and_the_worker_draws_it_after_replying(t
     parent.send({"case": "this one", "options": options, "ahead": "the next one"})
     parent.send({"case": "the last one", "options": options, "ahead": None})
     parent.send(None)
-    poolchild.child_main(os.dup(child.fileno()), os.getpid())
+    interrupt = signal.getsignal(signal.SIGINT)
+    try:
+        poolchild.child_main(os.dup(child.fileno()), os.getpid())
+    finally:  # a worker ignores Ctrl-C: this test process (and what it starts later) must not
+        signal.signal(signal.SIGINT, interrupt)
     assert order == ["measured", ("drew", "the next one", ("bwd_data", "bwd_filter"), True), "measured"]
     assert parent.recv() == ("done", None) and parent.recv() == ("done", None)
 
