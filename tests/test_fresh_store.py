@@ -123,6 +123,22 @@ def test_a_store_in_a_folder_that_cannot_hold_it_is_one_line(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["r"]
 
 
+def test_a_build_in_a_process_that_ignores_ctrl_c_still_guards_sigterm():
+    """A shell starts `convbench collect ... &` with Ctrl-C ignored: SIGTERM is still held until the hidden file
+    has its name (unguarded, a SIGTERM inside mkstemp left the file), and Ctrl-C stays ignored."""
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with fresh._Stop() as stop:
+            assert stop.usable and fresh.building_stop() is stop
+            assert signal.getsignal(signal.SIGTERM) == stop._on_signal
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) != stop._on_signal and fresh.building_stop() is None
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_a_build_stopped_by_sigterm_leaves_nothing(tmp_path, jobs):
     """`timeout` or a stopped service sends SIGTERM: the hidden file goes as on Ctrl-C (a fleet's is gigabytes)."""

@@ -80,19 +80,22 @@ class _Stop:
     ``arm()`` (the file made, its name known) such a signal only waits: raised earlier, inside ``mkstemp``, it left
     the file behind (the signal reaches another thread, numpy's, so masking it in this one did not hold it back).
     In a thread, or in a program that handles these signals itself, they are left as they are (the CLI's own
-    handler, children.raise_exit, is taken over while a store is built)."""
+    handler, children.raise_exit, is taken over while a store is built). A process that ignores Ctrl-C (a shell
+    starts `convbench collect ... &` so) keeps ignoring it, and SIGTERM is still guarded."""
 
     def __init__(self) -> None:
         self.armed, self.pending, self.pid = False, 0, os.getpid()
+        interrupt = signal.getsignal(signal.SIGINT)
         self.usable = threading.current_thread() is threading.main_thread() and all(
             signal.getsignal(sig) in (signal.SIG_DFL, children.raise_exit) for sig in children.EXIT_SIGNALS) \
-            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+            and interrupt in (signal.default_int_handler, signal.SIG_IGN)
+        self.signals = (*children.EXIT_SIGNALS, *((signal.SIGINT,) if interrupt is signal.default_int_handler else ()))
         self.before: dict[int, object] = {}
 
     def __enter__(self) -> _Stop:
         global _building
         if self.usable:
-            self.before = {sig: signal.signal(sig, self._on_signal) for sig in (*children.EXIT_SIGNALS, signal.SIGINT)}
+            self.before = {sig: signal.signal(sig, self._on_signal) for sig in self.signals}
             _building = self
         return self
 
