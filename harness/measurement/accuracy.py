@@ -91,7 +91,7 @@ def draw_ahead(case: Case, directions: tuple[str, ...]) -> None:
     """The operands of the case a timing process measures next, drawn while it waits for its next slice: the two
     processes of a run take turns on the GPU, so a draw made while the other one measures is off the night's
     critical path (what the draws cost a night: the profiles in docs/performance.md)."""
-    host_inputs(case, "fwd" if set(directions) <= {"fwd"} else "bwd")
+    host_inputs(case, next((d for d in directions if d != "fwd"), "fwd"))  # a backward one draws dy too
 
 
 @functools.lru_cache(maxsize=6)

@@ -131,7 +131,7 @@ def _draw_ahead(case: Any, options: Any) -> None:
     """The next case's operands, drawn after the reply, while the parent has the other process measure
     (accuracy.draw_ahead). A draw that fails here is made again where the case needs it, and fails there."""
     try:
-        accuracy.draw_ahead(case, tuple(getattr(options, "directions", ("fwd",))))
+        accuracy.draw_ahead(case, options.directions)
     except Exception:  # noqa: BLE001 - see above
         pass
 
