@@ -120,3 +120,29 @@ def test_the_timed_backward_is_autograds_gradient_on_the_gpu(direction, layout):
     finally:
         torch.backends.cudnn.deterministic = saved
     assert got.shape == want.shape and accuracy.bitwise_equal(got.contiguous(), want.contiguous())
+
+
+def test_the_determinism_check_takes_the_fresh_handles_made_ahead():
+    """A process that checks determinism makes the next slice's fresh handles while it waits (CudnnBackend.ahead);
+    each checked combination takes one, and a handle made ahead gives the bits a new one gives."""
+    from dataclasses import replace
+
+    from harness.backends import cudnn
+    from harness.backends.cudnn import CudnnBackend
+
+    case = cases.get("quick.seed")
+    opts = SweepOptions(dtypes=("fp32",), layouts=("NCHW",), timing=FAST)
+    backend = CudnnBackend()
+    combos = backend.combos(case, opts)
+    cudnn._fresh_handles.clear()
+    backend.ahead(len(combos), replace(opts, timing_only=True))
+    assert cudnn._fresh_handles == []  # a timing-only replica checks no determinism
+    backend.ahead(len(combos), opts)
+    made = list(cudnn._fresh_handles)
+    assert len(made) == len(combos)
+    recs = [r for r in backend.run(case, combos, opts) if r.kind == "measurement"]
+    checked = [r for r in recs if r.status == OK]
+    assert checked and len(cudnn._fresh_handles) == len(made) - len(checked)
+    assert all(h.ptr for h in cudnn._fresh_handles)  # the ones left are open, not closed by a check
+    stable = [r for r in checked if not r.extra.get("documented_nondeterministic")]
+    assert stable and all(r.determinism.fresh_handle_equal is True for r in stable)

@@ -138,16 +138,24 @@ def test_each_slice_names_the_next_case_and_the_worker_draws_it_after_replying(t
     monkeypatch.setattr(poolchild, "_run_slice", lambda msg: order.append("measured") or ("done", None))
     monkeypatch.setattr(poolchild.accuracy, "draw_ahead",
                         lambda case, directions: order.append(("drew", case, directions, parent.poll())))
+
+    class MakesAhead:  # what a backend makes ahead (cuDNN: fresh handles), as many as the slice had combinations
+        def ahead(self, count, options):
+            order.append(("made", count, options.directions))
+
+    monkeypatch.setattr(poolchild, "resolve_backend", lambda name: MakesAhead())
     options = SweepOptions(device="cpu", directions=("bwd_data", "bwd_filter"))
-    parent.send({"case": "this one", "options": options, "ahead": "the next one"})
-    parent.send({"case": "the last one", "options": options, "ahead": None})
+    parent.send({"case": "this one", "backend": "cudnn", "combos": [1, 2, 3], "options": options,
+                 "ahead": "the next one"})
+    parent.send({"case": "the last one", "backend": "cudnn", "combos": [1], "options": options, "ahead": None})
     parent.send(None)
     interrupt = signal.getsignal(signal.SIGINT)
     try:
         poolchild.child_main(os.dup(child.fileno()), os.getpid())
     finally:  # a worker ignores Ctrl-C: this test process (and what it starts later) must not
         signal.signal(signal.SIGINT, interrupt)
-    assert order == ["measured", ("drew", "the next one", ("bwd_data", "bwd_filter"), True), "measured"]
+    assert order == ["measured", ("drew", "the next one", ("bwd_data", "bwd_filter"), True),
+                     ("made", 3, ("bwd_data", "bwd_filter")), "measured"]
     assert parent.recv() == ("done", None) and parent.recv() == ("done", None)
 
 
@@ -243,3 +251,46 @@ def test_a_real_kernel_fault_on_the_gpu_costs_one_combination(tmp_path, faults):
     torch_recs = [r for r in recs if r.backend == "torch"]
     assert torch_recs and all(r.status == OK and r.device == "cuda" for r in torch_recs)
     assert len(recs) == len({r.key() for r in recs})
+
+
+class _FakeCudnn:
+    """The three calls a handle makes, recorded: which handle was created, pointed where, destroyed."""
+
+    def __init__(self, path):
+        self.path, self.calls, self.made = path, [], 0
+        self.lib = self
+
+    def check(self, code, call):
+        assert code == 0
+
+    def cudnnCreate(self, ref):
+        self.made += 1
+        ref._obj.value = self.made
+        return 0
+
+    def cudnnSetStream(self, handle, stream):
+        self.calls.append(("stream", handle.value, stream.value))
+        return 0
+
+    def cudnnDestroy(self, handle):
+        self.calls.append(("destroy", handle.value))
+        return 0
+
+
+def test_fresh_handles_made_ahead_are_taken_before_new_ones_and_never_from_another_library(monkeypatch):
+    from harness.backends import cudnn
+
+    monkeypatch.setattr(cudnn, "_fresh_handles", [])
+    monkeypatch.setattr(cudnn, "FRESH_HANDLES_AHEAD", 3)
+    lib = _FakeCudnn("/lib/libcudnn.so.9")
+    cudnn.make_fresh_handles(lib, 5)
+    assert lib.made == 3  # at most FRESH_HANDLES_AHEAD wait
+    cudnn.make_fresh_handles(lib, 2)
+    assert lib.made == 3  # enough wait already
+    taken = cudnn.fresh_handle(lib, 77)
+    assert taken.ptr.value in (1, 2, 3) and lib.calls[-1] == ("stream", taken.ptr.value, 77)
+    assert len(cudnn._fresh_handles) == 2
+    other = _FakeCudnn("/lib/libcudnn.so.8")
+    new = cudnn.fresh_handle(other, 5)  # another library's handles are closed, not used
+    assert new.cudnn is other and other.made == 1 and cudnn._fresh_handles == []
+    assert sorted(c[1] for c in lib.calls if c[0] == "destroy") == sorted({1, 2, 3} - {taken.ptr.value})

@@ -62,6 +62,32 @@ NONDETERMINISTIC_LONG_MIN_REPEATS = 2
 NONDETERMINISTIC_BUDGET_S = 0.025
 
 
+# The determinism check runs each combination once more on a handle that has run nothing (fresh_handle_equal).
+# cudnnCreate takes 1.2-1.8 ms, 3.3 s of a forward night and 7 s of a backward one on its critical path (the
+# profiles in docs/performance.md), so a process checking determinism makes the next slice's handles while it
+# waits for that slice (make_fresh_handles), as it draws the next case's operands. A handle made ahead has run
+# nothing either; it is pointed at the measuring stream when taken. At most this many wait.
+FRESH_HANDLES_AHEAD = 160
+_fresh_handles: list[Handle] = []
+
+
+def fresh_handle(cudnn: Cudnn, stream_ptr: int) -> Handle:
+    """A handle that has run nothing, on ``stream_ptr``: one made ahead by this library if any, else a new one."""
+    while _fresh_handles:
+        handle = _fresh_handles.pop()
+        if handle.cudnn.path == cudnn.path:
+            handle.set_stream(stream_ptr)
+            return handle
+        handle.close()
+    return Handle(cudnn, stream_ptr)
+
+
+def make_fresh_handles(cudnn: Cudnn, count: int) -> None:
+    """Make handles until ``count`` (at most FRESH_HANDLES_AHEAD) wait for fresh_handle."""
+    while len(_fresh_handles) < min(count, FRESH_HANDLES_AHEAD):
+        _fresh_handles.append(Handle(cudnn, 0))
+
+
 class WorkspaceTooLarge(Exception):
     def __init__(self, message: str, nbytes: int):
         super().__init__(message)
@@ -94,6 +120,12 @@ class CudnnBackend:
         except Exception as exc:  # CudnnNotFound, or a library without the legacy API
             return str(exc)
         return None
+
+    def ahead(self, count: int, options: SweepOptions) -> None:
+        """What the next slice of ``count`` combinations needs that can be made while this process waits for it:
+        a fresh handle for each one's determinism check (a timing-only replica checks none)."""
+        if not options.timing_only and not self.available():
+            make_fresh_handles(self.cudnn, count)
 
     def combos(self, case: Case, options: SweepOptions) -> list[Combo]:
         return [Combo(direction, algo, math, dtype, layout)
@@ -304,7 +336,7 @@ class ConvSession:
                                (done >= long_floor and spent * (done + 1) / done > NONDETERMINISTIC_BUDGET_S)):
                 break
         repeats = done
-        fresh = Handle(self.cudnn, self.stream.cuda_stream)
+        fresh = fresh_handle(self.cudnn, self.stream.cuda_stream)
         try:
             fresh_conv = Conv(self.cudnn, fresh, self.desc, self.direction, self.ptrs)
             accuracy.poison(self.out, self.dtype)

@@ -176,6 +176,9 @@ class Handle:
         cudnn.check(cudnn.lib.cudnnCreate(byref(self.ptr)), "cudnnCreate")
         cudnn.check(cudnn.lib.cudnnSetStream(self.ptr, c_void_p(stream_ptr)), "cudnnSetStream")
 
+    def set_stream(self, stream_ptr: int) -> None:
+        self.cudnn.check(self.cudnn.lib.cudnnSetStream(self.ptr, c_void_p(stream_ptr)), "cudnnSetStream")
+
     def close(self) -> None:
         if self.ptr:
             self.cudnn.lib.cudnnDestroy(self.ptr)

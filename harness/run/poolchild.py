@@ -127,11 +127,16 @@ def _run_call(msg: dict[str, Any]) -> tuple:
     return ("done", _cuda_broken(), value)
 
 
-def _draw_ahead(case: Any, options: Any) -> None:
-    """The next case's operands, drawn after the reply, while the parent has the other process measure
-    (accuracy.draw_ahead). A draw that fails here is made again where the case needs it, and fails there."""
+def _draw_ahead(msg: dict[str, Any]) -> None:
+    """What the next slice needs that can be made after the reply, while the parent has the other process
+    measure: the next case's operands (accuracy.draw_ahead) and whatever the backend makes ahead (cuDNN's fresh
+    handles), as many as this slice had combinations. What fails here is made again where the slice needs it,
+    and fails there."""
     try:
-        accuracy.draw_ahead(case, options.directions)
+        accuracy.draw_ahead(msg["ahead"], msg["options"].directions)
+        ahead = getattr(resolve_backend(msg["backend"]), "ahead", None)
+        if ahead is not None:
+            ahead(len(msg["combos"]), msg["options"])
     except Exception:  # noqa: BLE001 - see above
         pass
 
@@ -165,4 +170,4 @@ def child_main(fd: int, parent: int) -> None:
             profile.dump()
             os._exit(0)  # a failed or CUDA-tainted worker is never reused
         if msg.get("ahead") is not None:
-            _draw_ahead(msg["ahead"], msg["options"])
+            _draw_ahead(msg)
