@@ -53,6 +53,21 @@ def test_between_images_the_base_back_at_a_known_level_is_judged_as_every_night(
     assert between == nightly == {next(iter(between)): "ambiguous"}
 
 
+def test_the_model_keeps_a_runs_medians_hashes_and_algorithms_in_its_series_only(tmp_path):
+    """Each value a series is made of is held once: once the series is made, the run vectors the rest of the report
+    reads (which runs cover which combinations, and which were ok) keep their combo and ok columns alone."""
+    r = tmp_path / "r"
+    for night in range(3):
+        write_run(r, "h200", "A", T0 + dt.timedelta(days=night), [record("c", median=1.0 + night, chosen="ALGO_1")])
+    db = tmp_path / "s.sqlite"
+    assert not collect(db, [r]).refused
+    with Store(db) as s:
+        g = gather(s, "t", None, False)
+        [series] = g.series
+        assert series.median[:, 0].tolist() == [1.0, 2.0, 3.0] and (series.chosen >= 0).all()
+        assert {k for v in g.judging.vectors.values() for k in v} <= {"combo", "ok", "combo_set"}
+
+
 def test_the_regressions_page_links_its_caps_to_pages_that_list_every_regression(tmp_path, monkeypatch):
     import importlib
 

@@ -184,9 +184,10 @@ class Store:
         """(combination ids, medians in ms) of one run's records, decoding no text or sample."""
         return store_reads.medians(self, run_pk)
 
-    def vectors(self, run_pks: Sequence[int]) -> dict[int, dict[str, np.ndarray]]:
-        """Columnar per-run values (run_vectors) of the given runs."""
-        return store_reads.vectors(self, run_pks)
+    def vectors(self, run_pks: Sequence[int],
+                columns: Sequence[str] = store_reads.VECTOR_COLUMNS) -> dict[int, dict[str, np.ndarray]]:
+        """Columnar per-run values (run_vectors) of the given runs: ``columns`` of them, their ``combo`` always."""
+        return store_reads.vectors(self, run_pks, columns)
 
     # ---- writing (store_writes.py) ----
 

@@ -189,7 +189,7 @@ def _judge_group(args: tuple[str, list[tuple]]) -> dict[tuple, list[Any]]:
         _judge_store = Store(path, create=False, verify=False)
         _judge_combos = combinations(_judge_store)
     ids = sorted({r["id"] for _, b, h, e in group for r in (*b, *h, *e)})
-    vectors = _judge_store.vectors(ids)
+    vectors = _judge_store.vectors(ids, ("combo", "ok"))  # what current_records and history_records read
     memo: dict[int, list[Record]] = {}
     out = {}
     for key, b, h, e in group:

@@ -80,6 +80,9 @@ class Model:
     thresholds: Thresholds = field(default_factory=Thresholds)  # the gate's settings every judgement is made with
 
 
+SERIES_COLUMNS = ("median", "hash", "chosen")  # the run vectors' columns a series is made of
+
+
 def _series(store: Store, machine: str, image: str, runs: list[dict[str, Any]],
             vectors: dict[int, dict[str, np.ndarray]]) -> Series:
     ids = np.unique(np.concatenate([vectors[r["id"]]["combo"] for r in runs if r["id"] in vectors] or [[]]))
@@ -170,7 +173,7 @@ def gather(store: Store, title: str, pool: Any = None, complete: bool = True,
     latest = {(r["machine"], r["image"]): r for r in runs}  # runs are oldest first: the last one wins
 
     # nightly series and change points, per (machine, image)
-    all_vectors = store.vectors([r["id"] for r in runs])
+    all_vectors = store.vectors([r["id"] for r in runs], ("combo", "ok", *SERIES_COLUMNS))
     runs_of: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in runs:
         runs_of[(r["machine"], r["image"])].append(r)
@@ -185,6 +188,9 @@ def gather(store: Store, title: str, pool: Any = None, complete: bool = True,
         for img in m.images:
             rs = [r for r in m.runs if r["image"] == img]
             s = _series(store, m.name, img, rs, all_vectors)
+            for r in rs:  # the series holds them now; the rest of the report reads combo and ok alone
+                for column in SERIES_COLUMNS:
+                    all_vectors.get(r["id"], {}).pop(column, None)
             s.changes = changepoint.detect_matrix(s.median) if len(rs) >= 2 * changepoint.MIN_SIZE else {}
             series.append(s)
     steps_up: Counter = Counter()
