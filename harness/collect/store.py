@@ -71,6 +71,13 @@ class Checkpointer:
             db.close()
 
 
+# SQLite's page cache per connection. A collect's writes walk the same index pages again and again; a reader
+# (report, compare) reads each run's rows once, so its cache only held pages it would not read again: 64 MiB in
+# the report's process and in each of its judging processes.
+WRITE_CACHE_KIB = 65536
+READ_CACHE_KIB = 8192
+
+
 class Store:
     """The store file. ``create=False`` (compare, report) opens it read-only, in one read transaction, so a
     reader sees whole runs while a collect writes, and works on a read-only mount."""
@@ -106,7 +113,7 @@ class Store:
                     when_unlocked(lambda: self.db.execute(f"PRAGMA journal_mode = {mode}"))
                 self.db.execute(f"PRAGMA synchronous = {'OFF' if building else 'NORMAL'}")
                 self.db.execute("PRAGMA wal_autocheckpoint = 16384")  # 64 MiB between checkpoints (fsyncs)
-            self.db.execute("PRAGMA cache_size = -65536")
+            self.db.execute(f"PRAGMA cache_size = -{READ_CACHE_KIB if self.readonly else WRITE_CACHE_KIB}")
             if self.readonly:
                 if not check_schema(self.db, self.path, self.verify):
                     raise StoreError(f"{self.path} holds no convbench store (run `convbench collect` first)")

@@ -1,4 +1,5 @@
-"""The cyclic garbage collector's thresholds while collect parses and the report gathers.
+"""The process heap while collect parses and the report gathers: the cyclic garbage collector's thresholds, and
+giving back what a bulk read freed.
 
 Both build millions of tuples that hold no cycles, and keep many of them alive for a while: at Python's default
 thresholds the collector walks the surviving ones again and again (what it cost: docs/history.md, "Figures behind
@@ -8,6 +9,9 @@ the code's comments").
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
+import functools
 import gc
 from collections.abc import Iterator
 
@@ -28,3 +32,21 @@ def bulk_allocations() -> Iterator[None]:
         yield
     finally:
         gc.set_threshold(*before)
+
+
+@functools.cache
+def _libc():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        return libc if hasattr(libc, "malloc_trim") else None
+    except (OSError, TypeError):
+        return None
+
+
+def release_freed() -> None:
+    """Give the C heap's free pages back to the system (glibc's malloc_trim; elsewhere nothing). After a bulk
+    read whose buffers are freed, glibc keeps the pages for later allocations, and a fleet report's process then
+    stays at its peak while the pages are drawn: 76 MiB of 10^7 records' run vectors (docs/performance.md)."""
+    libc = _libc()
+    if libc is not None:
+        libc.malloc_trim(0)

@@ -19,6 +19,7 @@ from ..analysis import changepoint
 from ..analysis.pairing import machine_key
 from ..analysis.thresholds import Thresholds
 from ..collect.store import Store
+from ..core import heap
 from ..core.records import Record, RecordKind
 from .fmt import hardware_label, settings_str, slug
 from .judging import (
@@ -193,6 +194,7 @@ def gather(store: Store, title: str, pool: Any = None, complete: bool = True,
                     all_vectors.get(r["id"], {}).pop(column, None)
             s.changes = changepoint.detect_matrix(s.median) if len(rs) >= 2 * changepoint.MIN_SIZE else {}
             series.append(s)
+    heap.release_freed()  # the series columns' blobs, dropped above
     steps_up: Counter = Counter()
     for s in series:
         for _col, chs in s.changes.items():
