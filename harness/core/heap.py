@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import functools
 import gc
 from collections.abc import Iterator
@@ -37,10 +36,10 @@ def bulk_allocations() -> Iterator[None]:
 @functools.cache
 def _libc():
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"))
-        return libc if hasattr(libc, "malloc_trim") else None
-    except (OSError, TypeError):
+        libc = ctypes.CDLL(None)  # the symbols the process has loaded: the C library's among them
+    except OSError:
         return None
+    return libc if hasattr(libc, "malloc_trim") else None
 
 
 def release_freed() -> None:

@@ -134,6 +134,9 @@ def _draw_ahead(msg: dict[str, Any]) -> None:
     and fails there."""
     try:
         accuracy.draw_ahead(msg["ahead"], msg["options"].directions)
+    except Exception:  # noqa: BLE001 - see above
+        pass
+    try:
         ahead = getattr(resolve_backend(msg["backend"]), "ahead", None)
         if ahead is not None:
             ahead(len(msg["combos"]), msg["options"])
