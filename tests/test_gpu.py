@@ -127,7 +127,7 @@ def test_the_determinism_check_takes_the_fresh_handles_made_ahead():
     each checked combination takes one, and a handle made ahead gives the bits a new one gives."""
     from dataclasses import replace
 
-    from harness.backends import cudnn
+    from harness.backends import cudnn_lib as cudnn
     from harness.backends.cudnn import CudnnBackend
 
     case = cases.get("quick.seed")

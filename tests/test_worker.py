@@ -278,7 +278,7 @@ class _FakeCudnn:
 
 
 def test_fresh_handles_made_ahead_are_taken_before_new_ones_and_never_from_another_library(monkeypatch):
-    from harness.backends import cudnn
+    from harness.backends import cudnn_lib as cudnn
 
     monkeypatch.setattr(cudnn, "_fresh_handles", [])
     monkeypatch.setattr(cudnn, "FRESH_HANDLES_AHEAD", 3)

@@ -185,6 +185,33 @@ class Handle:
             self.ptr = c_void_p()
 
 
+# The determinism check runs each combination once more on a handle that has run nothing (fresh_handle_equal).
+# cudnnCreate takes 1.2-1.8 ms, 3.3 s of a forward night and 7 s of a backward one on its critical path (the
+# profiles in docs/performance.md), so a process checking determinism makes the next slice's handles while it
+# waits for that slice (make_fresh_handles, from CudnnBackend.ahead), as it draws the next case's operands. A
+# handle made ahead has run nothing either; it is pointed at the measuring stream when taken. At most this many
+# wait.
+FRESH_HANDLES_AHEAD = 160
+_fresh_handles: list[Handle] = []
+
+
+def fresh_handle(cudnn: Cudnn, stream_ptr: int) -> Handle:
+    """A handle that has run nothing, on ``stream_ptr``: one made ahead by this library if any, else a new one."""
+    while _fresh_handles:
+        handle = _fresh_handles.pop()
+        if handle.cudnn.path == cudnn.path:
+            handle.set_stream(stream_ptr)
+            return handle
+        handle.close()
+    return Handle(cudnn, stream_ptr)
+
+
+def make_fresh_handles(cudnn: Cudnn, count: int) -> None:
+    """Make handles until ``count`` (at most FRESH_HANDLES_AHEAD) wait for fresh_handle."""
+    while len(_fresh_handles) < min(count, FRESH_HANDLES_AHEAD):
+        _fresh_handles.append(Handle(cudnn, 0))
+
+
 class ConvDescriptors:
     """Tensor, filter and convolution descriptors of one case in one dtype and layout."""
 
