@@ -174,7 +174,7 @@ class Handle:
         self.cudnn = cudnn
         self.ptr = c_void_p()
         cudnn.check(cudnn.lib.cudnnCreate(byref(self.ptr)), "cudnnCreate")
-        cudnn.check(cudnn.lib.cudnnSetStream(self.ptr, c_void_p(stream_ptr)), "cudnnSetStream")
+        self.set_stream(stream_ptr)
 
     def set_stream(self, stream_ptr: int) -> None:
         self.cudnn.check(self.cudnn.lib.cudnnSetStream(self.ptr, c_void_p(stream_ptr)), "cudnnSetStream")
