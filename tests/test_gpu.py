@@ -122,6 +122,39 @@ def test_the_timed_backward_is_autograds_gradient_on_the_gpu(direction, layout):
     assert got.shape == want.shape and accuracy.bitwise_equal(got.contiguous(), want.contiguous())
 
 
+def test_cudnn_answers_asked_ahead_are_the_ones_the_slice_would_have_asked():
+    """The next case's workspaces and rankings asked while the other process measures (CudnnBackend.ahead): the
+    slice takes every one of them, and its records and rankings are those of a slice that asked them itself."""
+    from dataclasses import replace
+
+    from harness.backends import cudnn_queries
+    from harness.backends.cudnn import CudnnBackend
+
+    case = cases.get("quick.seed")
+    opts = SweepOptions(directions=("fwd", "bwd_data", "bwd_filter"), dtypes=("fp16",), layouts=("NHWC",),
+                        timing=FAST, repeats=1)
+    backend = CudnnBackend()
+    combos = backend.combos(case, opts)
+
+    def slice_() -> tuple[dict, list]:
+        made = list(backend.run(case, combos, opts))
+        recs = {r.key(): (r.status, r.reason, r.workspace_bytes) for r in made if r.kind == "measurement"}
+        ranks = [r for r in made if r.kind == "ranking" and r.source == "get_v7"]
+        return recs, [(r.direction, r.dtype, r.math, r.rank, r.algo, r.status, r.memory_bytes, r.determinism,
+                       r.math_reported) for r in ranks]
+
+    cudnn_queries._answers.clear()
+    asked_now = slice_()
+    backend.ahead(case, len(combos), replace(opts, timing_only=True))
+    asked = set(cudnn_queries._answers)
+    assert asked and all(k[6] == cudnn_queries.WORKSPACE for k in asked)  # a timing-only replica ranks nothing
+    backend.ahead(case, len(combos), opts)
+    assert {k[6] for k in cudnn_queries._answers} == {cudnn_queries.WORKSPACE, cudnn_queries.GET_V7}
+    asked_ahead = slice_()
+    assert cudnn_queries._answers == {}  # every answer was taken
+    assert asked_ahead == asked_now and asked_now[1]
+
+
 def test_the_determinism_check_takes_the_fresh_handles_made_ahead():
     """A process that checks determinism makes the next slice's fresh handles while it waits (CudnnBackend.ahead);
     each checked combination takes one, and a handle made ahead gives the bits a new one gives."""
@@ -135,9 +168,9 @@ def test_the_determinism_check_takes_the_fresh_handles_made_ahead():
     backend = CudnnBackend()
     combos = backend.combos(case, opts)
     cudnn._fresh_handles.clear()
-    backend.ahead(len(combos), replace(opts, timing_only=True))
+    backend.ahead(case, len(combos), replace(opts, timing_only=True))
     assert cudnn._fresh_handles == []  # a timing-only replica checks no determinism
-    backend.ahead(len(combos), opts)
+    backend.ahead(case, len(combos), opts)
     made = list(cudnn._fresh_handles)
     assert len(made) == len(combos)
     recs = [r for r in backend.run(case, combos, opts) if r.kind == "measurement"]

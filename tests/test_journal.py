@@ -37,6 +37,26 @@ def test_append_done_keys_and_torn_tail(tmp_path):
     assert Journal(j.path).meta["options"] == {"x": 1}
 
 
+def test_a_record_is_in_the_file_once_appended_and_on_the_disk_once_its_writer_closes(tmp_path, monkeypatch):
+    """Each line is written through as it is appended (a writer killed next loses nothing: test_kill_resume.py)
+    and synced once, when the writer closes at its slice's end, not once a record."""
+    import os
+
+    from harness.run import journal as journal_module
+
+    j = Journal.create(tmp_path, _fp(), {})
+    synced, fsync = [], os.fsync
+    monkeypatch.setattr(journal_module.os, "fsync", lambda fd: synced.append(fd) or fsync(fd))
+    for i in range(3):
+        j.append(_rec(i))
+        assert len(list(iter_journal(j.path / "records.jsonl"))) == i + 1  # another reader sees it already
+    assert synced == []
+    j.close()
+    assert len(synced) == 1
+    j.close()  # closed already: nothing to sync
+    assert len(synced) == 1
+
+
 def test_a_nightly_job_names_its_night_and_collect_keeps_it(tmp_path, monkeypatch):
     """CONVBENCH_NIGHT (set by the rendered Slurm night to the date its job started) is the night of every run
     of the job, also of a run that starts after midnight; a label after the start or long before it is refused."""

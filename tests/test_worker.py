@@ -139,9 +139,9 @@ def test_each_slice_names_the_next_case_and_the_worker_draws_it_after_replying(t
     monkeypatch.setattr(poolchild.accuracy, "draw_ahead",
                         lambda case, directions: order.append(("drew", case, directions, parent.poll())))
 
-    class MakesAhead:  # what a backend makes ahead (cuDNN: fresh handles), as many as the slice had combinations
-        def ahead(self, count, options):
-            order.append(("made", count, options.directions))
+    class MakesAhead:  # what a backend makes ahead for the next case (cuDNN: its answers, fresh handles)
+        def ahead(self, case, count, options):
+            order.append(("made", case, count, options.directions))
 
     monkeypatch.setattr(poolchild, "resolve_backend", lambda name: MakesAhead())
     options = SweepOptions(device="cpu", directions=("bwd_data", "bwd_filter"))
@@ -155,7 +155,7 @@ def test_each_slice_names_the_next_case_and_the_worker_draws_it_after_replying(t
     finally:  # a worker ignores Ctrl-C: this test process (and what it starts later) must not
         signal.signal(signal.SIGINT, interrupt)
     assert order == ["measured", ("drew", "the next one", ("bwd_data", "bwd_filter"), True),
-                     ("made", 3, ("bwd_data", "bwd_filter")), "measured"]
+                     ("made", "the next one", 3, ("bwd_data", "bwd_filter")), "measured"]
     assert parent.recv() == ("done", None) and parent.recv() == ("done", None)
 
 
@@ -294,3 +294,69 @@ def test_fresh_handles_made_ahead_are_taken_before_new_ones_and_never_from_anoth
     new = cudnn.fresh_handle(other, 5)  # another library's handles are closed, not used
     assert new.cudnn is other and other.made == 1 and cudnn._fresh_handles == []
     assert sorted(c[1] for c in lib.calls if c[0] == "destroy") == sorted({1, 2, 3} - {taken.ptr.value})
+
+
+def test_cudnn_answers_asked_ahead_are_taken_once_by_their_library_and_a_refusal_comes_back(monkeypatch):
+    """The next case's workspaces and rankings, asked while the other process measures (cudnn_queries): the
+    slice takes each answer once instead of asking, a refusal asked ahead is raised as cuDNN raised it, and what
+    another library, problem or math type asks is asked then."""
+    from types import SimpleNamespace
+
+    from harness.backends import cudnn_queries as queries
+    from harness.backends.cudnn_lib import CudnnError
+    from harness.core.cases import ALGOS
+
+    asked, rows = [], [{"rank": 0, "algo": "ALGO_1"}]
+
+    class Desc:
+        def __init__(self, cudnn, case, dtype, layout):
+            self.math = None
+
+        def set_math(self, math):
+            self.math = math
+
+        def close(self):
+            asked.append("closed")
+
+    class Conv:
+        def __init__(self, cudnn, handle, desc, direction, ptrs):
+            self.desc, self.direction = desc, direction
+
+        def workspace_size(self, algo):
+            asked.append(("workspace", self.direction, self.desc.math, algo))
+            if algo == 1:
+                raise CudnnError("CUDNN_STATUS_NOT_SUPPORTED", "cudnnGetConvolutionBackwardFilterWorkspaceSize")
+            return 100 * algo
+
+        def get_v7(self):
+            asked.append(("get_v7", self.direction, self.desc.math))
+            return rows
+
+    monkeypatch.setattr(queries, "ConvDescriptors", Desc)
+    monkeypatch.setattr(queries, "Conv", Conv)
+    monkeypatch.setattr(queries, "Handle", lambda cudnn, stream: object())
+    monkeypatch.setattr(queries, "_answers", {})
+    monkeypatch.setattr(queries, "_handles", {})
+    lib, seed = SimpleNamespace(path="/lib/libcudnn.so.9"), cases.get("quick.seed")
+    problem = ("bwd_filter", "fp16", "NHWC")
+    queries.ask_ahead(lib, seed, [(*problem, "FMA")], rankings=True)
+    n_algos = len(ALGOS["bwd_filter"])
+    assert len(asked) == n_algos + 2 and asked[-1] == "closed"
+
+    def never():
+        raise AssertionError("asked again although it was asked ahead")
+
+    assert queries.answer(lib, seed, *problem, "FMA", queries.WORKSPACE, 2, never) == 200
+    with pytest.raises(CudnnError, match="NOT_SUPPORTED"):
+        queries.answer(lib, seed, *problem, "FMA", queries.WORKSPACE, 1, never)
+    assert queries.answer(lib, seed, *problem, "FMA", queries.GET_V7, None, never) is rows
+    assert queries.answer(lib, seed, *problem, "FMA", queries.WORKSPACE, 2, lambda: "now") == "now"  # once
+    other = SimpleNamespace(path="/lib/libcudnn.so.8")
+    assert queries.answer(other, seed, *problem, "FMA", queries.WORKSPACE, 3, lambda: "now") == "now"
+    assert queries.answer(lib, seed, *problem, "DEFAULT", queries.WORKSPACE, 3, lambda: "now") == "now"
+    assert queries.answer(lib, cases.get("quick.grouped"), *problem, "FMA", queries.WORKSPACE, 3,
+                          lambda: "now") == "now"
+    # a timing-only process asks no ranking; asking for the next case drops what the last one left
+    queries.ask_ahead(lib, cases.get("quick.grouped"), [("fwd", "fp32", "NCHW", "DEFAULT")], rankings=False)
+    assert queries.answer(lib, seed, *problem, "FMA", queries.WORKSPACE, 3, lambda: "now") == "now"
+    assert {k[6] for k in queries._answers} == {queries.WORKSPACE} and len(queries._answers) == len(ALGOS["fwd"])

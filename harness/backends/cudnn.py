@@ -10,12 +10,13 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from ..core.cases import Case
 from ..core.records import OK, SKIPPED, UNSUPPORTED_ARCH, WORKSPACE_TOO_LARGE, Determinism, Ranking, Record
 from ..measurement import accuracy
 from ..measurement.timing import CudaTimer
-from . import Combo, SweepOptions, by_problem
+from . import Combo, SweepOptions, by_problem, cudnn_queries
 from .cudnn_lib import (
     ALGOS,
     DOCUMENTED_NONDETERMINISTIC,
@@ -97,10 +98,19 @@ class CudnnBackend:
             return str(exc)
         return None
 
-    def ahead(self, count: int, options: SweepOptions) -> None:
-        """What the next slice of ``count`` combinations needs that can be made while this process waits for it:
-        a fresh handle for each one's determinism check (a timing-only replica checks none)."""
-        if not options.timing_only and not self.available():
+    def ahead(self, case: Case, count: int, options: SweepOptions) -> None:
+        """What the next slice (``case``, ``count`` combinations) needs that can be made while this process waits
+        for it: cuDNN's answers that run nothing (workspaces; rankings where this process ranks: cudnn_queries)
+        and a fresh handle for each combination's determinism check (a timing-only replica checks none)."""
+        if self.available():
+            return
+        import torch
+
+        sm = torch.cuda.get_device_capability()
+        problems = dict.fromkeys((c.direction, c.dtype, c.layout, c.math) for c in self.combos(case, options)
+                                 if not arch_reason(c.dtype, sm))
+        cudnn_queries.ask_ahead(self.cudnn, case, problems, rankings=options.rankings and not options.timing_only)
+        if not options.timing_only:
             make_fresh_handles(self.cudnn, count)
 
     def combos(self, case: Case, options: SweepOptions) -> list[Combo]:
@@ -237,11 +247,16 @@ class ConvSession:
         """
         algo_id = ALGOS[self.direction].index(algo)
         self.desc.set_math(math)
-        ws_bytes = self.conv.workspace_size(algo_id)
+        ws_bytes = self._asked(math, cudnn_queries.WORKSPACE, algo_id, lambda: self.conv.workspace_size(algo_id))
         if ws_bytes > self.ws_limit:
             raise WorkspaceTooLarge(f"needs {ws_bytes / 2**30:.2f} GiB of workspace; "
                                     f"limit {self.ws_limit / 2**30:.2f} GiB", ws_bytes)
         return algo_id, self.workspace(ws_bytes), ws_bytes
+
+    def _asked(self, math: str, question: str, algo_id: int | None, ask: Callable[[], Any]) -> Any:
+        """cuDNN's answer for this problem under ``math``: the one asked ahead for this case, else ``ask()``."""
+        return cudnn_queries.answer(self.cudnn, self.case, self.direction, self.dtype, self.layout, math, question,
+                                    algo_id, ask)
 
     def call(self, algo: str, math: str) -> Callable[[], None]:
         """``algo`` under ``math`` as a bare callable for outside timers (do_bench, graph capture).
@@ -344,7 +359,7 @@ class ConvSession:
         self.desc.set_math(math)
         ws_bytes = min(max_ws, self.ws_limit)
         ws = self.workspace(ws_bytes)
-        sources = [("get_v7", self.conv.get_v7)]
+        sources = [("get_v7", lambda: self._asked(math, cudnn_queries.GET_V7, None, self.conv.get_v7))]
         if self.options.find:
             sources.append(("find", lambda: self.conv.find(ws, ws_bytes)))
         for source, call in sources:

@@ -1,9 +1,9 @@
-"""The run directory: an append-only journal of records, flushed as they are made.
+"""The run directory: an append-only journal of records, written as they are made.
 
 Layout (the unit that ``collect`` ingests, alone or tarred):
 
     <results>/<machine>/<run_id>/run.json       who/where/what: fingerprint, options, suite revision
-    <results>/<machine>/<run_id>/records.jsonl  one record or ranking per line, appended and fsynced
+    <results>/<machine>/<run_id>/records.jsonl  one record or ranking per line, appended as made, fsynced by each writer
     <results>/<machine>/<run_id>/end.json       written at the end: clocks after, counts; absent if interrupted
     <results>/<machine>/<run_id>/records.packed the finished journal packed for collect (collect/packed.py)
     <results>/<machine>/<run_id>/slices.jsonl   where each slice's time went (harness/slicetime.py; not ingested)
@@ -168,19 +168,25 @@ class Journal:
         return keys
 
     def append(self, rec: Record | Ranking) -> None:
+        """Write ``rec``'s line through to the file: once this returns, a writer killed at any point (the worker a
+        fault ends) has lost nothing. It reaches the disk at ``close``, a slice's end: an fsync a record cost the
+        GPU's critical path 2.9 s of a forward night (docs/performance.md), and a host that crashes loses at
+        most the slice it was in, which --resume measures again."""
         if self._file is None:
             _drop_torn_tail(self.path / JOURNAL_FILE)
             self._file = os.fdopen(open_append(self.path / JOURNAL_FILE), "a")
         self._file.write(dumps(rec) + "\n")
         self._file.flush()
-        os.fsync(self._file.fileno())
 
     def close(self) -> None:
-        """Close the append handle; the next append reopens it. Between writers of one journal (a worker pool's
-        parent and its child processes) each closes before the other writes."""
+        """Sync and close the append handle; the next append reopens it. Between writers of one journal (a
+        worker pool's parent and its child processes) each closes before the other writes."""
         if self._file is not None:
-            self._file.close()
-            self._file = None
+            try:
+                os.fsync(self._file.fileno())
+            finally:
+                self._file.close()
+                self._file = None
 
     def repair(self) -> int:
         """Close, drop a last line torn by a writer that was killed mid-write, and return where the complete

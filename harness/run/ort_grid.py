@@ -238,6 +238,7 @@ def _in_process(journal: Journal, records):
     for rec in records:
         journal.append(finalize(rec, by_producer=True))  # finalized by model_records (run_slice's finalize=False)
         yield rec
+    journal.close()  # the slice's records reach the disk (Journal.append)
 
 
 def summary_lines(run_dir: Path) -> list[str]:

@@ -129,8 +129,8 @@ def _run_call(msg: dict[str, Any]) -> tuple:
 
 def _draw_ahead(msg: dict[str, Any]) -> None:
     """What the next slice needs that can be made after the reply, while the parent has the other process
-    measure: the next case's operands (accuracy.draw_ahead) and whatever the backend makes ahead (cuDNN's fresh
-    handles), as many as this slice had combinations. What fails here is made again where the slice needs it,
+    measure: the next case's operands (accuracy.draw_ahead) and whatever the backend makes ahead for it (cuDNN's
+    answers that run nothing, and fresh handles, as many as this slice had combinations). What fails here is made again where the slice needs it,
     and fails there."""
     try:
         accuracy.draw_ahead(msg["ahead"], msg["options"].directions)
@@ -139,7 +139,7 @@ def _draw_ahead(msg: dict[str, Any]) -> None:
     try:
         ahead = getattr(resolve_backend(msg["backend"]), "ahead", None)
         if ahead is not None:
-            ahead(len(msg["combos"]), msg["options"])
+            ahead(msg["ahead"], len(msg["combos"]), msg["options"])
     except Exception:  # noqa: BLE001 - see above
         pass
 

@@ -155,6 +155,7 @@ def ort_grid(models: list[str], results_root: Path, label: Callable[[Any], str])
                 "distinct_outputs": drift.get("distinct"),
                 "max_spread": drift.get("max_spread"),
             }
+        journal.close()  # the model's records reach the disk (Journal.append)
     if not shared:
         journal.finish({"records": len(table)})
     return table

@@ -201,6 +201,7 @@ def _in_process(journal: Journal, backend: Any, case: Case, combos: list, option
         clock.tick(rec)
         journal.append(finalize(rec))
         yield rec
+    journal.close()  # the slice's records reach the disk (Journal.append)
     clock.write(journal.path)
 
 
