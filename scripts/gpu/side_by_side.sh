@@ -5,7 +5,7 @@
 #   scripts/gpu/side_by_side.sh --pack REV      (here: .baseline/ holds REV's code, no fixtures; carry it)
 #   OUT=dir bash scripts/gpu/side_by_side.sh fwd   (on the GPU host, asv on PYTHONPATH)
 # AGAIN=1 runs this tree's stage a second time (into $OUT/new2): with the first, an A/A pair of the new code on
-# the same GPU, to be compared where the runs come back.
+# the same GPU, to be compared where the runs come back. SIDES (default "base new") runs one side only.
 set -uo pipefail
 if [ "${1:-}" = "--pack" ]; then
   rev=${2:?REV}; rm -rf .baseline && mkdir .baseline
@@ -15,20 +15,30 @@ if [ "${1:-}" = "--pack" ]; then
   du -sh .baseline; exit 0
 fi
 stage=${1:?stage: fwd or bwd}
-OUT=${OUT:-/tmp/convbench-out}; mkdir -p "$OUT/base" "$OUT/new"
+OUT=${OUT:-/tmp/convbench-out}
 [ -f .baseline/REVISION ] || { echo "side_by_side: no .baseline/ (make it with --pack REV and carry it)" >&2; exit 2; }
 here=$PWD
-base_tree=/tmp/convbench-baseline; rm -rf "$base_tree"; cp -r .baseline "$base_tree"
 export CONVBENCH_MACHINE=${CONVBENCH_MACHINE:-h200-lent-gpu0}
-( cd "$base_tree" && OUT="$OUT/base" PYTHONPATH="${ASV_PATH:-}:$base_tree" CONVBENCH_REVISION="$(cat REVISION)" \
-    bash scripts/gpu/nightly.sh "$stage" )
-base_run=$(ls -td /tmp/convbench-results/$CONVBENCH_MACHINE/*/ | head -1)
-( cd "$here" && OUT="$OUT/new" PYTHONPATH="${ASV_PATH:-}:$here" bash scripts/gpu/nightly.sh "$stage" )
-new_run=$(ls -td /tmp/convbench-results/$CONVBENCH_MACHINE/*/ | head -1)
+newest() { ls -td /tmp/convbench-results/$CONVBENCH_MACHINE/*/ | head -1; }
+# SIDES="base" then SIDES="new" in two calls on the warm machine: a backward job each, as one call holds only one;
+# each side's run is remembered under /tmp, so the second call puts them side by side.
+for side in ${SIDES:-base new}; do
+  mkdir -p "$OUT/$side"
+  if [ "$side" = base ]; then
+    base_tree=/tmp/convbench-baseline; rm -rf "$base_tree"; cp -r .baseline "$base_tree"
+    ( cd "$base_tree" && OUT="$OUT/base" PYTHONPATH="${ASV_PATH:-}:$base_tree" CONVBENCH_REVISION="$(cat REVISION)" \
+        bash scripts/gpu/nightly.sh "$stage" )
+  else
+    ( cd "$here" && OUT="$OUT/$side" PYTHONPATH="${ASV_PATH:-}:$here" bash scripts/gpu/nightly.sh "$stage" )
+  fi
+  newest > "/tmp/convbench-side-$stage-$side"
+done
 if [ "${AGAIN:-0}" = 1 ]; then
   mkdir -p "$OUT/new2"
   ( cd "$here" && OUT="$OUT/new2" PYTHONPATH="${ASV_PATH:-}:$here" bash scripts/gpu/nightly.sh "$stage" )
 fi
+[ -f "/tmp/convbench-side-$stage-base" ] && [ -f "/tmp/convbench-side-$stage-new" ] || exit 0
+base_run=$(cat "/tmp/convbench-side-$stage-base"); new_run=$(cat "/tmp/convbench-side-$stage-new")
 python3 scripts/run_breakdown.py "$new_run" --against "$base_run" | tee "$OUT/against.txt"
 for side in base_run new_run; do
   echo "$side $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print({k: d.get(k) for k in ('seconds','sweep_seconds','asv_seconds','ok')})" "${!side}end.json")"
