@@ -360,3 +360,42 @@ def test_cudnn_answers_asked_ahead_are_taken_once_by_their_library_and_a_refusal
     queries.ask_ahead(lib, cases.get("quick.grouped"), [("fwd", "fp32", "NCHW", "DEFAULT")], rankings=False)
     assert queries.answer(lib, seed, *problem, "FMA", queries.WORKSPACE, 3, lambda: "now") == "now"
     assert {k[6] for k in queries._answers} == {queries.WORKSPACE} and len(queries._answers) == len(ALGOS["fwd"])
+
+
+def test_a_refusal_asked_ahead_leaves_no_cycle_holding_the_session_that_met_it(monkeypatch):
+    """A session that meets a refusal asked ahead is freed the moment it is dropped, with its device buffers,
+    as when it asked cuDNN itself: a kept exception raised again held the session's frames in a cycle, and a
+    backward night ran out of device memory (cudnn_queries.Refused)."""
+    import gc
+    import weakref
+    from types import SimpleNamespace
+
+    from harness.backends import cudnn_queries as queries
+    from harness.backends.cudnn_lib import CudnnError
+
+    monkeypatch.setattr(queries, "_answers", {})
+    lib, seed = SimpleNamespace(path="/lib/libcudnn.so.9"), cases.get("quick.seed")
+    key = ("bwd_data", "fp32", "NCHW", "DEFAULT", queries.WORKSPACE)
+
+    def refuse(algo):
+        raise CudnnError("CUDNN_STATUS_NOT_SUPPORTED", "cudnnGetConvolutionBackwardDataWorkspaceSize")
+
+    class Session:  # what ConvSession.bind does with an answer: it holds the device buffers
+        def bind(self, algo):
+            try:
+                return queries.answer(lib, seed, *key, algo, lambda: refuse(algo))
+            except CudnnError as exc:
+                return exc.status
+
+    for algo in range(2):
+        queries._keep((lib.path, seed, *key, algo), refuse, algo)
+    gc.disable()
+    try:
+        for algo in range(2):
+            session = Session()
+            gone = weakref.ref(session)
+            assert session.bind(algo) == "CUDNN_STATUS_NOT_SUPPORTED"
+            del session
+            assert gone() is None
+    finally:
+        gc.enable()

@@ -12,7 +12,7 @@ ahead is asked in the slice, as before.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..core.cases import ALGOS
 from .cudnn_lib import Conv, ConvDescriptors, Cudnn, CudnnError, Handle
@@ -20,7 +20,16 @@ from .cudnn_lib import Conv, ConvDescriptors, Cudnn, CudnnError, Handle
 WORKSPACE = "workspace"
 GET_V7 = "get_v7"
 
-# (library path, case, direction, dtype, layout, math, question, algo id or None) -> the answer or its CudnnError
+
+class Refused(NamedTuple):
+    """cuDNN's refusal, kept as data: a kept exception raised again would carry the frames it is raised through
+    (the asking session's, its device buffers with them) in a cycle only the collector frees."""
+
+    status: str
+    call: str
+
+
+# (library path, case, direction, dtype, layout, math, question, algo id or None) -> the answer or its refusal
 _answers: dict[tuple, Any] = {}
 _handles: dict[str, Handle] = {}  # per library: one handle that only ever asks
 
@@ -54,7 +63,7 @@ def _keep(key: tuple, ask: Callable[..., Any], *args: Any) -> None:
     try:
         _answers[key] = ask(*args)
     except CudnnError as exc:  # cuDNN's refusal is the answer: the slice records it as it would have
-        _answers[key] = exc
+        _answers[key] = Refused(exc.status, exc.call)
 
 
 def answer(cudnn: Cudnn, case: Any, direction: str, dtype: str, layout: str, math: str, question: str,
@@ -63,6 +72,6 @@ def answer(cudnn: Cudnn, case: Any, direction: str, dtype: str, layout: str, mat
     got = _answers.pop((cudnn.path, case, direction, dtype, layout, math, question, algo_id), _answers)
     if got is _answers:
         return ask()
-    if isinstance(got, CudnnError):
-        raise got
+    if isinstance(got, Refused):
+        raise CudnnError(got.status, got.call)
     return got
