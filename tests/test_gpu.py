@@ -145,10 +145,10 @@ def test_cudnn_answers_asked_ahead_are_the_ones_the_slice_would_have_asked():
 
     cudnn_queries._answers.clear()
     asked_now = slice_()
-    backend.ahead(case, len(combos), replace(opts, timing_only=True))
+    list(backend.ahead(case, len(combos), replace(opts, timing_only=True)))
     asked = set(cudnn_queries._answers)
     assert asked and all(k[6] == cudnn_queries.WORKSPACE for k in asked)  # a timing-only replica ranks nothing
-    backend.ahead(case, len(combos), opts)
+    list(backend.ahead(case, len(combos), opts))
     assert {k[6] for k in cudnn_queries._answers} == {cudnn_queries.WORKSPACE, cudnn_queries.GET_V7}
     asked_ahead = slice_()
     assert cudnn_queries._answers == {}  # every answer was taken
@@ -168,9 +168,9 @@ def test_the_determinism_check_takes_the_fresh_handles_made_ahead():
     backend = CudnnBackend()
     combos = backend.combos(case, opts)
     cudnn._fresh_handles.clear()
-    backend.ahead(case, len(combos), replace(opts, timing_only=True))
+    list(backend.ahead(case, len(combos), replace(opts, timing_only=True)))
     assert cudnn._fresh_handles == []  # a timing-only replica checks no determinism
-    backend.ahead(case, len(combos), opts)
+    list(backend.ahead(case, len(combos), opts))
     made = list(cudnn._fresh_handles)
     assert len(made) == len(combos)
     recs = [r for r in backend.run(case, combos, opts) if r.kind == "measurement"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -115,12 +114,9 @@ def test_isolated_torch_sweep_matches_in_process(tmp_path):
     assert {r.key(): r.determinism.hash for r in ra} == {r.key(): r.determinism.hash for r in rb}
 
 
-def test_each_slice_names_the_next_case_and_the_worker_draws_it_after_replying(tmp_path, monkeypatch):
-    """The sweep hands every slice the case it measures next; a worker draws that case's operands once it has
-    sent its reply (while the other timing process measures), never before."""
-    import multiprocessing
-
-    from harness.run import poolchild, replicas
+def test_each_slice_names_the_next_case(tmp_path, monkeypatch):
+    """The sweep hands every slice the case it measures next, for the worker to make ahead (the test below)."""
+    from harness.run import replicas
 
     handed = []
     real = replicas.measure_slice
@@ -132,31 +128,76 @@ def test_each_slice_names_the_next_case_and_the_worker_draws_it_after_replying(t
     ids = [c.id for c in chosen]
     assert handed == [(ids[0], ids[1]), (ids[1], ids[2]), (ids[2], None)]
 
+
+def test_a_worker_makes_the_next_case_ahead_only_while_no_slice_waits(monkeypatch):
+    """After its reply a worker draws the next case's operands and makes what its backend makes ahead (cuDNN's
+    answers, fresh handles), a short step at a time, and only while no message waits: a slice that comes takes
+    its turn and the steps left go on after it; the steps for the case a slice is about to measure are dropped."""
+    import multiprocessing
+    import threading
+
+    from harness.run import poolchild
+
     parent, child = multiprocessing.Pipe()
-    order = []
+    order, holds = [], {name: threading.Event() for name in ("torch", "cudnn")}
     monkeypatch.setattr(poolchild, "_die_with_parent", lambda pid: None)
-    monkeypatch.setattr(poolchild, "_run_slice", lambda msg: order.append("measured") or ("done", None))
+    monkeypatch.setattr(poolchild.signal, "signal", lambda *a: None)  # a thread sets no handlers; the worker ignores
+    monkeypatch.setattr(poolchild, "_run_slice", lambda msg: order.append(("measured", msg["case"])) or ("done", None))
     monkeypatch.setattr(poolchild.accuracy, "draw_ahead",
-                        lambda case, directions: order.append(("drew", case, directions, parent.poll())))
+                        lambda case, directions: order.append(("drew", case, directions)))
 
-    class MakesAhead:  # what a backend makes ahead for the next case (cuDNN: its answers, fresh handles)
+    class MakesAhead:  # what cuDNN makes ahead, as many as the slice had combinations; its first step is held
         def ahead(self, case, count, options):
-            order.append(("made", case, count, options.directions))
+            try:
+                for step in range(3):
+                    order.append(("step", case, count, step))
+                    if step == 0:
+                        assert holds[case].wait(10)
+                    yield
+            finally:
+                order.append(("closed", case))
 
-    monkeypatch.setattr(poolchild, "resolve_backend", lambda name: MakesAhead())
+    monkeypatch.setattr(poolchild, "resolve_backend", lambda name: MakesAhead() if name == "cudnn" else object())
     options = SweepOptions(device="cpu", directions=("bwd_data", "bwd_filter"))
-    parent.send({"case": "this one", "backend": "cudnn", "combos": [1, 2, 3], "options": options,
-                 "ahead": "the next one"})
-    parent.send({"case": "the last one", "backend": "cudnn", "combos": [1], "options": options, "ahead": None})
-    parent.send(None)
-    interrupt = signal.getsignal(signal.SIGINT)
+    dirs = options.directions
+
+    def wait_for(item):
+        deadline = time.monotonic() + 10
+        while item not in order:
+            assert time.monotonic() < deadline, order
+            time.sleep(0.01)
+
+    worker = threading.Thread(target=poolchild.child_main, args=(os.dup(child.fileno()), os.getpid()))
+    worker.start()
     try:
-        poolchild.child_main(os.dup(child.fileno()), os.getpid())
-    finally:  # a worker ignores Ctrl-C: this test process (and what it starts later) must not
-        signal.signal(signal.SIGINT, interrupt)
-    assert order == ["measured", ("drew", "the next one", ("bwd_data", "bwd_filter"), True),
-                     ("made", "the next one", 3, ("bwd_data", "bwd_filter")), "measured"]
-    assert parent.recv() == ("done", None) and parent.recv() == ("done", None)
+        parent.send({"case": "cudnn", "backend": "cudnn", "combos": [1, 2, 3], "options": options,
+                     "ahead": "torch"})
+        assert parent.recv() == ("done", None)
+        wait_for(("step", "torch", 3, 0))  # the reply went first; the steps run while nothing waits
+        parent.send({"case": "PyTorch's slice", "backend": "torch", "combos": [1], "options": options,
+                     "ahead": "torch"})
+        holds["torch"].set()  # the message waits when the held step ends: its slice goes first
+        assert parent.recv() == ("done", None)
+        wait_for(("closed", "torch"))
+        parent.send({"case": "PyTorch's last", "backend": "cudnn", "combos": [1, 2], "options": options,
+                     "ahead": "cudnn"})
+        assert parent.recv() == ("done", None)
+        wait_for(("step", "cudnn", 2, 0))
+        parent.send({"case": "cudnn", "backend": "torch", "combos": [1], "options": options, "ahead": None})
+        holds["cudnn"].set()
+        assert parent.recv() == ("done", None)
+        parent.send(None)
+    finally:
+        holds["torch"].set(), holds["cudnn"].set()
+        worker.join(10)
+    assert not worker.is_alive()
+    assert order == [
+        ("measured", "cudnn"), ("drew", "torch", dirs), ("step", "torch", 3, 0),
+        ("measured", "PyTorch's slice"),
+        ("step", "torch", 3, 1), ("step", "torch", 3, 2), ("closed", "torch"), ("drew", "torch", dirs),
+        ("measured", "PyTorch's last"), ("drew", "cudnn", dirs), ("step", "cudnn", 2, 0),
+        ("closed", "cudnn"), ("measured", "cudnn"),  # the slice of the case its steps were for: they are dropped
+    ]
 
 
 def test_resume_of_an_isolated_sweep_measures_nothing_twice(tmp_path, faults):
@@ -283,9 +324,9 @@ def test_fresh_handles_made_ahead_are_taken_before_new_ones_and_never_from_anoth
     monkeypatch.setattr(cudnn, "_fresh_handles", [])
     monkeypatch.setattr(cudnn, "FRESH_HANDLES_AHEAD", 3)
     lib = _FakeCudnn("/lib/libcudnn.so.9")
-    cudnn.make_fresh_handles(lib, 5)
+    list(cudnn.make_fresh_handles(lib, 5))
     assert lib.made == 3  # at most FRESH_HANDLES_AHEAD wait
-    cudnn.make_fresh_handles(lib, 2)
+    list(cudnn.make_fresh_handles(lib, 2))
     assert lib.made == 3  # enough wait already
     taken = cudnn.fresh_handle(lib, 77)
     assert taken.ptr.value in (1, 2, 3) and lib.calls[-1] == ("stream", taken.ptr.value, 77)
@@ -339,7 +380,7 @@ def test_cudnn_answers_asked_ahead_are_taken_once_by_their_library_and_a_refusal
     monkeypatch.setattr(queries, "_handles", {})
     lib, seed = SimpleNamespace(path="/lib/libcudnn.so.9"), cases.get("quick.seed")
     problem = ("bwd_filter", "fp16", "NHWC")
-    queries.ask_ahead(lib, seed, [(*problem, "FMA")], rankings=True)
+    list(queries.ask_ahead(lib, seed, [(*problem, "FMA")], rankings=True))
     n_algos = len(ALGOS["bwd_filter"])
     assert len(asked) == n_algos + 2 and asked[-1] == "closed"
 
@@ -357,7 +398,8 @@ def test_cudnn_answers_asked_ahead_are_taken_once_by_their_library_and_a_refusal
     assert queries.answer(lib, cases.get("quick.grouped"), *problem, "FMA", queries.WORKSPACE, 3,
                           lambda: "now") == "now"
     # a timing-only process asks no ranking; asking for the next case drops what the last one left
-    queries.ask_ahead(lib, cases.get("quick.grouped"), [("fwd", "fp32", "NCHW", "DEFAULT")], rankings=False)
+    list(queries.ask_ahead(lib, cases.get("quick.grouped"), [("fwd", "fp32", "NCHW", "DEFAULT")],
+                          rankings=False))
     assert queries.answer(lib, seed, *problem, "FMA", queries.WORKSPACE, 3, lambda: "now") == "now"
     assert {k[6] for k in queries._answers} == {queries.WORKSPACE} and len(queries._answers) == len(ALGOS["fwd"])
 

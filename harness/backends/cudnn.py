@@ -98,10 +98,11 @@ class CudnnBackend:
             return str(exc)
         return None
 
-    def ahead(self, case: Case, count: int, options: SweepOptions) -> None:
+    def ahead(self, case: Case, count: int, options: SweepOptions) -> Iterator[None]:
         """What the next slice (``case``, ``count`` combinations) needs that can be made while this process waits
-        for it: cuDNN's answers that run nothing (workspaces; rankings where this process ranks: cudnn_queries)
-        and a fresh handle for each combination's determinism check (a timing-only replica checks none)."""
+        for it, in short steps (the worker takes its next slice between two): cuDNN's answers that run nothing
+        (workspaces; rankings where this process ranks: cudnn_queries) and a fresh handle for each combination's
+        determinism check (a timing-only replica checks none)."""
         if self.available():
             return
         import torch
@@ -109,9 +110,10 @@ class CudnnBackend:
         sm = torch.cuda.get_device_capability()
         problems = dict.fromkeys((c.direction, c.dtype, c.layout, c.math) for c in self.combos(case, options)
                                  if not arch_reason(c.dtype, sm))
-        cudnn_queries.ask_ahead(self.cudnn, case, problems, rankings=options.rankings and not options.timing_only)
+        yield from cudnn_queries.ask_ahead(self.cudnn, case, problems,
+                                           rankings=options.rankings and not options.timing_only)
         if not options.timing_only:
-            make_fresh_handles(self.cudnn, count)
+            yield from make_fresh_handles(self.cudnn, count)
 
     def combos(self, case: Case, options: SweepOptions) -> list[Combo]:
         return [Combo(direction, algo, math, dtype, layout)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+from collections.abc import Iterator
 from ctypes import POINTER, Structure, byref, c_float, c_int, c_size_t, c_void_p
 from pathlib import Path
 
@@ -206,10 +207,11 @@ def fresh_handle(cudnn: Cudnn, stream_ptr: int) -> Handle:
     return Handle(cudnn, stream_ptr)
 
 
-def make_fresh_handles(cudnn: Cudnn, count: int) -> None:
-    """Make handles until ``count`` (at most FRESH_HANDLES_AHEAD) wait for fresh_handle."""
+def make_fresh_handles(cudnn: Cudnn, count: int) -> Iterator[None]:
+    """Make handles until ``count`` (at most FRESH_HANDLES_AHEAD) wait for fresh_handle, one a step."""
     while len(_fresh_handles) < min(count, FRESH_HANDLES_AHEAD):
         _fresh_handles.append(Handle(cudnn, 0))
+        yield
 
 
 class ConvDescriptors:

@@ -11,7 +11,7 @@ ahead is asked in the slice, as before.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from ..core.cases import ALGOS
@@ -34,9 +34,11 @@ _answers: dict[tuple, Any] = {}
 _handles: dict[str, Handle] = {}  # per library: one handle that only ever asks
 
 
-def ask_ahead(cudnn: Cudnn, case: Any, problems: Iterable[tuple[str, str, str, str]], rankings: bool) -> None:
+def ask_ahead(cudnn: Cudnn, case: Any, problems: Iterable[tuple[str, str, str, str]],
+              rankings: bool) -> Iterator[None]:
     """Ask, for each (direction, dtype, layout, math) of ``case``, every algorithm's workspace and, with
-    ``rankings``, the heuristic ranking. Answers left from an earlier case (a slice that did not come) go first."""
+    ``rankings``, the heuristic ranking, one problem a step. Answers left from an earlier case (a slice that did
+    not come) go first."""
     _answers.clear()
     handle = _handles.get(cudnn.path)
     if handle is None:
@@ -55,6 +57,7 @@ def ask_ahead(cudnn: Cudnn, case: Any, problems: Iterable[tuple[str, str, str, s
                     _keep(key + (WORKSPACE, algo_id), conv.workspace_size, algo_id)
                 if rankings:
                     _keep(key + (GET_V7, None), conv.get_v7)
+                yield
         finally:
             desc.close()
 

@@ -14,6 +14,7 @@ import os
 import resource
 import signal
 import sys
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -127,21 +128,55 @@ def _run_call(msg: dict[str, Any]) -> tuple:
     return ("done", _cuda_broken(), value)
 
 
-def _draw_ahead(msg: dict[str, Any]) -> None:
+def _ahead_steps(msg: dict[str, Any]) -> Iterator[None]:
     """What the next slice needs that can be made after the reply, while the parent has the other process
-    measure: the next case's operands (accuracy.draw_ahead) and whatever the backend makes ahead for it (cuDNN's
-    answers that run nothing, and fresh handles, as many as this slice had combinations). What fails here is made again where the slice needs it,
-    and fails there."""
+    measure, in short steps: the next case's operands (accuracy.draw_ahead), then whatever the backend makes
+    ahead for it (cuDNN's answers that run nothing, and fresh handles, as many as this slice had combinations).
+    What fails here is made again where the slice needs it, and fails there."""
     try:
         accuracy.draw_ahead(msg["ahead"], msg["options"].directions)
     except Exception:  # noqa: BLE001 - see above
         pass
+    yield
     try:
         ahead = getattr(resolve_backend(msg["backend"]), "ahead", None)
         if ahead is not None:
-            ahead(msg["ahead"], len(msg["combos"]), msg["options"])
+            yield from ahead(msg["ahead"], len(msg["combos"]), msg["options"])
     except Exception:  # noqa: BLE001 - see above
         pass
+
+
+class Ahead:
+    """The steps made ahead, run only while no message waits, so that they never hold a slice up. The short
+    slice the other process runs next (PyTorch's, under a second) can end before this process has its cuDNN
+    answers for the next case (Get_v7: 15 ms a call backward-filter); what is left when a message comes runs
+    after it, beside the other process's next, longer slice. Steps for the case a slice is about to measure are
+    dropped (the slice asks what it lacks itself), and so are a case's steps once a later case's come."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[Any, Iterator[None]]] = []  # (case, its steps), oldest first
+
+    def add(self, case: Any, steps: Iterator[None]) -> None:
+        """``case``'s steps, after what is left of its earlier ones; any other case's are dropped."""
+        self._close([p for p in self.pending if p[0] != case])
+        self.pending.append((case, steps))
+
+    def before_slice(self, case: Any) -> None:
+        """The slice of ``case`` is next: its steps are dropped."""
+        self._close([p for p in self.pending if p[0] == case])
+
+    def _close(self, dropped: list[tuple[Any, Iterator[None]]]) -> None:
+        for p in dropped:
+            p[1].close()
+            self.pending.remove(p)
+
+    def run_until_message(self, conn: Connection) -> None:
+        while self.pending and not conn.poll():
+            if next(self.pending[0][1], _DONE) is _DONE:
+                self.pending.pop(0)
+
+
+_DONE = object()
 
 
 def _die_with_parent(parent: int) -> None:
@@ -159,18 +194,21 @@ def child_main(fd: int, parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # as its start line did (pool.py): the caller answers Ctrl-C
     conn = Connection(fd)
     profile = WorkerProfile()
+    ahead = Ahead()
     while True:
         try:
+            ahead.run_until_message(conn)
             msg = conn.recv()
         except (EOFError, OSError):
             msg = None
         if msg is None:
             profile.dump()
             return
+        ahead.before_slice(msg.get("case"))
         reply = _run_slice(msg)
         conn.send(reply)
         if reply[0] != "done" or reply[1]:
             profile.dump()
             os._exit(0)  # a failed or CUDA-tainted worker is never reused
         if msg.get("ahead") is not None:
-            _draw_ahead(msg)
+            ahead.add(msg["ahead"], _ahead_steps(msg))
