@@ -33,11 +33,12 @@ from . import output
 from .architecture import architecture
 from .changes import changes_pages
 from .determinism import determinism
-from .fingerprints import fingerprints
+from .drawing import draw_in, drawn, machine_files
+from .fingerprints import fingerprints, offered
 from .fleet import fleet
 from .fmt import fmt_err, fmt_time, minute, settings_str, slug
 from .investigations import findings, ort, rankings
-from .machine import machine_page
+from .machine import flagged
 from .model import MAX_ROWS, MachineInfo, Model, finish, gather
 from .morning import morning, overview
 from .paging import Parts
@@ -225,37 +226,40 @@ def _build(store: Store, out: Path, title: str, workers: int | None = None, mete
                 page((3, i), "runs.html", out / "runs" / f"{m.slug}.html", "../", page_id="runs", **_runs(g, m))
         finish(g)  # waits for the judgements
         _verified(store, check)
+        # after the judgements: each machine's history picker offers what they found first; in the pool's
+        # processes while this one draws the pages of the judgements (drawing.py)
+        found = [flagged(g, m) for m in g.machines]
+        drawing = None if pool is None else draw_in(pool, store, g, common, out, found,
+                                                    [r["id"] for r in offered(g)])
+        _last: dict[str, Any] = {}  # the regressions page's context: its machines' own pages list what it caps
+        for i, (page_id, file, _, template, context) in enumerate(PAGES):
+            if page_id not in NEEDS_NO_JUDGEMENT:
+                ctx = context(g)
+                if page_id == "regressions":
+                    _last[page_id] = ctx["reg"]
+                page((0, i), template, out / file, "", page_id=page_id, **ctx)
+        for i, gm in enumerate(reg["groups"] if (reg := _last.get("regressions")) else ()):
+            if gm["n_regs"]:
+                (out / "regressions").mkdir(exist_ok=True)
+                for k, rm in enumerate(machine_pages(g, gm)):
+                    page((4, i, k), "regressions_machine.html", out / "regressions" / rm["file"], "../",
+                         page_id="regressions", rm=rm)
+        blocks = {b["key"] + "|" + b["source"]: b for b in morning(g)["blocks"]}
+        for i, (m, comps) in enumerate(g.nightly):
+            if comps:
+                block = blocks[m.key + "|" + m.source]
+                for k, ch in enumerate(changes_pages(block, comps, g.thresholds)):
+                    page((1, i, k), "changes.html", out / "changes" / ch["file"], "../", page_id="changes", ch=ch)
+        for i, m in enumerate(g.machines):
+            files = drawn(drawing[i]) if drawing is not None else None
+            if files is None:  # no pool, or its process could not draw them: drawn here, the same pages
+                files = machine_files(env, common, g, m, i, out, found[i])
+            written += files
+            bar.step(1, files[0][1].name)
         ended = True
     finally:
         if pool is not None:  # a judge killed holding a queue's lock, or a signal: its workers killed, not waited on
             children.shut(pool, hard=not ended)
-    for i, m in enumerate(g.machines):  # after the judgements: the history picker offers what they found first
-        mp = machine_page(g, m)
-        page((2, i), "machine.html", out / "machines" / f"{m.slug}.html", "../", page_id="machine", mp=mp)
-        for tp in mp["map_pages"]:
-            path = out / "machines" / tp["file"]
-            path.write_text(env.get_template("machine_maps.html").render(**common, root="../", page_id="machine",
-                                                                           tp=tp), encoding="utf-8")
-            written.append(((2, i, tp["page"]), path))
-    _last: dict[str, Any] = {}  # the regressions page's context: its machines' own pages list what it caps
-    for i, (page_id, file, _, template, context) in enumerate(PAGES):
-        if page_id not in NEEDS_NO_JUDGEMENT:
-            ctx = context(g)
-            if page_id == "regressions":
-                _last[page_id] = ctx["reg"]
-            page((0, i), template, out / file, "", page_id=page_id, **ctx)
-    for i, gm in enumerate(reg["groups"] if (reg := _last.get("regressions")) else ()):
-        if gm["n_regs"]:
-            (out / "regressions").mkdir(exist_ok=True)
-            for k, rm in enumerate(machine_pages(g, gm)):
-                page((4, i, k), "regressions_machine.html", out / "regressions" / rm["file"], "../",
-                     page_id="regressions", rm=rm)
-    blocks = {b["key"] + "|" + b["source"]: b for b in morning(g)["blocks"]}
-    for i, (m, comps) in enumerate(g.nightly):
-        if comps:
-            block = blocks[m.key + "|" + m.source]
-            for k, ch in enumerate(changes_pages(block, comps, g.thresholds)):
-                page((1, i, k), "changes.html", out / "changes" / ch["file"], "../", page_id="changes", ch=ch)
     bar.finish()
     return [path for _, path in sorted(written, key=lambda x: x[0])]
 

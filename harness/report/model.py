@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,6 +105,16 @@ def _series(store: Store, machine: str, image: str, runs: list[dict[str, Any]],
     return Series(machine, image, runs, ids, med, hashes, chosen)
 
 
+def machine_series(store: Store, m: MachineInfo, vectors: dict[int, dict[str, np.ndarray]]) -> Iterator[Series]:
+    """A machine's nightly series, one per image in its order, each with its change points; made one at a time
+    (gather drops each series' columns from the vectors once it holds them)."""
+    for img in m.images:
+        rs = [r for r in m.runs if r["image"] == img]
+        s = _series(store, m.name, img, rs, vectors)
+        s.changes = changepoint.detect_matrix(s.median) if len(rs) >= 2 * changepoint.MIN_SIZE else {}
+        yield s
+
+
 def distinct_per_column(M: np.ndarray, missing: int) -> np.ndarray:
     S = np.sort(M, axis=0)
     new = np.ones(S.shape, dtype=bool)
@@ -186,13 +197,10 @@ def gather(store: Store, title: str, pool: Any = None, complete: bool = True,
     current = {key: current_records(store, runs_of[key], all_vectors, memo) for key in latest}
     series: list[Series] = []
     for m in machines:
-        for img in m.images:
-            rs = [r for r in m.runs if r["image"] == img]
-            s = _series(store, m.name, img, rs, all_vectors)
-            for r in rs:  # the series holds them now; the rest of the report reads combo and ok alone
+        for s in machine_series(store, m, all_vectors):
+            for r in s.runs:  # the series holds them now; the rest of the report reads combo and ok alone
                 for column in SERIES_COLUMNS:
                     all_vectors.get(r["id"], {}).pop(column, None)
-            s.changes = changepoint.detect_matrix(s.median) if len(rs) >= 2 * changepoint.MIN_SIZE else {}
             series.append(s)
     heap.release_freed()  # the series columns' blobs, dropped above
     steps_up: Counter = Counter()
