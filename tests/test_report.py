@@ -658,3 +658,18 @@ def test_a_changes_page_opens_the_findings_the_index_names_and_folds_the_rest(tm
     index = (tmp_path / "site" / "index.html").read_text()
     named = re.findall(r'href="changes/[^"#]+#(f-time-[0-9a-f]+)"', index)
     assert named and set(named) <= {a for a, is_open in findings if is_open}  # the index's top ones are the open ones
+
+
+def test_the_index_blocks_are_made_once_judged_and_shared(tmp_path):
+    """morning(g): the index and the changes pages read one set of blocks, made once the judgements are in;
+    before them (gather(complete=False)) nothing is kept, since the nightly comparisons are not known yet."""
+    from harness.report.model import finish, gather
+    from harness.report.morning import morning
+
+    db = _fleet(tmp_path)
+    with Store(db, create=False) as s:
+        g = gather(s, "t", None, False)
+        assert morning(g)["blocks"] == [] and g.morning is None
+        finish(g)
+        first = morning(g)
+        assert first["blocks"] and morning(g) is first

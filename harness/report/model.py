@@ -79,6 +79,7 @@ class Model:
     regressed: Counter = field(default_factory=Counter)
     nightly: list[tuple[Any, list[NightlyComparison]]] = field(default_factory=list)
     fp_offered: list[dict[str, Any]] | None = None  # the fingerprints page's runs, computed once
+    morning: dict[str, Any] | None = None  # the index's machine blocks (morning.morning), computed once judged
     thresholds: Thresholds = field(default_factory=Thresholds)  # the gate's settings every judgement is made with
 
 
