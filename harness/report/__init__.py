@@ -19,9 +19,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
-from ..analysis import workload
 from ..analysis.compare import Finding
 from ..analysis.thresholds import Thresholds
 from ..collect.store import Store, StoreError
@@ -36,17 +33,15 @@ from .determinism import determinism
 from .drawing import draw_in, drawn, machine_files
 from .fingerprints import fingerprints, offered
 from .fleet import fleet
-from .fmt import fmt_err, fmt_time, minute, settings_str, slug
+from .fmt import fmt_err, fmt_time, slug
 from .investigations import findings, ort, rankings
 from .machine import flagged
 from .model import MAX_ROWS, MachineInfo, Model, finish, gather
 from .morning import morning, overview
 from .paging import Parts
 from .regressions import machine_pages, regressions
+from .templating import environment
 from .upgrade import upgrade
-
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
-
 
 RUNS_ON_ONE_PAGE = 1000  # more runs than this: runs.html lists the machines, each machine's runs on a page of its own
 
@@ -92,30 +87,6 @@ PAGES: list[tuple[str, str, str, str, Callable[[dict[str, Any]], dict[str, Any]]
     ("fingerprints", "fingerprints.html", "Fingerprints", "fingerprints.html", lambda g: {"fp": fingerprints(g)}),
     ("runs", "runs.html", "All runs", "runs.html", _runs),
 ]
-
-
-class _Environment(jinja2.Environment):
-    """Pages render rows of dicts, and jinja tries ``row.x`` as an attribute first: on a dict that fails, and the
-    exception it raises cost a tenth of a fleet report's main process (3.4 million of them, docs/harness.md). A dict's
-    key is looked up first; anything else, and a key a dict lacks, as jinja looks them up (the templates call no
-    dict method)."""
-
-    def getattr(self, obj: Any, attribute: str) -> Any:
-        if obj.__class__ is dict:
-            try:
-                return obj[attribute]
-            except KeyError:
-                pass
-        return super().getattr(obj, attribute)
-
-
-def environment() -> jinja2.Environment:
-    env = _Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
-                       undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(impact_table=workload.table, ms=fmt_time, time=fmt_time, err=fmt_err, settings=settings_str, minute=minute,
-                       micro=lambda text: str(text).replace(" us", " µs"),  # compare's values, with the µ sign
-                       bit=lambda v: int(v) if isinstance(v, bool) else v)  # a record's verdict as the store keeps it
-    return env
 
 
 POOL_FROM_RUNS = 200  # a store of this many runs or more is judged in a pool of processes (one per CPU)

@@ -22,6 +22,7 @@ from ..core import children
 from .machine import machine_page
 from .model import SERIES_COLUMNS, MachineInfo, Model, machine_series
 from .reading import current_records
+from .templating import environment
 
 
 def machine_files(env: jinja2.Environment, common: dict[str, Any], g: Model, m: MachineInfo, i: int, out: Path,
@@ -61,8 +62,6 @@ def _draw(args: tuple) -> list[tuple[tuple, str]] | None:
     """In a pool process: one machine's pages from this process's own reading of the store, or None where its
     runs are not the report's."""
     global _store, _env, _combos
-    from . import environment  # the package's, imported here: it imports this module
-
     path, common, m, i, out, latest, found, offered = args
     if _store is None or _store.path != path:
         _store = Store(path, create=False, verify=False)
