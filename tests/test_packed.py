@@ -593,6 +593,13 @@ def _flip_fixture(tmp_path_factory) -> tuple[RawRun, dict, Any]:
 
 
 @hsettings(max_examples=300, deadline=None, database=None)
+@given(data=st.binary(max_size=3000) | st.lists(st.sampled_from([b"\n", b"\r\n", b"{}", b"\n\n", b"\x8a",
+                                                                  b"\x0b"]), max_size=300).map(b"".join))
+def test_a_journals_lines_are_counted_as_its_newline_bytes(data):
+    """The count a copy's header is checked against (journal_lines): every newline byte, whatever surrounds it."""
+    assert pk.line_count(data) == data.count(b"\n")
+
+
 @given(bit=st.integers(min_value=0))
 def test_no_flipped_bit_in_a_copy_changes_what_is_stored(tmp_path_factory, bit):
     """Any one bit of the copy flipped (the header, a case id, a median, a sample...): the copy is passed over, or

@@ -494,19 +494,26 @@ def test_documented_bits_across_nights_are_grouped_apart_from_what_nothing_expla
 
 def test_judges_in_a_pool_give_the_same_pages(tmp_path, monkeypatch):
     """The judgements a fleet report makes in a pool of processes (store.path read again by each) give the very
-    pages the report makes in one process, and this process then judges nothing itself."""
+    pages the report makes in one process, and this process then judges nothing itself; so do the machine pages
+    the pool's processes draw (drawing.py), of which this process then draws none."""
+    import harness.report as report
     from harness.report import judging
 
     db = _fleet(tmp_path)
     pages = {}
-    judged_here = []
+    judged_here, drawn_here = [], []
     real = judging.compare_runs
     monkeypatch.setattr(judging, "compare_runs", lambda *a, **k: judged_here.append(1) or real(*a, **k))
+    real_files = report.machine_files  # this process's drawing; the pool's processes call drawing's own
+    monkeypatch.setattr(report, "machine_files", lambda *a, **k: drawn_here.append(a[3].name) or real_files(*a, **k))
     for workers in (0, 2):
         judged_here.clear()
+        drawn_here.clear()
         with Store(db, create=False) as s:
             written = build(s, tmp_path / f"site{workers}", workers=workers)
         assert (len(judged_here) > 0) == (workers == 0)
+        assert len(drawn_here) == (2 if workers == 0 else 0)
+        assert sum(p.parent.name == "machines" for p in written) > 2  # the machine pages and their maps' pages
         pages[workers] = {p.relative_to(tmp_path / f"site{workers}"): re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", "",
                                                                             p.read_text()) for p in written}
     assert pages[0].keys() == pages[2].keys() and len(pages[0]) > 5
@@ -530,6 +537,42 @@ def test_a_failed_pool_leaves_the_judging_to_the_report(tmp_path, monkeypatch):
         rel = p.relative_to(tmp_path / "pool")
         strip = lambda t: re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", "", t)  # noqa: E731
         assert strip(p.read_text()) == strip((tmp_path / "one" / rel).read_text()), rel
+
+
+def _no_drawing(args):
+    raise RuntimeError("drawing died")
+
+
+def test_a_failed_pool_leaves_the_machine_pages_to_the_report(tmp_path, monkeypatch):
+    """A pool process that cannot draw a machine's pages (here: every drawing raises there) costs nothing but
+    time: the report draws them in its own process, the same pages."""
+    from harness.report import drawing
+
+    db = _fleet(tmp_path)
+    with Store(db, create=False) as s:
+        build(s, tmp_path / "one", workers=0)
+    monkeypatch.setattr(drawing, "_draw", _no_drawing)
+    with Store(db, create=False) as s:
+        written = build(s, tmp_path / "pool", workers=2)
+    assert sum(p.parent.name == "machines" for p in written) > 2
+    for p in written:
+        rel = p.relative_to(tmp_path / "pool")
+        strip = lambda t: re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", "", t)  # noqa: E731
+        assert strip(p.read_text()) == strip((tmp_path / "one" / rel).read_text()), rel
+
+
+def test_a_pool_process_draws_a_machine_only_from_the_runs_the_report_read(tmp_path):
+    """drawing._same_runs: the runs as the pool's connection holds them against the report's rows; a run it
+    does not hold, or holds replaced (another record count), leaves the page to the report."""
+    from harness.report.drawing import _same_runs
+
+    db = _fleet(tmp_path)
+    with Store(db, create=False) as s:
+        runs = s.runs()
+        assert _same_runs(s, runs)
+        assert not _same_runs(s, [*runs[:-1], {**runs[-1], "n_records": runs[-1]["n_records"] + 1}])
+        assert not _same_runs(s, [*runs, {**runs[0], "id": max(r["id"] for r in runs) + 1}])
+        assert not _same_runs(s, [{**runs[0], "run_id": runs[-1]["run_id"]}])
 
 
 def test_the_gates_history_is_read_light_and_equal_to_the_records(tmp_path, fixture_report):
@@ -615,3 +658,18 @@ def test_a_changes_page_opens_the_findings_the_index_names_and_folds_the_rest(tm
     index = (tmp_path / "site" / "index.html").read_text()
     named = re.findall(r'href="changes/[^"#]+#(f-time-[0-9a-f]+)"', index)
     assert named and set(named) <= {a for a, is_open in findings if is_open}  # the index's top ones are the open ones
+
+
+def test_the_index_blocks_are_made_once_judged_and_shared(tmp_path):
+    """morning(g): the index and the changes pages read one set of blocks, made once the judgements are in;
+    before them (gather(complete=False)) nothing is kept, since the nightly comparisons are not known yet."""
+    from harness.report.model import finish, gather
+    from harness.report.morning import morning
+
+    db = _fleet(tmp_path)
+    with Store(db, create=False) as s:
+        g = gather(s, "t", None, False)
+        assert morning(g)["blocks"] == [] and g.morning is None
+        finish(g)
+        first = morning(g)
+        assert first["blocks"] and morning(g) is first

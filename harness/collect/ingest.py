@@ -172,6 +172,7 @@ _worker_replace = False
 def _worker_init(path: str, lock, replace: bool, building: bool) -> None:
     global _worker_store, _worker_lock, _worker_replace
     heap.use_bulk_thresholds()
+    heap.keep_freed()
     children.quiet_worker()  # the pool's terminate ends a parser at once; Ctrl-C is the parent's (fresh.py's too)
     _worker_store = Store(path, verify=False, building=building)
     if not building:
@@ -302,6 +303,7 @@ def _collect_into(summary: Summary, store_path: str, paths: list[str | Path], jo
     items = discover(paths)
     if jobs <= 1:
         store = Store(store_path, building=building)
+        heap.keep_freed()  # as a parser process does: this process does nothing else until it ends
         try:
             with heap.bulk_allocations():
                 for item in items:

@@ -166,9 +166,9 @@ class Store:
         """A run's fingerprint, options and end."""
         return store_reads.run_json(self, run_pk)
 
-    def run_jsons(self) -> dict[int, dict[str, Any]]:
-        """``run_json`` of every run, in one query."""
-        return store_reads.run_jsons(self)
+    def run_jsons(self, run_pks: Sequence[int] | None = None) -> dict[int, dict[str, Any]]:
+        """``run_json`` of every run (or of ``run_pks``), in one query."""
+        return store_reads.run_jsons(self, run_pks)
 
     def record_count(self) -> int:
         return store_reads.record_count(self)

@@ -156,10 +156,10 @@ def run_json(store: StoreFile, run_pk: int) -> dict[str, Any]:
 
 
 @_damage_is_a_store_error
-def run_jsons(store: StoreFile) -> dict[int, dict[str, Any]]:
-    """``run_json`` of every run, in one query (a fleet's report reads all 18 250 of them). Equal texts give
-    one shared object (a machine's nights share their fingerprint): read-only, and what is derived from a
-    fingerprint is then computed once per object (pairing.stack_fields)."""
+def run_jsons(store: StoreFile, run_pks: Sequence[int] | None = None) -> dict[int, dict[str, Any]]:
+    """``run_json`` of every run (or of ``run_pks``), in one query (a fleet's report reads all 18 250 of them).
+    Equal texts give one shared object (a machine's nights share their fingerprint): read-only, and what is
+    derived from a fingerprint is then computed once per object (pairing.stack_fields)."""
     parsed: dict[str, Any] = {}
 
     def load(text: str) -> Any:
@@ -172,8 +172,15 @@ def run_jsons(store: StoreFile) -> dict[int, dict[str, Any]]:
             parsed[text] = v
         return v
 
+    sql = "SELECT id, fingerprint, options, end_info FROM runs"
+    if run_pks is None:
+        rows: Any = store.db.execute(sql)
+    else:
+        rows = (row for i in range(0, len(run_pks), 500)
+                for row in store.db.execute(f"{sql} WHERE id IN ({','.join('?' * len(run_pks[i:i + 500]))})",
+                                            list(run_pks[i:i + 500])))
     return {pk: {"fingerprint": load(fp), "options": load(opts), "end": load(end) if end else None}
-            for pk, fp, opts, end in store.db.execute("SELECT id, fingerprint, options, end_info FROM runs")}
+            for pk, fp, opts, end in rows}
 
 
 @_damage_is_a_store_error

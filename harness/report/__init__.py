@@ -19,9 +19,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
-from ..analysis import workload
 from ..analysis.compare import Finding
 from ..analysis.thresholds import Thresholds
 from ..collect.store import Store, StoreError
@@ -33,19 +30,18 @@ from . import output
 from .architecture import architecture
 from .changes import changes_pages
 from .determinism import determinism
-from .fingerprints import fingerprints
+from .drawing import draw_in, drawn, machine_files
+from .fingerprints import fingerprints, offered
 from .fleet import fleet
-from .fmt import fmt_err, fmt_time, minute, settings_str, slug
+from .fmt import fmt_err, fmt_time, slug
 from .investigations import findings, ort, rankings
-from .machine import machine_page
+from .machine import flagged
 from .model import MAX_ROWS, MachineInfo, Model, finish, gather
 from .morning import morning, overview
 from .paging import Parts
 from .regressions import machine_pages, regressions
+from .templating import environment
 from .upgrade import upgrade
-
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
-
 
 RUNS_ON_ONE_PAGE = 1000  # more runs than this: runs.html lists the machines, each machine's runs on a page of its own
 
@@ -91,30 +87,6 @@ PAGES: list[tuple[str, str, str, str, Callable[[dict[str, Any]], dict[str, Any]]
     ("fingerprints", "fingerprints.html", "Fingerprints", "fingerprints.html", lambda g: {"fp": fingerprints(g)}),
     ("runs", "runs.html", "All runs", "runs.html", _runs),
 ]
-
-
-class _Environment(jinja2.Environment):
-    """Pages render rows of dicts, and jinja tries ``row.x`` as an attribute first: on a dict that fails, and the
-    exception it raises cost a tenth of a fleet report's main process (3.4 million of them, docs/harness.md). A dict's
-    key is looked up first; anything else, and a key a dict lacks, as jinja looks them up (the templates call no
-    dict method)."""
-
-    def getattr(self, obj: Any, attribute: str) -> Any:
-        if obj.__class__ is dict:
-            try:
-                return obj[attribute]
-            except KeyError:
-                pass
-        return super().getattr(obj, attribute)
-
-
-def environment() -> jinja2.Environment:
-    env = _Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
-                       undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(impact_table=workload.table, ms=fmt_time, time=fmt_time, err=fmt_err, settings=settings_str, minute=minute,
-                       micro=lambda text: str(text).replace(" us", " µs"),  # compare's values, with the µ sign
-                       bit=lambda v: int(v) if isinstance(v, bool) else v)  # a record's verdict as the store keeps it
-    return env
 
 
 POOL_FROM_RUNS = 200  # a store of this many runs or more is judged in a pool of processes (one per CPU)
@@ -225,37 +197,40 @@ def _build(store: Store, out: Path, title: str, workers: int | None = None, mete
                 page((3, i), "runs.html", out / "runs" / f"{m.slug}.html", "../", page_id="runs", **_runs(g, m))
         finish(g)  # waits for the judgements
         _verified(store, check)
+        # after the judgements: each machine's history picker offers what they found first; in the pool's
+        # processes while this one draws the pages of the judgements (drawing.py)
+        found = [flagged(g, m) for m in g.machines]
+        drawing = None if pool is None else draw_in(pool, store, g, common, out, found,
+                                                    [r["id"] for r in offered(g)])
+        _last: dict[str, Any] = {}  # the regressions page's context: its machines' own pages list what it caps
+        for i, (page_id, file, _, template, context) in enumerate(PAGES):
+            if page_id not in NEEDS_NO_JUDGEMENT:
+                ctx = context(g)
+                if page_id == "regressions":
+                    _last[page_id] = ctx["reg"]
+                page((0, i), template, out / file, "", page_id=page_id, **ctx)
+        for i, gm in enumerate(reg["groups"] if (reg := _last.get("regressions")) else ()):
+            if gm["n_regs"]:
+                (out / "regressions").mkdir(exist_ok=True)
+                for k, rm in enumerate(machine_pages(g, gm)):
+                    page((4, i, k), "regressions_machine.html", out / "regressions" / rm["file"], "../",
+                         page_id="regressions", rm=rm)
+        blocks = {b["key"] + "|" + b["source"]: b for b in morning(g)["blocks"]}
+        for i, (m, comps) in enumerate(g.nightly):
+            if comps:
+                block = blocks[m.key + "|" + m.source]
+                for k, ch in enumerate(changes_pages(block, comps, g.thresholds)):
+                    page((1, i, k), "changes.html", out / "changes" / ch["file"], "../", page_id="changes", ch=ch)
+        for i, m in enumerate(g.machines):
+            files = drawn(drawing[i]) if drawing is not None else None
+            if files is None:  # no pool, or its process could not draw them: drawn here, the same pages
+                files = machine_files(env, common, g, m, i, out, found[i])
+            written += files
+            bar.step(1, files[0][1].name)
         ended = True
     finally:
         if pool is not None:  # a judge killed holding a queue's lock, or a signal: its workers killed, not waited on
             children.shut(pool, hard=not ended)
-    for i, m in enumerate(g.machines):  # after the judgements: the history picker offers what they found first
-        mp = machine_page(g, m)
-        page((2, i), "machine.html", out / "machines" / f"{m.slug}.html", "../", page_id="machine", mp=mp)
-        for tp in mp["map_pages"]:
-            path = out / "machines" / tp["file"]
-            path.write_text(env.get_template("machine_maps.html").render(**common, root="../", page_id="machine",
-                                                                           tp=tp), encoding="utf-8")
-            written.append(((2, i, tp["page"]), path))
-    _last: dict[str, Any] = {}  # the regressions page's context: its machines' own pages list what it caps
-    for i, (page_id, file, _, template, context) in enumerate(PAGES):
-        if page_id not in NEEDS_NO_JUDGEMENT:
-            ctx = context(g)
-            if page_id == "regressions":
-                _last[page_id] = ctx["reg"]
-            page((0, i), template, out / file, "", page_id=page_id, **ctx)
-    for i, gm in enumerate(reg["groups"] if (reg := _last.get("regressions")) else ()):
-        if gm["n_regs"]:
-            (out / "regressions").mkdir(exist_ok=True)
-            for k, rm in enumerate(machine_pages(g, gm)):
-                page((4, i, k), "regressions_machine.html", out / "regressions" / rm["file"], "../",
-                     page_id="regressions", rm=rm)
-    blocks = {b["key"] + "|" + b["source"]: b for b in morning(g)["blocks"]}
-    for i, (m, comps) in enumerate(g.nightly):
-        if comps:
-            block = blocks[m.key + "|" + m.source]
-            for k, ch in enumerate(changes_pages(block, comps, g.thresholds)):
-                page((1, i, k), "changes.html", out / "changes" / ch["file"], "../", page_id="changes", ch=ch)
     bar.finish()
     return [path for _, path in sorted(written, key=lambda x: x[0])]
 

@@ -137,7 +137,9 @@ def picker_data(g: Model, h: dict[str, Any], found: set[str] = frozenset()) -> d
             "events": [{"i": i - first, "label": label} for i, label in h["events"] if i >= first]}
 
 
-def machine_page(g: Model, m: MachineInfo) -> dict[str, Any]:
+def machine_page(g: Model, m: MachineInfo, found: set[str] | None = None) -> dict[str, Any]:
+    """The machine page's context; ``found``: the history keys its picker offers first (default: flagged(g, m),
+    which reads the model's judgements)."""
     maps = []
     newest = {g.latest[(m.name, img)]["source"]: img for img in m.images}
     for img in newest.values():
@@ -154,7 +156,7 @@ def machine_page(g: Model, m: MachineInfo) -> dict[str, Any]:
             continue
         h = history(series, g.info)
         if source == "journal" or pick is None:
-            pick = picker_data(g, h, flagged(g, m))
+            pick = picker_data(g, h, flagged(g, m) if found is None else found)
         stamps = [r["started"] for r in h["runs"]]
         if len(h["runs"]) >= 2:
             idx = chained_index(h["median"])

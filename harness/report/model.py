@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +79,7 @@ class Model:
     regressed: Counter = field(default_factory=Counter)
     nightly: list[tuple[Any, list[NightlyComparison]]] = field(default_factory=list)
     fp_offered: list[dict[str, Any]] | None = None  # the fingerprints page's runs, computed once
+    morning: dict[str, Any] | None = None  # the index's machine blocks (morning.morning), computed once judged
     thresholds: Thresholds = field(default_factory=Thresholds)  # the gate's settings every judgement is made with
 
 
@@ -102,6 +104,16 @@ def _series(store: Store, machine: str, image: str, runs: list[dict[str, Any]],
         hashes[i, cols[ok]] = v["hash"][ok]
         chosen[i, cols] = v["chosen"]
     return Series(machine, image, runs, ids, med, hashes, chosen)
+
+
+def machine_series(store: Store, m: MachineInfo, vectors: dict[int, dict[str, np.ndarray]]) -> Iterator[Series]:
+    """A machine's nightly series, one per image in its order, each with its change points; made one at a time
+    (gather drops each series' columns from the vectors once it holds them)."""
+    for img in m.images:
+        rs = [r for r in m.runs if r["image"] == img]
+        s = _series(store, m.name, img, rs, vectors)
+        s.changes = changepoint.detect_matrix(s.median) if len(rs) >= 2 * changepoint.MIN_SIZE else {}
+        yield s
 
 
 def distinct_per_column(M: np.ndarray, missing: int) -> np.ndarray:
@@ -186,13 +198,10 @@ def gather(store: Store, title: str, pool: Any = None, complete: bool = True,
     current = {key: current_records(store, runs_of[key], all_vectors, memo) for key in latest}
     series: list[Series] = []
     for m in machines:
-        for img in m.images:
-            rs = [r for r in m.runs if r["image"] == img]
-            s = _series(store, m.name, img, rs, all_vectors)
-            for r in rs:  # the series holds them now; the rest of the report reads combo and ok alone
+        for s in machine_series(store, m, all_vectors):
+            for r in s.runs:  # the series holds them now; the rest of the report reads combo and ok alone
                 for column in SERIES_COLUMNS:
                     all_vectors.get(r["id"], {}).pop(column, None)
-            s.changes = changepoint.detect_matrix(s.median) if len(rs) >= 2 * changepoint.MIN_SIZE else {}
             series.append(s)
     heap.release_freed()  # the series columns' blobs, dropped above
     steps_up: Counter = Counter()

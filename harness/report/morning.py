@@ -124,7 +124,10 @@ def comparison(c: NightlyComparison, th: Thresholds, machine_slug: str) -> dict[
 
 
 def morning(g: Model) -> dict[str, Any]:
-    """Index context: one block per machine, the ones with gate failures first."""
+    """Index context: one block per machine, the ones with gate failures first; made once the judgements are
+    in and kept (the index and the changes pages read the same blocks)."""
+    if g.morning is not None:
+        return g.morning
     th = g.thresholds
     blocks = []
     for m, comps in g.nightly:
@@ -141,13 +144,16 @@ def morning(g: Model) -> dict[str, Any]:
     blocks.sort(key=lambda b: (-b["n_failing"], -b["n_findings"], b["source"] != "journal", b["name"]))
     last = max((b["night"] for b in blocks), default=None)
     loud = [b for b in blocks if b["n_findings"]]
-    return {"blocks": blocks, "night": last, "n_failing": sum(b["n_failing"] for b in blocks),
-            "loud": loud, "open": loud if len(loud) <= OPEN_BLOCKS else loud[:OPEN_BLOCKS],
-            "folded": [] if len(loud) <= OPEN_BLOCKS else loud[OPEN_BLOCKS:],
-            "quiet": [b for b in blocks if not b["n_findings"]],
-            "silent": [b for b in blocks if b["night"] != last],  # no run last night: their latest is read
-            "machines_failing": sum(1 for b in blocks if b["n_failing"]), "thresholds": th,
-            "settings": settings_lines(th)}
+    out = {"blocks": blocks, "night": last, "n_failing": sum(b["n_failing"] for b in blocks),
+           "loud": loud, "open": loud if len(loud) <= OPEN_BLOCKS else loud[:OPEN_BLOCKS],
+           "folded": [] if len(loud) <= OPEN_BLOCKS else loud[OPEN_BLOCKS:],
+           "quiet": [b for b in blocks if not b["n_findings"]],
+           "silent": [b for b in blocks if b["night"] != last],  # no run last night: their latest is read
+           "machines_failing": sum(1 for b in blocks if b["n_failing"]), "thresholds": th,
+           "settings": settings_lines(th)}
+    if g.judging is None:  # judged (model.finish): the blocks are final
+        g.morning = out
+    return out
 
 
 def overview(g: Model) -> dict[str, Any]:
