@@ -69,12 +69,13 @@ def main(run_dir: str, other: str | None = None) -> int:
     per: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for line in slices:  # a repro's or autotuner's slices apart from the sweep's (lines with no kind: sweep)
         who = line["backend"] + ("" if line.get("kind", "measurement") == "measurement" else f" ({line['kind']})")
-        for k in ("seconds", "measure_s", "rankings_s", "other_s", "records"):
-            per[who][k] += line[k]
+        for k in ("seconds", "measure_s", "rankings_s", "other_s", "records", "waited_s"):
+            per[who][k] += line.get(k, 0)  # waited_s: not in the lines of older runs
         per[who]["slices"] += 1
     for backend, c in sorted(per.items()):
         print(f"slices   {backend:10s} {c['seconds']:8.1f} s in {c['slices']} slices: measuring {c['measure_s']:.1f} s, "
-              f"rankings {c['rankings_s']:.1f} s, operands/references/sessions {c['other_s']:.1f} s")
+              f"rankings {c['rankings_s']:.1f} s, operands/references/sessions {c['other_s']:.1f} s; before them "
+              f"{c['waited_s']:.1f} s waiting for work made ahead")
     if "sweep_seconds" in end:  # `convbench bench`: the sweep first, then asv
         print(f"sweep before asv     {end['sweep_seconds']:8.1f} s; asv run {end['asv_seconds']:.1f} s")
     if total is not None:
@@ -82,7 +83,8 @@ def main(run_dir: str, other: str | None = None) -> int:
         print(f"run total            {total:8.1f} s; everything else (references, rankings, asv, start-up) {rest:.1f} s")
         if slices:
             outside = total - sum(c["seconds"] for c in per.values())
-            print(f"outside the slices   {outside:8.1f} s (asv's processes, worker start-up, fingerprint, summaries)")
+            print(f"outside the slices   {outside:8.1f} s (asv's processes, worker start-up, fingerprint, summaries; "
+                  "a replica's timing pass too where the run's lines lack it)")
     if other:
         against(run, Path(other))
     return 0

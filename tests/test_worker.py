@@ -142,7 +142,9 @@ def test_a_worker_makes_the_next_case_ahead_only_while_no_slice_waits(monkeypatc
     order, holds = [], {name: threading.Event() for name in ("torch", "cudnn")}
     monkeypatch.setattr(poolchild, "_die_with_parent", lambda pid: None)
     monkeypatch.setattr(poolchild.signal, "signal", lambda *a: None)  # a thread sets no handlers; the worker ignores
-    monkeypatch.setattr(poolchild, "_run_slice", lambda msg: order.append(("measured", msg["case"])) or ("done", None))
+    waits = []
+    monkeypatch.setattr(poolchild, "_run_slice", lambda msg: order.append(("measured", msg["case"])) or
+                        waits.append(msg["waited_s"]) or ("done", None))
     monkeypatch.setattr(poolchild.accuracy, "draw_ahead",
                         lambda case, directions: order.append(("drew", case, directions)))
 
@@ -171,7 +173,7 @@ def test_a_worker_makes_the_next_case_ahead_only_while_no_slice_waits(monkeypatc
     worker.start()
     try:
         parent.send({"case": "cudnn", "backend": "cudnn", "combos": [1, 2, 3], "options": options,
-                     "ahead": "torch"})
+                     "ahead": "torch", "sent_at": time.monotonic() - 5})
         assert parent.recv() == ("done", None)
         wait_for(("step", "torch", 3, 0))  # the reply went first; the steps run while nothing waits
         parent.send({"case": "PyTorch's slice", "backend": "torch", "combos": [1], "options": options,
@@ -191,6 +193,7 @@ def test_a_worker_makes_the_next_case_ahead_only_while_no_slice_waits(monkeypatc
         holds["torch"].set(), holds["cudnn"].set()
         worker.join(10)
     assert not worker.is_alive()
+    assert waits[0] >= 5 and all(w == 0 for w in waits[1:])  # a message with no time sent waited for nothing
     assert order == [
         ("measured", "cudnn"), ("drew", "torch", dirs), ("step", "torch", 3, 0),
         ("measured", "PyTorch's slice"),
@@ -441,3 +444,21 @@ def test_a_refusal_asked_ahead_leaves_no_cycle_holding_the_session_that_met_it(m
             assert gone() is None
     finally:
         gc.enable()
+
+
+def test_a_replicas_timing_pass_writes_its_slice_line_with_the_wait_before_it(tmp_path):
+    """A replica journals no record, yet its pass is a slice of the night: it writes its slice line (kind
+    "replica") with how long its message waited for the worker, as the main worker's slices do."""
+    from harness.backends.pytorch import TorchBackend
+    from harness.run import poolchild, slicetime
+
+    case = cases.get("quick.seed")
+    options = SweepOptions(device="cpu", timing=TimingPolicy(budget_ms=1.0, min_samples=3, max_samples=5),
+                           dtypes=("fp32",), timing_only=True)
+    combos = TorchBackend().combos(case, options)[:2]
+    reply = poolchild._run_slice({"collect": True, "backend": "torch", "case": case, "combos": combos,
+                                  "options": options, "run_dir": str(tmp_path), "waited_s": 0.25})
+    assert reply[0] == "done" and len(reply[2]) == 2
+    (line,) = slicetime.read(tmp_path)
+    assert line["kind"] == slicetime.REPLICA and line["records"] == 2 and line["waited_s"] == 0.25
+    assert line["backend"] == "torch" and line["case"] == case.id and line["measure_s"] > 0

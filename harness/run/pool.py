@@ -151,7 +151,7 @@ class WorkerPool:
         child = self.child
         oom_before = oom_kills()
         try:
-            child.conn.send(msg)
+            child.conn.send(dict(msg, sent_at=time.monotonic()))  # the worker tells how long it kept it waiting
         except OSError:  # the worker died before it got the message: judged below as any death is
             pass
         reply, killed, finished = None, False, False

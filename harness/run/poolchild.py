@@ -14,6 +14,7 @@ import os
 import resource
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -27,7 +28,7 @@ from .journal import Journal
 from .profiling import WorkerProfile
 from .replicas import merge
 from .runners import load_runner, resolve, resolve_backend
-from .slicetime import SliceClock
+from .slicetime import REPLICA, SliceClock
 
 # Messages of errors after which the CUDA context is unusable (sticky errors): the worker must be replaced.
 _STICKY_CUDA = ("illegal memory access", "illegal address", "unspecified launch failure", "misaligned address",
@@ -75,7 +76,8 @@ def _run_slice(msg: dict[str, Any]) -> tuple:
     backend = load_runner(msg["runner"]) if msg.get("runner") else resolve_backend(msg["backend"])
     by_producer = not msg.get("finalize", True)
     _limit_memory(msg.get("memory_limit"))
-    clock = SliceClock(msg["backend"], msg["case"].id, msg.get("kind", RecordKind.MEASUREMENT))
+    clock = SliceClock(msg["backend"], msg["case"].id, msg.get("kind", RecordKind.MEASUREMENT),
+                       msg.get("waited_s", 0.0))
     replicas = msg.get("replicas") or {}
     try:
         for rec in backend.run(msg["case"], msg["combos"], msg["options"]):
@@ -110,10 +112,16 @@ def _collect(msg: dict[str, Any]) -> tuple:
     """A replica's pass (WorkerPool.replicate): the slice's records handed back in the reply, not journaled."""
     backend = resolve_backend(msg["backend"])
     _limit_memory(msg.get("memory_limit"))
+    clock = SliceClock(msg["backend"], msg["case"].id, REPLICA, msg.get("waited_s", 0.0))
+    made = []
     try:
-        made = [rec for rec in backend.run(msg["case"], msg["combos"], msg["options"]) if isinstance(rec, Record)]
+        for rec in backend.run(msg["case"], msg["combos"], msg["options"]):
+            clock.tick(rec)
+            if isinstance(rec, Record):
+                made.append(rec)
     except Exception as exc:  # noqa: BLE001 - a backend must not raise; when one does, the replica says so
         return _failed(exc)
+    clock.write(Path(msg["run_dir"]))
     return ("done", _cuda_broken(), made)
 
 
@@ -204,6 +212,7 @@ def child_main(fd: int, parent: int) -> None:
         if msg is None:
             profile.dump()
             return
+        msg["waited_s"] = max(0.0, time.monotonic() - msg.get("sent_at", time.monotonic()))
         ahead.before_slice(msg.get("case"))
         reply = _run_slice(msg)
         conn.send(reply)

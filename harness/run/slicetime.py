@@ -2,8 +2,10 @@
 
 A slice (one backend, one case) spends its time measuring combinations (each record's ``extra.wall_ms``), in
 cuDNN's own rankings (the Find searches run every algorithm again; the gap before a burst of ranking rows) and on
-the rest: operands, float64 references and bounds, descriptors and sessions (every other gap). One line per slice
-goes to ``<run>/slices.jsonl``; with the run's total, scripts/run_breakdown.py tells what asv and start-up cost.
+the rest: operands, float64 references and bounds, descriptors and sessions (every other gap); before it starts,
+its message may wait for the worker to finish a step made ahead. One line per slice (a replica's timing pass
+too) goes to ``<run>/slices.jsonl``; with the run's total, scripts/run_breakdown.py tells what asv and start-up
+cost.
 """
 
 from __future__ import annotations
@@ -18,12 +20,15 @@ from ..core.records import RecordKind
 from .journal import iter_journal, open_append
 
 SLICES_FILE = "slices.jsonl"
+REPLICA = "replica"  # the kind of a replica's timing pass (run/replicas.py): it journals no record
 
 
 class SliceClock:
-    def __init__(self, backend: str, case_id: str, kind: str = RecordKind.MEASUREMENT):
-        """``kind``: the records the slice makes (a repro or autotune slice is not the sweep's measuring)."""
-        self.backend, self.case_id, self.kind = backend, case_id, kind
+    def __init__(self, backend: str, case_id: str, kind: str = RecordKind.MEASUREMENT, waited_s: float = 0.0):
+        """``kind``: the records the slice makes (a repro or autotune slice is not the sweep's measuring; a
+        replica's timing pass is "replica"); ``waited_s``: how long the slice's message waited for the worker
+        (finishing a step made ahead, run/poolchild.py)."""
+        self.backend, self.case_id, self.kind, self.waited_s = backend, case_id, kind, waited_s
         self.start = self.last = time.perf_counter()
         self.measure_s = self.rankings_s = 0.0
         self.records = 0
@@ -44,6 +49,7 @@ class SliceClock:
         return {"backend": self.backend, "case": self.case_id, "kind": self.kind, "records": self.records,
                 "seconds": round(seconds, 4),
                 "measure_s": round(self.measure_s, 4), "rankings_s": round(self.rankings_s, 4),
+                "waited_s": round(self.waited_s, 4),
                 "other_s": round(max(0.0, seconds - self.measure_s - self.rankings_s), 4)}
 
     def write(self, run_dir: Path) -> None:
