@@ -108,8 +108,8 @@ class CudnnBackend:
         import torch
 
         sm = torch.cuda.get_device_capability()
-        problems = dict.fromkeys((c.direction, c.dtype, c.layout, c.math) for c in self.combos(case, options)
-                                 if not arch_reason(c.dtype, sm))
+        problems = ((c.direction, c.dtype, c.layout, c.math) for c in self.combos(case, options)
+                    if not arch_reason(c.dtype, sm))
         yield from cudnn_queries.ask_ahead(self.cudnn, case, problems,
                                            rankings=options.rankings and not options.timing_only)
         if not options.timing_only:

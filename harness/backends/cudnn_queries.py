@@ -36,9 +36,9 @@ _handles: dict[str, Handle] = {}  # per library: one handle that only ever asks
 
 def ask_ahead(cudnn: Cudnn, case: Any, problems: Iterable[tuple[str, str, str, str]],
               rankings: bool) -> Iterator[None]:
-    """Ask, for each (direction, dtype, layout, math) of ``case``, every algorithm's workspace and, with
-    ``rankings``, the heuristic ranking, one problem a step. Answers left from an earlier case (a slice that did
-    not come) go first."""
+    """Ask, for each (direction, dtype, layout, math) of ``case`` (a repeated one once), every algorithm's
+    workspace and, with ``rankings``, the heuristic ranking, one problem a step. Answers left from an earlier case
+    (a slice that did not come) go first."""
     _answers.clear()
     handle = _handles.get(cudnn.path)
     if handle is None:

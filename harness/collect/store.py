@@ -166,6 +166,10 @@ class Store:
         """A run's fingerprint, options and end."""
         return store_reads.run_json(self, run_pk)
 
+    def run_sizes(self, run_pks: Sequence[int]) -> dict[int, tuple[str, int]]:
+        """(run id, record count) of the given runs."""
+        return store_reads.run_sizes(self, run_pks)
+
     def run_jsons(self, run_pks: Sequence[int] | None = None) -> dict[int, dict[str, Any]]:
         """``run_json`` of every run (or of ``run_pks``), in one query."""
         return store_reads.run_jsons(self, run_pks)

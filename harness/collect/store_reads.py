@@ -24,7 +24,7 @@ from .store_packing import (
     numbers_array,
     text_columns,
 )
-from .store_schema import REBUILD, StoreError, StoreFile, error_line
+from .store_schema import REBUILD, StoreError, StoreFile, error_line, select_in
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -156,6 +156,14 @@ def run_json(store: StoreFile, run_pk: int) -> dict[str, Any]:
 
 
 @_damage_is_a_store_error
+def run_sizes(store: StoreFile, run_pks: Sequence[int]) -> dict[int, tuple[str, int]]:
+    """(run id, record count) of the given runs, by run key: whether a reader's runs are still the stored ones
+    (a run a collect replaced has more records)."""
+    return {pk: (run_id, n) for pk, run_id, n in
+            select_in(store.db, "SELECT id, run_id, n_records FROM runs WHERE id IN ({marks})", run_pks)}
+
+
+@_damage_is_a_store_error
 def run_jsons(store: StoreFile, run_pks: Sequence[int] | None = None) -> dict[int, dict[str, Any]]:
     """``run_json`` of every run (or of ``run_pks``), in one query (a fleet's report reads all 18 250 of them).
     Equal texts give one shared object (a machine's nights share their fingerprint): read-only, and what is
@@ -173,12 +181,7 @@ def run_jsons(store: StoreFile, run_pks: Sequence[int] | None = None) -> dict[in
         return v
 
     sql = "SELECT id, fingerprint, options, end_info FROM runs"
-    if run_pks is None:
-        rows: Any = store.db.execute(sql)
-    else:
-        rows = (row for i in range(0, len(run_pks), 500)
-                for row in store.db.execute(f"{sql} WHERE id IN ({','.join('?' * len(run_pks[i:i + 500]))})",
-                                            list(run_pks[i:i + 500])))
+    rows = store.db.execute(sql) if run_pks is None else select_in(store.db, sql + " WHERE id IN ({marks})", run_pks)
     return {pk: {"fingerprint": load(fp), "options": load(opts), "end": load(end) if end else None}
             for pk, fp, opts, end in rows}
 
@@ -206,11 +209,9 @@ def combo_rows(store: StoreFile, combo_ids: list[int]) -> dict[int, tuple[tuple,
     (its snapshot cannot change), a store being written reads them again (a rolled-back id may be reused)."""
     cache = store.combo_cache if store.readonly else {}
     wanted = sorted(set(combo_ids) - cache.keys())
-    for i in range(0, len(wanted), 500):
-        chunk = wanted[i:i + 500]
-        for r in store.db.execute(f"SELECT id, {','.join(COMBO_COLUMNS)} FROM combos WHERE id IN "
-                                 f"({','.join('?' * len(chunk))})", chunk):
-            cache[r[0]] = (r[1:], json.loads(r[9]))
+    for r in select_in(store.db, f"SELECT id, {','.join(COMBO_COLUMNS)} FROM combos WHERE id IN ({{marks}})",
+                       wanted):
+        cache[r[0]] = (r[1:], json.loads(r[9]))
     return cache
 
 
@@ -258,13 +259,10 @@ def vectors(store: StoreFile, run_pks: Sequence[int],
     A fleet report's 10^7 values cost 33 bytes each with every column, in its process and in each judging one."""
     wanted = [c for c in VECTOR_COLUMNS[1:] if c in columns]
     out: dict[int, dict[str, np.ndarray]] = {}
-    for i in range(0, len(run_pks), 500):
-        chunk = list(run_pks[i:i + 500])
-        marks = ",".join("?" * len(chunk))
-        for run, combo, *blobs in store.db.execute(
-                f"SELECT run, combo{''.join(', ' + c for c in wanted)} FROM run_vectors WHERE run IN ({marks})",
-                chunk):
-            n = len(combo) // 4
-            out[run] = {"combo": np.frombuffer(combo, "<i4"),
-                        **{c: _VECTOR_DECODE[c](b, n) for c, b in zip(wanted, blobs, strict=True)}}
+    for run, combo, *blobs in select_in(
+            store.db, f"SELECT run, combo{''.join(', ' + c for c in wanted)} FROM run_vectors WHERE run IN ({{marks}})",
+            run_pks):
+        n = len(combo) // 4
+        out[run] = {"combo": np.frombuffer(combo, "<i4"),
+                    **{c: _VECTOR_DECODE[c](b, n) for c, b in zip(wanted, blobs, strict=True)}}
     return out

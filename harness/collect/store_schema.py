@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import sqlite3
 import time
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 from ..core.errors import UserError
@@ -153,6 +154,16 @@ def _statements(script: str) -> list[str]:
             out.append(current.strip())
             current = ""
     return out
+
+
+IN_CHUNK = 500  # ids bound in one ``IN (...)``: under SQLite's default limit of host parameters
+
+
+def select_in(db: sqlite3.Connection, sql: str, ids: Sequence[Any]) -> Iterator[tuple]:
+    """The rows of ``sql`` (its ``{marks}`` the ``IN`` list) for ``ids``, bound IN_CHUNK at a time."""
+    for i in range(0, len(ids), IN_CHUNK):
+        chunk = list(ids[i:i + IN_CHUNK])
+        yield from db.execute(sql.format(marks=",".join("?" * len(chunk))), chunk)
 
 
 def when_unlocked(statement, wait_s: float = 60.0):

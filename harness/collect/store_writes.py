@@ -14,7 +14,7 @@ import numpy as np
 
 from ..core.intake import storable
 from .store_packing import RANKING_COLUMNS, RUN_COLUMNS, ParsedRun, copy_replaces, packed_records
-from .store_schema import StoreError, StoreFile, error_line, rollback, when_unlocked
+from .store_schema import StoreError, StoreFile, error_line, rollback, select_in, when_unlocked
 
 _FIRST = operator.itemgetter(0)
 
@@ -35,11 +35,8 @@ def _ids(store: StoreFile, table: str, cache: dict[str, int], keys: Iterable[str
     else:
         store.db.executemany("INSERT OR IGNORE INTO names (name) VALUES (?)", [(k,) for k in missing])
         col = "name"
-    for i in range(0, len(missing), 500):
-        chunk = missing[i:i + 500]
-        marks = ",".join("?" * len(chunk))
-        for ident, key in store.db.execute(f"SELECT id, {col} FROM {table} WHERE {col} IN ({marks})", chunk):
-            cache[key] = ident
+    for ident, key in select_in(store.db, f"SELECT id, {col} FROM {table} WHERE {col} IN ({{marks}})", missing):
+        cache[key] = ident
 
 
 def ingest_all(store: StoreFile, runs: list[ParsedRun], *, replace: bool = False) -> list[str]:

@@ -49,12 +49,7 @@ _combos: dict[int, dict[str, Any]] = {}
 
 def _same_runs(store: Store, runs: list[dict[str, Any]]) -> bool:
     """Whether this connection holds each run as the report read it (a replaced run has more records)."""
-    ids = [r["id"] for r in runs]
-    seen = {}
-    for i in range(0, len(ids), 500):
-        chunk = ids[i:i + 500]
-        seen.update((pk, (run_id, n)) for pk, run_id, n in store.db.execute(
-            f"SELECT id, run_id, n_records FROM runs WHERE id IN ({','.join('?' * len(chunk))})", chunk))
+    seen = store.run_sizes([r["id"] for r in runs])
     return all(seen.get(r["id"]) == (r["run_id"], r["n_records"]) for r in runs)
 
 
