@@ -34,6 +34,8 @@ FLOOR_SAMPLES = 8
 @dataclass(frozen=True)
 class TimingPolicy:
     warmup_ms: float = 1.0  # every placement runs once untimed first, the first one for at least this long
+    # ... unless one warm-up call already took this long: then no further placement is warmed (warm_up_next).
+    long_call_ms: float = 2.0
     # At least four batches: with one batch of 8 the medians of 50-140 us calls moved by up to 4 % between reruns
     # on the H200; with 32 samples by at most 1.05 % (docs/performance.md).
     min_samples: int = 32
@@ -136,6 +138,23 @@ def sample_flags(samples: list[float] | tuple[float, ...], host_bound: bool = Fa
     return flags
 
 
+def warm_up_next(placements: int, warmed: int, warm_ms: Sequence[float], elapsed_ms: float,
+                 policy: TimingPolicy) -> int | None:
+    """Which placement the next warm-up call runs, or None once warming is done. Each placement the caller has
+    not run (those from ``warmed`` on) runs once, then the first until ``warmup_ms`` have passed; a warm-up call
+    of ``long_call_ms`` or more ends it. A placement's first call pays for where its operands sit (page-table
+    walks, an L2 holding another placement's bytes), a cost that does not grow with the call: against a call of
+    milliseconds it is below what the samples resolve, while warming each placement cost a whole call a placement,
+    the larger part of a long call's device time in a backward night (docs/performance.md)."""
+    if warm_ms and warm_ms[-1] >= policy.long_call_ms:
+        return None
+    first = min(warmed, placements)
+    done = len(warm_ms)
+    if done < max(placements - first, 1):
+        return first + done if first + done < placements else 0
+    return 0 if elapsed_ms < policy.warmup_ms else None
+
+
 def _enough(samples: list[float], spent_ms: float, policy: TimingPolicy) -> bool:
     n = len(samples)
     if n >= policy.max_samples:
@@ -183,14 +202,14 @@ class CudaTimer:
         torch, policy = self.torch, self.policy
         fns = list(fn) if isinstance(fn, Sequence) else [fn]
         stream = torch.cuda.current_stream()
-        # Warm-up: every placement once (its first call is never a sample; a placement the caller already ran
-        # is not run again for it: one call of up to 44 ms saved a record), then the first placement until
-        # warmup_ms have passed. Each warm-up call is timed, for the batch size and the spacer below.
-        unwarmed = fns[min(warmed, len(fns)):]
+        # Warm-up (warm_up_next): every placement once, so that its first call is not a sample, unless the call
+        # is long; a placement the caller already ran is not run again for it. Each warm-up call is timed, for
+        # the batch size and the spacer below.
         t0 = time.perf_counter()
-        host_s, warm = [], []
-        while len(host_s) < max(len(unwarmed), 1) or (time.perf_counter() - t0) * 1e3 < policy.warmup_ms:
-            f = unwarmed[len(host_s)] if len(host_s) < len(unwarmed) else fns[0]
+        host_s: list[float] = []
+        warm: list[float] = []
+        while (k := warm_up_next(len(fns), warmed, warm, (time.perf_counter() - t0) * 1e3, policy)) is not None:
+            f = fns[k]
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             h = time.perf_counter()
             start.record(stream)
