@@ -103,44 +103,6 @@ def test_batches_timed_under_a_clock_cap_are_discarded_then_flagged(capped, disc
     assert t.clock["slowdowns"] == (["sw_power_cap"] if flags else []) and t.n >= FAST.min_samples
 
 
-@pytest.mark.parametrize("call_ms, hint, warmed_placements", [(0.05, None, [1, 2, 3, 4]), (6.0, None, [1]),
-                                                            (6.0, 6.0, [])])
-def test_a_long_call_is_warmed_once_or_not_at_all_where_a_short_one_warms_each_placement(call_ms, hint,
-                                                                                      warmed_placements, monkeypatch):
-    """Five placements of a device call, the first already run by the caller: the real timer runs each other
-    placement once untimed for a short call (then the first until 1 ms), a single one for a call of milliseconds,
-    none where the caller says how long the call took, and samples every placement."""
-    import torch
-
-    from harness.measurement import timing
-
-    warmed = []
-    plan = timing.warm_up_next
-
-    def watched(*args):
-        k = plan(*args)
-        if k is not None:
-            warmed.append(k)
-        return k
-
-    monkeypatch.setattr(timing, "warm_up_next", watched)
-    calls = [0] * 5
-
-    def placed(i):
-        def run():
-            calls[i] += 1
-            torch.cuda._sleep(int(call_ms * 2e6))  # cycles at about 2 GHz
-        return run
-
-    timer = timing.CudaTimer(timing.TimingPolicy())
-    timer.clock = None  # no NVML judgement: no batch is discarded for a clock cap
-    t = timer([placed(i) for i in range(5)], warmed=1, call_ms=hint)
-    assert warmed[:len(warmed_placements)] == warmed_placements and set(warmed[len(warmed_placements):]) <= {0}
-    assert t.median_ms >= call_ms * 0.5 and all(c > warmed.count(i) for i, c in enumerate(calls))  # all sampled
-    if hint is not None:  # the first sample was taken on the placement the caller warmed, behind a spacer
-        assert sum(calls) == t.n and calls[0] >= 1
-
-
 @pytest.mark.parametrize("direction", ["bwd_data", "bwd_filter"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_the_timed_backward_is_autograds_gradient_on_the_gpu(direction, layout):

@@ -1,13 +1,6 @@
-"""The timer's warm-up and stopping rule: a noise target, a sample cap and a device-time budget."""
+"""The timer's stopping rule: a noise target, a sample cap and a device-time budget."""
 
-from harness.measurement.timing import (
-    FLOOR_SAMPLES,
-    TimingPolicy,
-    _enough,
-    median_rel_stderr,
-    sample_flags,
-    warm_up_next,
-)
+from harness.measurement.timing import FLOOR_SAMPLES, TimingPolicy, _enough, median_rel_stderr, sample_flags
 
 POLICY = TimingPolicy()
 
@@ -48,28 +41,3 @@ def test_sample_flags_name_what_makes_a_median_flip():
     assert sample_flags(device_bound, host_bound=True) == ["host_bound"]
     wide = [0.05, 0.05, 0.05, 0.05, 0.12, 0.12, 0.12, 0.12]  # IQR/median 1.4 with median/min 1.7
     assert "multimodal" in sample_flags(wide)
-
-
-def _warm_up(placements: int, warmed: int, call_ms: float, policy: TimingPolicy = POLICY) -> list[int]:
-    """The placements warmed, in order, for a call of ``call_ms`` whose calls take that long each."""
-    order, warm = [], []
-    while (k := warm_up_next(placements, warmed, warm, sum(warm), policy)) is not None:
-        order.append(k)
-        warm.append(call_ms)
-    return order
-
-
-def test_a_short_call_warms_every_placement_the_caller_did_not_run_then_the_first_for_a_millisecond():
-    assert _warm_up(5, warmed=1, call_ms=0.125) == [1, 2, 3, 4] + [0] * 4
-    assert _warm_up(5, warmed=0, call_ms=0.25) == [0, 1, 2, 3, 4]
-    assert _warm_up(1, warmed=1, call_ms=0.4) == [0, 0, 0]  # nothing left to warm: the first, for 1 ms
-    assert _warm_up(1, warmed=0, call_ms=5.0) == [0]
-
-
-def test_a_long_call_warms_one_placement_and_samples_the_others_first_calls():
-    assert _warm_up(5, warmed=1, call_ms=POLICY.long_call_ms) == [1]
-    assert _warm_up(5, warmed=1, call_ms=POLICY.long_call_ms * 0.99) == [1, 2, 3, 4]
-    assert _warm_up(3, warmed=0, call_ms=17.0) == [0]
-    # the old schedule, where every placement was warmed whatever the call's length, is one setting away
-    every = TimingPolicy(long_call_ms=float("inf"))
-    assert _warm_up(5, warmed=1, call_ms=17.0, policy=every) == [1, 2, 3, 4]

@@ -34,8 +34,6 @@ FLOOR_SAMPLES = 8
 @dataclass(frozen=True)
 class TimingPolicy:
     warmup_ms: float = 1.0  # every placement runs once untimed first, the first one for at least this long
-    # ... unless the call takes this long: then one warm-up call, or none where the caller timed one (CudaTimer)
-    long_call_ms: float = 5.0
     # At least four batches: with one batch of 8 the medians of 50-140 us calls moved by up to 4 % between reruns
     # on the H200; with 32 samples by at most 1.05 % (docs/performance.md).
     min_samples: int = 32
@@ -138,23 +136,6 @@ def sample_flags(samples: list[float] | tuple[float, ...], host_bound: bool = Fa
     return flags
 
 
-def warm_up_next(placements: int, warmed: int, warm_ms: Sequence[float], elapsed_ms: float,
-                 policy: TimingPolicy) -> int | None:
-    """Which placement the next warm-up call runs, or None once warming is done. Each placement the caller has
-    not run (those from ``warmed`` on) runs once, then the first until ``warmup_ms`` have passed; a warm-up call
-    of ``long_call_ms`` or more ends it. A placement's first call pays for where its operands sit (page-table
-    walks, an L2 holding another placement's bytes), a cost that does not grow with the call: against a call of
-    milliseconds it is below what the samples resolve, while warming each placement cost a whole call a placement,
-    the larger part of a long call's device time in a backward night (docs/performance.md)."""
-    if warm_ms and warm_ms[-1] >= policy.long_call_ms:
-        return None
-    first = min(warmed, placements)
-    done = len(warm_ms)
-    if done < max(placements - first, 1):
-        return first + done if first + done < placements else 0
-    return 0 if elapsed_ms < policy.warmup_ms else None
-
-
 def _enough(samples: list[float], spent_ms: float, policy: TimingPolicy) -> bool:
     n = len(samples)
     if n >= policy.max_samples:
@@ -177,10 +158,6 @@ THROTTLE_RECOVERY_S = 0.05
 THROTTLE_MAX_DISCARDS = 8
 SPACER_CLOCK_HZ = 2.0e9  # cycles per second assumed for the spacer; a slower clock only lengthens it
 SPACER_MAX_S = 0.1  # the spacer doubles up to this after a batch the host did not stay ahead of
-# The spacer before a long call's first sample, sized before any dispatch of it was timed: above the slowest host
-# dispatch of a call of 5 ms or more in a backward night on the H100 (1.04 ms, 95 % of them under 0.44 ms), and a
-# small part of the calls it saves.
-FIRST_SPACER_S = 1.5e-3
 
 
 class CudaTimer:
@@ -198,39 +175,22 @@ class CudaTimer:
             # Twice the L2, written with zeros before each repetition, evicts whatever the call left there.
             self._flush = torch.empty(max(2 * l2, 64 << 20), dtype=torch.uint8, device="cuda")
 
-    def __call__(self, fn: Callable[[], object] | Sequence[Callable[[], object]], warmed: int = 0,
-                 call_ms: float | None = None) -> Timing:
+    def __call__(self, fn: Callable[[], object] | Sequence[Callable[[], object]], warmed: int = 0) -> Timing:
         """Time ``fn``; given several callables (the same call on buffers placed elsewhere in device memory),
         accepted batches rotate through them, at least one batch each, and the samples are pooled: one unlucky
         placement then moves the median by a quantile of the others, not by its own level (see PLACEMENTS).
-        The first ``warmed`` callables have already run (the caller's checked run of the same call), one of them
-        taking ``call_ms`` of device time where the caller timed it."""
+        The first ``warmed`` callables have already run (the caller's checked run of the same call)."""
         torch, policy = self.torch, self.policy
         fns = list(fn) if isinstance(fn, Sequence) else [fn]
         stream = torch.cuda.current_stream()
-        samples: list[float] = []
-        dispatch: list[float] = []
-        reads = []
-        per_placement: list[list[float]] = [[] for _ in fns]
-        # Warm-up (warm_up_next): every placement once, so that its first call is not a sample, unless the call
-        # is long; a placement the caller already ran is not run again for it. Each warm-up call is timed, for
-        # the batch size and the spacer below. A call the caller saw take long_call_ms or more on a placement it
-        # warmed has its first sample taken there instead (_first_sample): no warm-up call at all.
+        # Warm-up: every placement once (its first call is never a sample; a placement the caller already ran
+        # is not run again for it: one call of up to 44 ms saved a record), then the first placement until
+        # warmup_ms have passed. Each warm-up call is timed, for the batch size and the spacer below.
+        unwarmed = fns[min(warmed, len(fns)):]
         t0 = time.perf_counter()
-        host_s: list[float] = []
-        warm: list[float] = []
-        first = self._first_sample(fns[0], stream) if (warmed and call_ms is not None
-                                                       and call_ms >= policy.long_call_ms) else None
-        if first is not None:
-            ms, h, read = first
-            host_s, warm = [h], [ms]
-            samples.append(ms)
-            dispatch.append(h)
-            reads.append(read)
-            per_placement[0].append(ms)
-        while first is None and (k := warm_up_next(len(fns), warmed, warm, (time.perf_counter() - t0) * 1e3,
-                                                   policy)) is not None:
-            f = fns[k]
+        host_s, warm = [], []
+        while len(host_s) < max(len(unwarmed), 1) or (time.perf_counter() - t0) * 1e3 < policy.warmup_ms:
+            f = unwarmed[len(host_s)] if len(host_s) < len(unwarmed) else fns[0]
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             h = time.perf_counter()
             start.record(stream)
@@ -249,10 +209,14 @@ class CudaTimer:
         # warm-up alone was too short for some (samples 4-8 of a batch 3.2-3.8x the first three), so each
         # batch proves it: the gate event behind the spacer is still pending once the host has enqueued it all.
         spacer_s = min(SPACER_MAX_S, 1.5 * batch * statistics.median(host_s) + 20e-6)
-        spent = sum(samples)
+        samples: list[float] = []
+        dispatch: list[float] = []
+        spent = 0.0
+        reads = []
         host_bound = throttled = False
         discarded = 0
-        accepted = len(samples)  # the first sample, where taken, was placement 0's batch
+        per_placement: list[list[float]] = [[] for _ in fns]
+        accepted = 0
         # one set of event pairs for every batch: a batch reads its times before the next records them again
         pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(batch)]
         while accepted < len(fns) or not _enough(samples, spent, policy):
@@ -298,29 +262,6 @@ class CudaTimer:
                            throttled=throttled)
         self.placement_medians_ms = [round(statistics.median(p), 6) for p in per_placement]
         return timing
-
-
-    def _first_sample(self, fn: Callable[[], object], stream) -> tuple[float, float, object] | None:
-        """One call of a warm placement timed as a sample (device ms, host s, clock read): behind a spacer of
-        FIRST_SPACER_S, which must still run when the host has enqueued the call, at an unthrottled clock, and
-        no shorter than long_call_ms. Otherwise None: the call was one more warm-up of that placement."""
-        torch = self.torch
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(int(FIRST_SPACER_S * SPACER_CLOCK_HZ))
-        gate = torch.cuda.Event()
-        gate.record(stream)
-        start.record(stream)
-        h = time.perf_counter()
-        fn()
-        h = time.perf_counter() - h
-        end.record(stream)
-        ahead = not gate.query()
-        end.synchronize()
-        read = self.clock.read() if self.clock is not None else None
-        ms = start.elapsed_time(end)
-        if not ahead or ms < self.policy.long_call_ms or (self.clock is not None and self.clock.throttled(read)):
-            return None
-        return ms, h, read
 
 
 class HostTimer:
