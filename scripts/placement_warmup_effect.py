@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""What a placement's first call costs a long call: two runs of one catalogue on one GPU, the first (BASE) by a
-timer that warmed every placement, the second (NEW) by one that samples a long call's placements on their first
-call (TimingPolicy.long_call_ms). For the calls of --min-ms or more, each placement's median is set against its
-process's first placement (which both timers warmed: the caller's checked run), in both runs; a first-call cost
-shows as NEW's ratios above BASE's. The calls' medians NEW/BASE are printed beside it, with the shorter calls,
-which neither change touches, as the control.
+"""What a placement's first call costs: two two-process runs of one catalogue on one GPU, BASE by the timer that
+warms every placement and NEW by a timer that samples some placements on their first call (as tried for the
+long calls of the backward nights, docs/performance.md). For the calls of --min-ms or more each placement's median
+is set against its process's first placement (which every timer warms: the caller's checked run), in both runs; a
+first-call cost shows as NEW's ratios above BASE's. The calls' medians NEW/BASE are printed beside it, with the
+shorter calls as the control, and the --top calls whose first-call cost in NEW is largest.
 
-    python3 scripts/placement_warmup_effect.py BASE_RUN NEW_RUN [--min-ms 5]
+    python3 scripts/placement_warmup_effect.py BASE_RUN NEW_RUN [--min-ms 5] [--top 8]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 # Pooled placement medians of a two-process run: the main process's three, then the replica's two
 # (harness/run/replicas.py); each process's first placement is the one its checked run warmed.
-SAMPLED_FIRST = {1: 0, 2: 0, 4: 3}
+AGAINST_FIRST = {1: 0, 2: 0, 4: 3}
 
 
 def records(run: Path) -> dict[tuple, dict]:
@@ -34,7 +34,14 @@ def records(run: Path) -> dict[tuple, dict]:
     return out
 
 
-def pct(values: list[float]) -> str:
+def first_call_pct(rec: dict, i: int) -> float | None:
+    """Placement i's median against its process's first placement, in per cent; None without five placements."""
+    p = rec["extra"].get("placement_medians_ms") or []
+    ref = AGAINST_FIRST[i]
+    return 100 * (p[i] / p[ref] - 1) if len(p) == 5 and p[ref] > 0 else None
+
+
+def spread(values: list[float]) -> str:
     if not values:
         return "-"
     q = statistics.quantiles(values, n=4) if len(values) >= 4 else (min(values), 0, max(values))
@@ -46,24 +53,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("base", type=Path)
     ap.add_argument("new", type=Path)
     ap.add_argument("--min-ms", type=float, default=5.0)
+    ap.add_argument("--top", type=int, default=8)
     args = ap.parse_args(argv)
     try:
         base, new = records(args.base), records(args.new)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, KeyError) as exc:
         print(f"placement_warmup_effect: cannot read a run: {exc}", file=sys.stderr)
         return 2
     both = [k for k in base if k in new]
     long = [k for k in both if base[k]["time"]["median_ms"] >= args.min_ms]
     for name, run in (("base", base), ("new", new)):
-        for i, ref in SAMPLED_FIRST.items():
-            ratios = [100 * (p[i] / p[ref] - 1) for k in long
-                      if len(p := run[k]["extra"].get("placement_medians_ms") or []) == 5 and p[ref] > 0]
-            print(f"{name:4} placement {i} against {ref}, calls >= {args.min_ms:g} ms: {pct(ratios)}")
-    for label, keys in ((f">= {args.min_ms:g} ms", long), (f"< {args.min_ms:g} ms (control)",
-                                                                 [k for k in both if k not in set(long)])):
-        ratios = [100 * (new[k]["time"]["median_ms"] / base[k]["time"]["median_ms"] - 1)
-                  for k in keys if base[k]["time"]["median_ms"] > 0]
-        print(f"median new/base, calls {label}: {pct(ratios)}")
+        for i, ref in AGAINST_FIRST.items():
+            pcts = [v for k in long if (v := first_call_pct(run[k], i)) is not None]
+            print(f"{name:4} placement {i} against {ref}, calls >= {args.min_ms:g} ms: {spread(pcts)}")
+    short = [k for k in both if base[k]["time"]["median_ms"] < args.min_ms]
+    for label, keys in ((f">= {args.min_ms:g} ms", long), (f"< {args.min_ms:g} ms (control)", short)):
+        ratios = [100 * (new[k]["time"]["median_ms"] / base[k]["time"]["median_ms"] - 1) for k in keys]
+        print(f"median new/base, calls {label}: {spread(ratios)}")
+    worst = sorted(((first_call_pct(new[k], 1) or 0.0, k) for k in long), reverse=True)[:args.top]
+    for pct, k in worst:
+        b, n = base[k]["time"]["median_ms"], new[k]["time"]["median_ms"]
+        print(f"first call {pct:+.1f} % (base {first_call_pct(base[k], 1) or 0.0:+.1f} %): {' '.join(k[:7])}, "
+              f"median {b:.3f} -> {n:.3f} ms")
     return 0
 
 
