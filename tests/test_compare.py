@@ -352,3 +352,38 @@ def test_a_speed_up_quotes_its_interval_the_way_it_is_headlined():
     assert ci_words(1.08, 1.12, True) == "1.08-1.12x" and ci_words(1 / 1.12, 1 / 1.08, False) == "1.08-1.12x"
     assert ci_words(1.0362, 1.0441, True) == "1.036-1.044x"  # narrow: as many digits as tell its ends apart
     assert fmt_time(0.0094) == "9.4 µs" and fmt_time(2.5) == "2.5 ms" and fmt_time(float("nan")) == "-"
+
+
+def _level(math_: str, median: float, processes: list[float], hash_: str = "405880", distinct: int = 1):
+    """One backward-data ALGO_1 fp16 NHWC record, its samples around ``median``, timed in two processes."""
+    r = record("resnet50.layer4.0.conv3.n32", direction="bwd_data", algo="ALGO_1", math=math_, dtype="fp16",
+               layout="NHWC", median=median, samples=noisy(median, n=16, rel=0.002), hash_=hash_, distinct=distinct)
+    r.extra["process_medians_ms"] = processes
+    return r
+
+
+def test_a_head_at_a_level_the_base_run_measured_the_kernel_at_under_another_label_is_ambiguous():
+    # the levels of the H100 pair of docs/performance.md: DEFAULT 443 us in both of the base's processes, FMA
+    # (the same output bits) 486 / 444 us there; DEFAULT 473 us in the head
+    base = [_level("DEFAULT", 0.4435, [0.4435, 0.4435]), _level("FMA", 0.4444, [0.4858, 0.4441])]
+    head = [_level("DEFAULT", 0.4729, [0.4844, 0.4729]), _level("FMA", 0.4444, [0.4439, 0.4448])]
+    found = [f for f in compare_runs(base, head) if f.kind == "time"]
+    assert len(found) == 1 and found[0].verdict == "ambiguous" and found[0].math == "DEFAULT"
+    assert "the base run ran the same kernel (the same output bits) at 485.8 µs under FMA" in found[0].evidence
+    # the FMA record's bits differ (another kernel): no kin, and the change fails
+    other = [base[0], _level("FMA", 0.4444, [0.4858, 0.4441], hash_="c46b01")]
+    assert [f.verdict for f in compare_runs(other, head) if f.kind == "time"] == ["regression"]
+    # nor does a record with several outputs (documented atomics) name a kernel
+    atomics = [_level(m, r.median_ms, r.extra["process_medians_ms"], distinct=3) for m, r in zip(
+        ("DEFAULT", "FMA"), base, strict=True)]
+    heads = [_level(m, r.median_ms, r.extra["process_medians_ms"], distinct=3) for m, r in zip(
+        ("DEFAULT", "FMA"), head, strict=True)]
+    assert [f.verdict for f in compare_runs(atomics, heads) if f.kind == "time"] == ["regression"]
+
+
+def test_a_label_whose_kernel_changed_alone_still_fails_when_its_kin_stayed_at_the_old_level():
+    """Only the base's run is asked: the head run's other labels still at the base's level are what a change of
+    one label's kernel looks like."""
+    base = [_level("DEFAULT", 0.4435, [0.4435, 0.4436]), _level("FMA", 0.4444, [0.4441, 0.4447])]
+    head = [_level("DEFAULT", 0.4729, [0.4731, 0.4727]), _level("FMA", 0.4444, [0.4439, 0.4448])]
+    assert [f.verdict for f in compare_runs(base, head) if f.kind == "time"] == ["regression"]

@@ -16,7 +16,7 @@ from ..core.records import OK, Record, RecordKind, record_key
 from ..measurement import fingerprint
 from .findings import BITS_CHANGED, EXPLAINED_BY_RECORD, KINDS, Finding, FindingKind, Verdict
 from .thresholds import Thresholds
-from .timechange import own_noise, time_verdict
+from .timechange import kernel_key, own_noise, time_verdict
 from .why import time_cause
 
 # Worse precision has a higher rank; tf32 and fp16 share 10-bit mantissas (accuracy.py).
@@ -67,6 +67,7 @@ def compare_runs(base: Iterable[Record], head: Iterable[Record], th: Thresholds 
     b = {r.identity_key(): r for r in base}
     h = {r.identity_key(): r for r in head}
     past = [{r.identity_key(): r for r in run if r.status == OK} for run in history]
+    kin = kernels(b.values())
     out: list[Finding] = []
     for key in sorted(b.keys() | h.keys()):
         rb, rh = b.get(key), h.get(key)
@@ -89,7 +90,8 @@ def compare_runs(base: Iterable[Record], head: Iterable[Record], th: Thresholds 
             continue
         bm, hm = rb.median_ms, rh.median_ms
         noise = own_noise(key, bm, past, th.rel(bm, rb.time.timer)) if past and bm else 0.0
-        tv = time_verdict(rb, rh, th, noise, [run[key] for run in past if key in run])
+        tv = time_verdict(rb, rh, th, noise, [run[key] for run in past if key in run],
+                          kin_of(rb, kin))
         if tv:
             verdict, evidence, nums = tv
             out.append(_finding(FindingKind.TIME, Verdict(verdict), rh, fmt_time(bm), fmt_time(hm),
@@ -100,6 +102,21 @@ def compare_runs(base: Iterable[Record], head: Iterable[Record], th: Thresholds 
         out += _determinism(rb, rh, th)
         out += _search(rb, rh)
     return out
+
+
+def kernels(recs: Iterable[Record]) -> dict[tuple, list[Record]]:
+    """One run's timed records grouped by the kernel they ran (timechange.kernel_key)."""
+    out: dict[tuple, list[Record]] = {}
+    for r in recs:
+        if r.status == OK and r.time is not None and (k := kernel_key(r)) is not None:
+            out.setdefault(k, []).append(r)
+    return out
+
+
+def kin_of(rec: Record, kin: dict[tuple, list[Record]]) -> list[Record]:
+    """The other records of ``rec``'s run that ran its kernel."""
+    k = kernel_key(rec)
+    return [r for r in kin.get(k, ()) if r is not rec] if k is not None else []
 
 
 def _accuracy(rb: Record, rh: Record, th: Thresholds) -> list[Finding]:

@@ -9,8 +9,9 @@ multi-modal, too few: timing.sample_flags) is **ambiguous**, with the evidence, 
 that are only ``wide`` are judged on their placements instead, where two processes a side timed them:
 placements_apart); so is a
 change within the gap between two processes of one run (run/replicas.py: the level a fresh process lands on), one
-whose two sides' placements overlap (draws_overlap: where the operands sit moves the call as much), and a head
-back at a level an earlier run of the same machine and stack measured (past_level).
+whose two sides' placements overlap (draws_overlap: where the operands sit moves the call as much), a head
+back at a level an earlier run of the same machine and stack measured (past_level), and a head at a level the
+base's run measured the same kernel at under another label (kin_level).
 Without samples (asv data) the fallback is the thresholds plus non-overlapping interquartile ranges.
 numpy only: the two tests need a rank sum, a normal tail and resampling, not scipy.
 """
@@ -238,6 +239,33 @@ def past_level(head_ms: float, past: list[Record]) -> float | None:
     return None
 
 
+def kernel_key(rec: Record) -> tuple | None:
+    """What marks two records of one run as the same call under two labels: one case, backend, direction,
+    algorithm, dtype and layout, and the same output bits, each record bitwise stable (math types and settings
+    that leave the kernel as it was, e.g. cuDNN's DEFAULT and FMA math on fp16 operands). None for a record with
+    no single output (documented atomics): its bits name no kernel."""
+    det = rec.determinism
+    if det is None or not det.hash or det.distinct_outputs != 1 or det.repeat_equal is False:
+        return None
+    return rec.case, rec.backend, rec.direction, rec.algo, rec.dtype, rec.layout, det.hash
+
+
+def kin_level(base: Record, kin: list[Record], head_ms: float, slower: bool) -> tuple[Record, float] | None:
+    """(the kin record, its level) where ``head_ms`` is a level the base's run already ran the same kernel at under
+    another label (``kin``: the base run's other records of its kernel_key): the head no slower than one of their
+    processes, for a slowdown (no faster, for a speed-up), within LEVEL_MATCH. Such kernels settle per process on
+    one of a few levels, and two labels of one run draw them independently: on an H100 (docs/performance.md)
+    `layer4.0.conv3` ALGO_1 fp16 NHWC backward-data ran 443 us in both processes under DEFAULT and 486 / 444 us
+    under FMA in one run, and 473 us in the next run's; a two-run gate called that 443 -> 473 us a regression.
+    Only the base's run is asked: a head kin record still at the base's level is what a change of one label's
+    kernel looks like too."""
+    for rec in kin:
+        for x in process_levels(rec) or [rec.median_ms]:
+            if x and (head_ms <= x * (1 + LEVEL_MATCH) if slower else head_ms >= x / (1 + LEVEL_MATCH)):
+                return rec, x
+    return None
+
+
 def ci_words(lo: float, hi: float, slower: bool) -> str:
     """The bootstrap interval of head/base in the headline's direction: '1.08-1.12x' for a slowdown, the inverted
     '14.0-14.3x' for a speed-up quoted as '14.15x faster' (never its head/base '0.07-0.07')."""
@@ -249,11 +277,12 @@ def ci_words(lo: float, hi: float, slower: bool) -> str:
 
 
 def time_verdict(base: Record, head: Record, th: Thresholds, noise: float = 0.0,
-                 past: list[Record] = ()) -> tuple[str, str, dict[str, Any]] | None:
+                 past: list[Record] = (), kin: list[Record] = ()) -> tuple[str, str, dict[str, Any]] | None:
     """(verdict, evidence, numbers) for the timing of one combination, or None when it is the same.
     ``noise``: the combination's own run-to-run deviation in earlier runs (own_noise); ``past``: its records in
     those runs, whose processes' levels count with the two sides' own (a change within them is ambiguous), and
-    whose levels make a head that returns to one of them ambiguous (past_level)."""
+    whose levels make a head that returns to one of them ambiguous (past_level); ``kin``: the base run's records of
+    the same kernel under other labels, whose levels do the same (kin_level)."""
     bm, hm = base.median_ms, head.median_ms
     if not bm or not hm:
         return None
@@ -288,6 +317,12 @@ def time_verdict(base: Record, head: Record, th: Thresholds, noise: float = 0.0,
     if seen is not None:
         return "ambiguous", (f"{size}, but {hm * 1e3:.1f} µs is a level this machine and stack already ran it at "
                              f"({seen * 1e3:.1f} µs in an earlier run): the base is the excursion, not the head"), nums
+    same = kin_level(base, kin, hm, slower)
+    if same is not None:
+        rec, x = same
+        label = " ".join([rec.math or ""] + [f"{k}={v}" for k, v in sorted((rec.settings or {}).items())]).strip()
+        return "ambiguous", (f"{size}, but the base run ran the same kernel (the same output bits) at "
+                             f"{x * 1e3:.1f} µs under {label}: a level that kernel draws, not a change"), nums
     flags = {"base": untrusted(base), "head": untrusted(head)}
     doubts = [f"{side} {'+'.join(fl)}" for side, fl in flags.items() if fl]
     apart = placements_apart(base, head, slower, th.alpha) if {f for fl in flags.values() for f in fl} == {"wide"} else None

@@ -14,9 +14,12 @@ the call's pass-1 median, then corrected once per call from a timed trial of cal
 alone gave +4.75 % for +5 % and +7.8 % for +10 % on 20-50 us calls); the slowdown each call really got is
 measured (pass k median / pass 1 median) and printed beside the verdicts.
 Prints the share detected per call-length band and the false alarms of the A/A pair; writes every row to --json.
+The passes keep no outputs; ``--hashes RUN`` takes each call's output hash from a run of the same catalogue on the
+same stack (a deterministic call's bits do not change between runs), so that the gate's kin rule
+(timechange.kin_level: the base pass's other labels of the same kernel) is judged as a compare would judge it.
 
     python3 scripts/gpu/detection_power.py --part 1 --json p1.json; ... --part 2 --json p2.json
-    python3 scripts/gpu/detection_power.py --judge p1.json p2.json --json detection-power.json
+    python3 scripts/gpu/detection_power.py --judge p1.json p2.json --json detection-power.json [--hashes RUN]
 """
 
 from __future__ import annotations
@@ -31,11 +34,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from harness.analysis.compare import kernels, kin_of  # noqa: E402
 from harness.analysis.timechange import Thresholds, time_verdict  # noqa: E402
 from harness.backends import SweepOptions  # noqa: E402
 from harness.backends.cudnn import ConvSession, CudnnBackend, CudnnError, WorkspaceTooLarge, placements  # noqa: E402
 from harness.core import cases as catalogue  # noqa: E402
-from harness.core.records import Record, Timing  # noqa: E402
+from harness.core.records import Determinism, Record, Timing  # noqa: E402
 from harness.measurement.timing import CudaTimer, TimingPolicy, pooled  # noqa: E402
 
 CALLS = (("IMPLICIT_PRECOMP_GEMM", "DEFAULT"), ("IMPLICIT_PRECOMP_GEMM", "FMA"), ("IMPLICIT_GEMM", "FMA"),
@@ -108,7 +112,8 @@ def measure(cases: str, part: int) -> dict:
             "passes": {name: [asdict(t) for t in ts] for name, ts in passes.items()}, "placements": placed}
 
 
-def as_record(timings: list, spots: list | None = None, call: dict | None = None) -> Record:
+def as_record(timings: list, spots: list | None = None, call: dict | None = None,
+              determinism: Determinism | None = None) -> Record:
     """The record compare reads, of one forward call's timings pooled over the processes that measured it (and,
     where the parts recorded them, the medians of every placement they timed, as replicas.merge keeps them);
     ``call``: its case, algo, math, dtype and layout (the time test reads none of them)."""
@@ -118,12 +123,22 @@ def as_record(timings: list, spots: list | None = None, call: dict | None = None
     if spots and all(s is not None for s in spots):
         extra["placement_medians_ms"] = [x for s in spots for x in s]
     return Record(case=call["case"], backend="cudnn", direction="fwd", algo=call["algo"], math=call["math"],
-                  dtype=call["dtype"], layout=call["layout"], time=t, extra=extra)
+                  dtype=call["dtype"], layout=call["layout"], time=t, extra=extra, determinism=determinism)
 
 
-def judge(parts: list[dict]) -> dict:
-    """Each call's passes pooled over the parts (processes) and judged: base against +5 %, +10 % and base2."""
+def run_hashes(run: Path) -> dict[tuple, Determinism]:
+    """Each forward cuDNN call's determinism in a run (case, algo, math, dtype, layout) -> Determinism."""
+    from harness.collect.runread import read_run
+
+    return {(r.case, r.algo, r.math, r.dtype, r.layout): r.determinism for r in read_run(run)[1]
+            if r.kind == "measurement" and r.backend == "cudnn" and r.direction == "fwd" and r.determinism}
+
+
+def judge(parts: list[dict], hashes: dict[tuple, Determinism] | None = None) -> dict:
+    """Each call's passes pooled over the parts (processes) and judged: base against +5 %, +10 % and base2,
+    with the base pass's records of the same kernel as kin where ``hashes`` (run_hashes) name the kernels."""
     th = Thresholds()
+    hashes = hashes or {}
     calls = parts[0]["calls"]
     if any(p["calls"] != calls for p in parts):
         raise SystemExit("the parts did not time the same calls (another catalogue or GPU?)")
@@ -131,14 +146,17 @@ def judge(parts: list[dict]) -> dict:
              for name, _ in PASSES}
     spots = {name: [[(p.get("placements") or {}).get(name, [None] * len(calls))[i] for p in parts]
                     for i in range(len(calls))] for name, _ in PASSES}
+    det = [hashes.get((c["case"], c["algo"], c["math"], c["dtype"], c["layout"])) for c in calls]
+    bases = [as_record(timed["base"][i], spots["base"][i], c, det[i]) for i, c in enumerate(calls)]
+    kin = kernels(bases)
     rows = []
     for i, c in enumerate(calls):
-        base = as_record(timed["base"][i], spots["base"][i], c)
+        base = bases[i]
         row = dict(c, base_ms=base.median_ms, flags=base.time.flags,
                    process_medians_ms=base.extra["process_medians_ms"])
         for name in ("plus5", "plus10", "base2"):
-            head = as_record(timed[name][i], spots[name][i], c)
-            v = time_verdict(base, head, th)
+            head = as_record(timed[name][i], spots[name][i], c, det[i])
+            v = time_verdict(base, head, th, kin=kin_of(base, kin))
             row[name] = {"ratio": head.median_ms / base.median_ms, "verdict": v[0] if v else "same",
                          "flags": head.time.flags, "process_medians_ms": head.extra["process_medians_ms"]}
         rows.append(row)
@@ -172,9 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--part", type=int, help="measure one process's passes")
     ap.add_argument("--judge", nargs="+", type=Path, help="pool the parts' passes and judge them")
     ap.add_argument("--json", type=Path, required=True)
+    ap.add_argument("--hashes", type=Path, help="with --judge: a run of the same catalogue, for each call's bits")
     args = ap.parse_args(argv)
     if args.judge:
-        out = judge([json.loads(p.read_text()) for p in args.judge])
+        out = judge([json.loads(p.read_text()) for p in args.judge], run_hashes(args.hashes) if args.hashes else None)
         for k, v in out["summary"].items():
             print(k, json.dumps(v)[:400])
     else:
