@@ -379,6 +379,10 @@ def test_a_head_at_a_level_the_base_run_measured_the_kernel_at_under_another_lab
     heads = [_level(m, r.median_ms, r.extra["process_medians_ms"], distinct=3) for m, r in zip(
         ("DEFAULT", "FMA"), head, strict=True)]
     assert [f.verdict for f in compare_runs(atomics, heads) if f.kind == "time"] == ["regression"]
+    # nor one whose two processes computed different bits
+    split = [base[0], _level("FMA", 0.4444, [0.4858, 0.4441])]
+    split[1].extra["fresh_process_equal"] = False
+    assert [f.verdict for f in compare_runs(split, head) if f.kind == "time"] == ["regression"]
 
 
 def test_a_label_whose_kernel_changed_alone_still_fails_when_its_kin_stayed_at_the_old_level():

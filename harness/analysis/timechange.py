@@ -245,12 +245,13 @@ def kernel_key(rec: Record) -> tuple | None:
     that leave the kernel as it was, e.g. cuDNN's DEFAULT and FMA math on fp16 operands). None for a record with
     no single output (documented atomics): its bits name no kernel."""
     det = rec.determinism
-    if det is None or not det.hash or det.distinct_outputs != 1 or det.repeat_equal is False:
+    if det is None or not det.hash or det.distinct_outputs != 1 or det.repeat_equal is False or \
+            rec.extra.get("fresh_process_equal") is False:
         return None
     return rec.case, rec.backend, rec.direction, rec.algo, rec.dtype, rec.layout, det.hash
 
 
-def kin_level(base: Record, kin: list[Record], head_ms: float, slower: bool) -> tuple[Record, float] | None:
+def kin_level(kin: list[Record], head_ms: float, slower: bool) -> tuple[Record, float] | None:
     """(the kin record, its level) where ``head_ms`` is a level the base's run already ran the same kernel at under
     another label (``kin``: the base run's other records of its kernel_key): the head no slower than one of their
     processes, for a slowdown (no faster, for a speed-up), within LEVEL_MATCH. Such kernels settle per process on
@@ -317,7 +318,7 @@ def time_verdict(base: Record, head: Record, th: Thresholds, noise: float = 0.0,
     if seen is not None:
         return "ambiguous", (f"{size}, but {hm * 1e3:.1f} µs is a level this machine and stack already ran it at "
                              f"({seen * 1e3:.1f} µs in an earlier run): the base is the excursion, not the head"), nums
-    same = kin_level(base, kin, hm, slower)
+    same = kin_level(kin, hm, slower)
     if same is not None:
         rec, x = same
         label = " ".join([rec.math or ""] + [f"{k}={v}" for k, v in sorted((rec.settings or {}).items())]).strip()
