@@ -293,3 +293,33 @@ def test_a_keys_values_are_kept_encoded_and_read_back_as_they_were():
     assert back == columns and [list(e) for e in back[1][:3]] == [list(e) for e in extras[:3]]
     assert [type(x) for x in back[1][0]["clock"].values()] == [list, int, float]
     assert decode_values(encode_values([{"k": [[1]]}] * 2), 2) == [{"k": [[1]]}] * 2
+
+
+def test_items_written_together_are_refused_alone(tmp_path, monkeypatch):
+    """A parser writes the items it has parsed in one transaction (ingest._worker), each under a savepoint: an
+    item the store refuses at writing (a partial copy of a stored run, or a tarball holding one) rolls back
+    alone, and the runs around it in the same transaction are stored, as one transaction each stored them."""
+    from harness.collect import ingest
+
+    monkeypatch.setattr(ingest, "WRITE_RECORDS", 10_000)  # every batch's items in one transaction (forked too)
+    full = [record("a"), record("b", algo="FFT"), record("c", algo="GEMM")]
+    stored = write_run(tmp_path / "first", "m0", "img", T0, full, run_id="r0")
+    db = tmp_path / "s.sqlite"
+    assert collect(db, [stored]).added == 1
+    src = tmp_path / "second"
+    good = [write_run(src, f"m{i}", "img", T0 + dt.timedelta(days=i), full) for i in (1, 2, 3)]
+    partial = write_run(src, "m0", "img", T0, full[:2], run_id="r0")  # the stored run, with fewer records
+    inner = write_run(tmp_path / "t", "m0", "img", T0, full[:1], run_id="r0")
+    also = write_run(tmp_path / "t", "m9", "img", T0, full)
+    (src / "m8").mkdir()
+    tar_runs([also, inner], src / "m8" / "runs.tar.gz")  # m9 written before the partial one is refused
+    s = collect(db, [src], jobs=2)
+    assert s.added == 3 and len(s.refused) == 2, (s.line(), s.refused)
+    assert any(str(partial) in r and "partial copy" in r for r in s.refused)
+    assert any("runs.tar.gz" in r for r in s.refused), s.refused
+    with Store(db, create=False) as st:
+        runs = st.runs()
+        assert sorted(r["machine"] for r in runs) == ["m0", "m1", "m2", "m3"]  # nothing of the tarball
+        assert {r["machine"]: r["n_records"] for r in runs}["m0"] == 3  # the stored run as it was
+        assert all(len(st.records(r["id"])) == 3 for r in runs)
+    assert {p.name for p in good} <= {Path(r["origin"]).name for r in runs}

@@ -522,6 +522,31 @@ def test_judges_in_a_pool_give_the_same_pages(tmp_path, monkeypatch):
     assert "regression" in pages[2][next(p for p in pages[2] if p.name == "regressions.html")]
 
 
+def test_the_pool_draws_with_the_change_points_the_report_found(tmp_path, monkeypatch):
+    """A pool process draws a machine's pages with its series' change points as the report's process found them
+    (model.machine_series' ``changes``): it searches none again, and the pages are the same (the test above)."""
+    import os
+
+    from harness.analysis import changepoint
+    from harness.report import model
+
+    db = _fleet(tmp_path)
+    calls = tmp_path / "searched"
+    real = changepoint.detect_matrix
+
+    def counted(*a, **k):
+        with open(calls, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        return real(*a, **k)
+
+    monkeypatch.setattr(model.changepoint, "detect_matrix", counted)
+    with Store(db, create=False) as s:
+        written = build(s, tmp_path / "pool", workers=2)
+    searched = calls.read_text().split()
+    assert searched and set(searched) == {str(os.getpid())}  # the report's process alone
+    assert any(p.parent.name == "machines" for p in written)
+
+
 def test_a_failed_pool_leaves_the_judging_to_the_report(tmp_path, monkeypatch):
     """A pool process that cannot judge (here: every judgement raises there) costs nothing but time: the report
     judges in its own process and the pages are the same."""

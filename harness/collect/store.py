@@ -8,6 +8,7 @@ in store_reads.py. The store file is the only thing ``collect`` writes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -213,6 +214,14 @@ class Store:
     def ingest_all(self, runs: list[ParsedRun], *, replace: bool = False) -> list[str]:
         """Insert or replace runs in one transaction (an archive is stored whole or not at all)."""
         return store_writes.ingest_all(self, runs, replace=replace)
+
+    def transaction(self) -> contextlib.AbstractContextManager[None]:
+        """One write transaction for several ``ingest_part`` calls, committed whole or rolled back whole."""
+        return store_writes.transaction(self)
+
+    def ingest_part(self, runs: list[ParsedRun], *, replace: bool = False) -> list[str]:
+        """Inside ``transaction()``: runs stored all or none, rolled back alone when they fail."""
+        return store_writes.ingest_part(self, runs, replace=replace)
 
     def __enter__(self) -> Store:
         return self

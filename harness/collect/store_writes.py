@@ -6,9 +6,10 @@ Only ``collect`` writes; a write waits for another collect's lock and a failure 
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
@@ -41,21 +42,51 @@ def _ids(store: StoreFile, table: str, cache: dict[str, int], keys: Iterable[str
 
 def ingest_all(store: StoreFile, runs: list[ParsedRun], *, replace: bool = False) -> list[str]:
     """Insert or replace runs in one transaction (an archive is stored whole or not at all)."""
+    with transaction(store):
+        return [_ingest_one(store, parsed, replace) for parsed in runs]
+
+
+@contextlib.contextmanager
+def transaction(store: StoreFile) -> Iterator[None]:
+    """One write transaction: committed whole, or rolled back whole when the block raises. A full disk, a
+    read-only mount or an I/O error is a StoreError."""
     if store.readonly:
         raise StoreError(f"{store.path} is open read-only")
     try:
         when_unlocked(lambda: store.db.execute("BEGIN IMMEDIATE"))
         try:
-            outcomes = [_ingest_one(store, parsed, replace) for parsed in runs]
+            yield
             store.db.execute("COMMIT")
         except BaseException:
             rollback(store.db)
-            store.combo_ids.clear()  # ids handed out inside the rolled-back transaction are gone
-            store.name_ids.clear()
+            _forget_ids(store)
             raise
-    except sqlite3.OperationalError as exc:  # a full disk, a read-only mount, an I/O error
+    except sqlite3.OperationalError as exc:
+        raise StoreError(error_line(store.path, exc)) from None
+
+
+def ingest_part(store: StoreFile, runs: list[ParsedRun], *, replace: bool = False) -> list[str]:
+    """Inside ``transaction``: runs stored all or none (an archive's) under a savepoint of their own, so that
+    one item refused rolls back itself alone and the others commit with the transaction."""
+    try:
+        store.db.execute("SAVEPOINT part")
+        try:
+            outcomes = [_ingest_one(store, parsed, replace) for parsed in runs]
+        except BaseException:
+            store.db.execute("ROLLBACK TO part")
+            store.db.execute("RELEASE part")
+            _forget_ids(store)
+            raise
+        store.db.execute("RELEASE part")
+    except sqlite3.OperationalError as exc:  # the store, not the item: the transaction ends with it
         raise StoreError(error_line(store.path, exc)) from None
     return outcomes
+
+
+def _forget_ids(store: StoreFile) -> None:
+    """Ids handed out inside a rolled-back transaction or savepoint are gone."""
+    store.combo_ids.clear()
+    store.name_ids.clear()
 
 
 def _ingest_one(store: StoreFile, parsed: ParsedRun, replace: bool) -> str:

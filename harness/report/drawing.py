@@ -57,7 +57,7 @@ def _draw(args: tuple) -> list[tuple[tuple, str]] | None:
     """In a pool process: one machine's pages from this process's own reading of the store, or None where its
     runs are not the report's."""
     global _store, _env, _combos
-    path, common, m, i, out, latest, found, offered = args
+    path, common, m, i, out, latest, found, offered, changes = args
     if _store is None or _store.path != path:
         _store = Store(path, create=False, verify=False)
         _combos = _store.combos()
@@ -65,7 +65,7 @@ def _draw(args: tuple) -> list[tuple[tuple, str]] | None:
     if not _same_runs(_store, m.runs):
         return None
     vectors = _store.vectors([r["id"] for r in m.runs], ("combo", "ok", *SERIES_COLUMNS))
-    series = list(machine_series(_store, m, vectors))
+    series = list(machine_series(_store, m, vectors, changes))
     memo: dict[int, list] = {}
     current = {(m.name, img): current_records(_store, [r for r in m.runs if r["image"] == img], vectors, memo)
                for img in m.images}
@@ -81,8 +81,12 @@ def draw_in(pool: Any, store: Store, g: Model, common: dict[str, Any], out: Path
     """Every machine's pages started in ``pool``, one task each (``found``: each machine's history keys with a
     finding; ``offered``: the runs the fingerprints page offers): their pending answers, in g.machines' order."""
     light = {k: v for k, v in common.items() if k not in ("machines", "images")}  # the machine pages read neither
+    changes: dict[str, list[dict]] = {}  # each machine's series' change points, in machine_series' order
+    for s in g.series:
+        changes.setdefault(s.machine, []).append(s.changes)
     return [pool.apply_async(_draw, ((store.path, light, m, i, str(out),
-                                      {k: r for k, r in g.latest.items() if k[0] == m.name}, found[i], offered),))
+                                      {k: r for k, r in g.latest.items() if k[0] == m.name}, found[i], offered,
+                                      changes.get(m.name)),))
             for i, m in enumerate(g.machines)]
 
 

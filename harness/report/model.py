@@ -106,13 +106,19 @@ def _series(store: Store, machine: str, image: str, runs: list[dict[str, Any]],
     return Series(machine, image, runs, ids, med, hashes, chosen)
 
 
-def machine_series(store: Store, m: MachineInfo, vectors: dict[int, dict[str, np.ndarray]]) -> Iterator[Series]:
+def machine_series(store: Store, m: MachineInfo, vectors: dict[int, dict[str, np.ndarray]],
+                   changes: list[dict[int, list[changepoint.Change]]] | None = None) -> Iterator[Series]:
     """A machine's nightly series, one per image in its order, each with its change points; made one at a time
-    (gather drops each series' columns from the vectors once it holds them)."""
-    for img in m.images:
+    (gather drops each series' columns from the vectors once it holds them). ``changes``: each series' change
+    points as the report's process found them, given to a pool process that draws the machine's pages: the same
+    answer, without searching a fleet's series a second time (0.9-1.2 CPU-s of a fleet report)."""
+    for i, img in enumerate(m.images):
         rs = [r for r in m.runs if r["image"] == img]
         s = _series(store, m.name, img, rs, vectors)
-        s.changes = changepoint.detect_matrix(s.median) if len(rs) >= 2 * changepoint.MIN_SIZE else {}
+        if changes is not None:
+            s.changes = changes[i]
+        else:
+            s.changes = changepoint.detect_matrix(s.median) if len(rs) >= 2 * changepoint.MIN_SIZE else {}
         yield s
 
 
