@@ -38,6 +38,7 @@ from harness.analysis.compare import kernels, kin_of  # noqa: E402
 from harness.analysis.timechange import Thresholds, time_verdict  # noqa: E402
 from harness.backends import SweepOptions  # noqa: E402
 from harness.backends.cudnn import ConvSession, CudnnBackend, CudnnError, WorkspaceTooLarge, placements  # noqa: E402
+from harness.collect.discovery import Refused  # noqa: E402
 from harness.core import cases as catalogue  # noqa: E402
 from harness.core.records import Determinism, Record, Timing  # noqa: E402
 from harness.measurement.timing import CudaTimer, TimingPolicy, pooled  # noqa: E402
@@ -193,7 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hashes", type=Path, help="with --judge: a run of the same catalogue, for each call's bits")
     args = ap.parse_args(argv)
     if args.judge:
-        out = judge([json.loads(p.read_text()) for p in args.judge], run_hashes(args.hashes) if args.hashes else None)
+        try:
+            hashes = run_hashes(args.hashes) if args.hashes else None
+        except (OSError, Refused) as exc:  # not one readable run
+            print(f"detection_power: --hashes {args.hashes}: {exc}", file=sys.stderr)
+            return 2
+        out = judge([json.loads(p.read_text()) for p in args.judge], hashes)
         for k, v in out["summary"].items():
             print(k, json.dumps(v)[:400])
     else:
