@@ -12,31 +12,26 @@ shorter calls as the control, and the --top calls whose first-call cost in NEW i
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+
+from kin_levels import timed as records  # noqa: E402  (identity key -> each timed record of a run)
+
+from harness.collect.discovery import Refused  # noqa: E402
+from harness.core.records import Record  # noqa: E402
 
 # Pooled placement medians of a two-process run: the main process's three, then the replica's two
 # (harness/run/replicas.py); each process's first placement is the one its checked run warmed.
 AGAINST_FIRST = {1: 0, 2: 0, 4: 3}
 
 
-def records(run: Path) -> dict[tuple, dict]:
-    out = {}
-    with open(run / "records.jsonl", encoding="utf-8") as f:
-        for line in f:
-            r = json.loads(line)
-            if r.get("kind") == "measurement" and r.get("status") == "ok" and r.get("time"):
-                key = (r["case"], r["backend"], r["direction"], r["algo"], r["math"], r["dtype"], r["layout"],
-                       json.dumps(r.get("settings") or {}, sort_keys=True))
-                out[key] = r
-    return out
-
-
-def first_call_pct(rec: dict, i: int) -> float | None:
+def first_call_pct(rec: Record, i: int) -> float | None:
     """Placement i's median against its process's first placement, in per cent; None without five placements."""
-    p = rec["extra"].get("placement_medians_ms") or []
+    p = rec.extra.get("placement_medians_ms") or []
     ref = AGAINST_FIRST[i]
     return 100 * (p[i] / p[ref] - 1) if len(p) == 5 and p[ref] > 0 else None
 
@@ -57,24 +52,25 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         base, new = records(args.base), records(args.new)
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, Refused) as exc:
         print(f"placement_warmup_effect: cannot read a run: {exc}", file=sys.stderr)
         return 2
     both = [k for k in base if k in new]
-    long = [k for k in both if base[k]["time"]["median_ms"] >= args.min_ms]
+    long = [k for k in both if base[k].median_ms >= args.min_ms]
     for name, run in (("base", base), ("new", new)):
         for i, ref in AGAINST_FIRST.items():
             pcts = [v for k in long if (v := first_call_pct(run[k], i)) is not None]
             print(f"{name:4} placement {i} against {ref}, calls >= {args.min_ms:g} ms: {spread(pcts)}")
-    short = [k for k in both if base[k]["time"]["median_ms"] < args.min_ms]
+    short = [k for k in both if base[k].median_ms < args.min_ms]
     for label, keys in ((f">= {args.min_ms:g} ms", long), (f"< {args.min_ms:g} ms (control)", short)):
-        ratios = [100 * (new[k]["time"]["median_ms"] / base[k]["time"]["median_ms"] - 1) for k in keys]
+        ratios = [100 * (new[k].median_ms / base[k].median_ms - 1) for k in keys]
         print(f"median new/base, calls {label}: {spread(ratios)}")
     worst = sorted(((first_call_pct(new[k], 1) or 0.0, k) for k in long), reverse=True)[:args.top]
     for pct, k in worst:
-        b, n = base[k]["time"]["median_ms"], new[k]["time"]["median_ms"]
-        print(f"first call {pct:+.1f} % (base {first_call_pct(base[k], 1) or 0.0:+.1f} %): {' '.join(k[:7])}, "
-              f"median {b:.3f} -> {n:.3f} ms")
+        r = new[k]
+        call = " ".join((r.case, r.backend, r.direction, r.algo, r.math, r.dtype, r.layout))
+        print(f"first call {pct:+.1f} % (base {first_call_pct(base[k], 1) or 0.0:+.1f} %): {call}, "
+              f"median {base[k].median_ms:.3f} -> {r.median_ms:.3f} ms")
     return 0
 
 

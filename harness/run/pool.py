@@ -3,8 +3,8 @@
 A nightly fleet runs unattended, so one bad combination must cost that combination and nothing else. The
 child journals every record itself the moment it is made (written through; fsynced at the slice's end), so
 nothing it finished is lost when it dies. The parent reads the new journal lines back (to feed ``on_record``
-and to see progress) and watches the child: when it dies of a signal, exits, raises out of the backend, runs out of memory,
-corrupts the CUDA context, or makes no progress for ``timeout_s``, the first unfinished combination is
+and to see progress) and watches the child: when it dies of a signal, exits, raises out of the backend, runs out
+of memory, corrupts the CUDA context, or makes no progress for ``timeout_s``, the first unfinished combination is
 journaled with status crashed / timeout / out_of_memory and a one-line reason, and the rest of the slice
 goes to a fresh worker (at most ``retries`` times per slice; after that the rest is journaled with the
 same status, so a case whose every combination hangs costs (retries + 1) timeouts, not one per combination).

@@ -1,0 +1,37 @@
+"""scripts/kin_levels.py on real runs: the eight forward nights of one H200 (tests/fixtures/runs/h200-repeat8-fwd),
+each night against the one before, with no history: the kin rule takes the one failing pair's finding out and
+detects every software-injected slowdown the gate detected without it."""
+
+import importlib.util
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("kin_levels", ROOT / "scripts/kin_levels.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.slow  # fourteen runs read: about 13 s
+def test_night_over_night_the_kin_rule_fails_less_and_detects_as_much(tmp_path, capsys):
+    with tarfile.open(ROOT / "tests/fixtures/runs/h200-repeat8-fwd.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    nights = sorted(p.parent for p in tmp_path.glob("*/*/end.json"))
+    assert len(nights) == 8
+    pairs = [str(p) for a, b in zip(nights, nights[1:], strict=False) for p in (a, b)]
+    assert _script().main(pairs) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("all 7 pairs: failing 1 without kin, 0 with;")
+    assert "+5 % on calls >= 50 us 3159 / 3159 of 3507" in last and "20-50 us 526 / 526 of 543" in last
+
+
+def test_runs_not_in_pairs_or_unreadable_are_one_line_and_exit_2(tmp_path, capsys):
+    assert _script().main([str(tmp_path)]) == 2
+    assert _script().main([str(tmp_path / "a"), str(tmp_path / "b")]) == 2
+    assert capsys.readouterr().err.count("\n") == 2
