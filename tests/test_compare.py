@@ -270,12 +270,12 @@ PLANTED = {
     "time": dict(median=1.3, samples=noisy(1.3, seed=2)),
     "accuracy class": dict(cls="tf32", err=3e-4),
     "accuracy growth": dict(err=1e-5),
-    "in-place repeats": dict(repeat_equal=False, distinct=2),
+    "repeats": dict(repeat_equal=False, distinct=2),
     "fresh handle": dict(fresh_equal=False),
     "availability": dict(status="CUDNN_STATUS_NOT_SUPPORTED", reason="not in this build"),
 }
 PLANTED_KIND = {"time": "time", "accuracy class": "accuracy", "accuracy growth": "accuracy",
-                "in-place repeats": "determinism", "fresh handle": "determinism", "availability": "availability"}
+                "repeats": "determinism", "fresh handle": "determinism", "availability": "availability"}
 
 
 @pytest.mark.parametrize("planted", list(PLANTED))

@@ -205,3 +205,35 @@ def test_the_determinism_check_takes_the_fresh_handles_made_ahead():
     assert all(h.ptr for h in cudnn._fresh_handles)  # the ones left are open, not closed by a check
     stable = [r for r in checked if not r.extra.get("documented_nondeterministic")]
     assert stable and all(r.determinism.fresh_handle_equal is True for r in stable)
+
+
+def test_the_repeats_warm_every_placement_the_process_times():
+    """The determinism repeats go round this process's placements (cudnn.ConvSession.measure): the timer is
+    handed every placement as warmed, with the repeats' timings, and runs no warm-up call of its own on them;
+    a deterministic algorithm gives the first output's bits on every placement."""
+    from harness.backends.cudnn import CudnnBackend, placements
+    from harness.measurement.timing import CudaTimer
+
+    case = cases.get("quick.seed")
+    opts = SweepOptions(dtypes=("fp32",), layouts=("NCHW",), timing=FAST, processes=2)
+    handed = []
+    timer_call = CudaTimer.__call__
+
+    def spy(self, fn, warmed=0, seen=()):
+        handed.append((len(fn), warmed, list(seen)))
+        return timer_call(self, fn, warmed=warmed, seen=seen)
+
+    CudaTimer.__call__ = spy
+    try:
+        backend = CudnnBackend()
+        recs = [r for r in backend.run(case, backend.combos(case, opts), opts) if r.kind == "measurement"]
+    finally:
+        CudaTimer.__call__ = timer_call
+    checked = [r for r in recs if r.status == OK]
+    assert checked and len(handed) == len(checked)
+    for rec, (n, warmed, seen) in zip(checked, handed, strict=True):
+        assert n == placements(opts) == 3
+        assert warmed == min(n, 1 + rec.determinism.repeats) and len(seen) == rec.determinism.repeats
+        assert all(host > 0 and device > 0 for host, device in seen)
+    stable = [r for r in checked if not r.extra.get("documented_nondeterministic")]
+    assert stable and all(r.determinism.repeat_equal is True and r.determinism.distinct_outputs == 1 for r in stable)

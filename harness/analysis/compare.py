@@ -163,7 +163,7 @@ def _determinism(rb: Record, rh: Record, th: Thresholds) -> list[Finding]:
     det_b, det_h = rb.determinism, rh.determinism
     if det_b is None or det_h is None:
         return out
-    for name, words in (("repeat_equal", "in-place repeats"), ("fresh_handle_equal", "fresh handle/session")):
+    for name, words in (("repeat_equal", "repeats"), ("fresh_handle_equal", "fresh handle/session")):
         if getattr(det_b, name) == 1 and getattr(det_h, name) == 0:
             out.append(_finding(FindingKind.DETERMINISM, worse, rh, "bitwise equal", "differs",
                                 f"{words} no longer bitwise equal{why}", expected=cause))

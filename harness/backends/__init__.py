@@ -50,7 +50,7 @@ class SweepOptions:
     dtypes: tuple[str, ...] = DTYPES
     layouts: tuple[str, ...] = LAYOUTS
     timing: TimingPolicy = field(default_factory=TimingPolicy)
-    repeats: int = 2  # in-place repeats compared bitwise with the first output
+    repeats: int = 2  # repeats on the same operands compared bitwise with the first output
     workspace_limit: int = 8 << 30  # bytes; an algorithm asking for more is recorded, not run
     rankings: bool = True  # also record cuDNN's own rankings: Get_v7's heuristic one, and Find's where ``find``
     find: bool = True  # Find's ranking times every algorithm again (default_find)

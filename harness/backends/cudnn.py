@@ -213,7 +213,11 @@ class ConvSession:
         return self._ws_buffer.data_ptr()
 
     def placed_calls(self, algo_id: int, ws: int, ws_bytes: int, n: int = PLACEMENTS) -> list[Callable[[], None]]:
-        """The same call on ``n`` placements of its operands: this session's buffers and n-1 copies elsewhere.
+        """The same call on ``n`` placements of its operands: this session's buffers and n-1 copies elsewhere."""
+        return [call for call, _ in self.placed(algo_id, ws, ws_bytes, n)]
+
+    def placed(self, algo_id: int, ws: int, ws_bytes: int, n: int = PLACEMENTS) -> list[tuple[Callable[[], None], Any]]:
+        """``placed_calls`` with the output buffer each call writes.
 
         Copies are made once per session (spacers of odd sizes in between, so the copies do not line up with the
         originals) and reused by every algorithm; each has its own workspace when it is small enough."""
@@ -227,7 +231,7 @@ class ConvSession:
             ptrs[next(name for name in self.ptrs if name not in ops)] = out.data_ptr()
             held = {"spacer": spacer, "ops": ops, "out": out, "ws": None}
             self._placements.append((Conv(self.cudnn, self.handle, self.desc, self.direction, ptrs), held))
-        calls = [lambda: self.conv.run(algo_id, ws, ws_bytes)]
+        placed: list[tuple[Callable[[], None], Any]] = [(lambda: self.conv.run(algo_id, ws, ws_bytes), self.out)]
         for conv, held in self._placements[:n - 1]:
             pws = ws
             if 0 < ws_bytes <= PLACEMENT_WORKSPACE_MAX:
@@ -235,8 +239,8 @@ class ConvSession:
                     held["ws"] = None
                     held["ws"] = torch.empty(ws_bytes, dtype=torch.uint8, device="cuda")
                 pws = held["ws"].data_ptr()
-            calls.append(lambda conv=conv, pws=pws: conv.run(algo_id, pws, ws_bytes))
-        return calls
+            placed.append((lambda conv=conv, pws=pws: conv.run(algo_id, pws, ws_bytes), held["out"]))
+        return placed
 
     def _run_checked(self, algo_id: int, ws: int, ws_bytes: int) -> None:
         accuracy.poison(self.out, self.dtype)
@@ -314,13 +318,27 @@ class ConvSession:
         repeats = max(self.options.repeats, NONDETERMINISTIC_REPEATS) if documented else self.options.repeats
         floor = max(self.options.repeats, NONDETERMINISTIC_MIN_REPEATS)
         long_floor = max(self.options.repeats, NONDETERMINISTIC_LONG_MIN_REPEATS)
+        # The repeats go round the placements this process times, from the second: each placement's first call
+        # is then a repeat, not an untimed warm-up of the timer (a placement's first call ran up to a quarter
+        # slower than its next, docs/performance.md), and every repeat is timed for the timer's batch and spacer.
+        placed = self.placed(algo_id, ws, ws_bytes, placements(self.options))
+        start, end = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
+        seen: list[tuple[float, float]] = []
         t0, done = time.perf_counter(), 0
         while done < repeats:
-            self._run_checked(algo_id, ws, ws_bytes)
+            call, out = placed[(done + 1) % len(placed)]
+            accuracy.poison(out, self.dtype)
+            start.record(self.stream)
+            h = time.perf_counter()
+            call()
+            host = time.perf_counter() - h
+            end.record(self.stream)
             done += 1
-            if not accuracy.bitwise_equal(self.out, self.first):
+            if not accuracy.bitwise_equal(out, self.first):
                 repeat_equal = False
-                hashes.add(accuracy.output_hash(self.out))
+                hashes.add(accuracy.output_hash(out))
+            end.synchronize()
+            seen.append((host, start.elapsed_time(end)))
             # Past the floor a documented algorithm stops once it has shown itself unstable (the finding is made;
             # more repeats only count more distinct outputs); past the long calls' floor, once one more repeat
             # would overrun the budget.
@@ -343,16 +361,18 @@ class ConvSession:
         rec.determinism = Determinism(hash=first_hash, hash_algo=accuracy.HASH_ALGO, repeats=repeats,
                                       repeat_equal=repeat_equal, fresh_handle_equal=fresh_equal,
                                       distinct_outputs=len(hashes))
-        return self._time(rec, algo_id, ws, ws_bytes)
+        return self._time(rec, algo_id, ws, ws_bytes, warmed=min(len(placed), 1 + repeats), seen=seen)
 
-    def _time(self, rec: Record, algo_id: int, ws: int, ws_bytes: int, output_hash: str | None = None) -> Record:
+    def _time(self, rec: Record, algo_id: int, ws: int, ws_bytes: int, output_hash: str | None = None,
+              warmed: int = 1, seen: list[tuple[float, float]] | None = None) -> Record:
         """Time the bound call on every placement; with ``output_hash`` (a replica's pass) the record carries
-        that hash alone as its determinism, for the merge to tell whether two processes computed the same bits."""
+        that hash alone as its determinism, for the merge to tell whether two processes computed the same bits.
+        The first ``warmed`` placements have run already (placement 0 the checked run, the next the repeats)."""
         if output_hash is not None:
             rec.determinism = Determinism(hash=output_hash, hash_algo=accuracy.HASH_ALGO, repeats=0,
                                           repeat_equal=None, fresh_handle_equal=None)
-        # placement 0 is the bound call the checked run (and any repeats) just ran: already warm
-        rec.time = self.timer(self.placed_calls(algo_id, ws, ws_bytes, placements(self.options)), warmed=1)
+        rec.time = self.timer(self.placed_calls(algo_id, ws, ws_bytes, placements(self.options)), warmed=warmed,
+                              seen=seen or ())
         rec.extra["placement_medians_ms"] = self.timer.placement_medians_ms
         rec.status = OK
         return rec

@@ -39,7 +39,7 @@ def _backend_names() -> tuple[str, ...]:
     return backend_names()
 
 
-MAX_REPEATS = 1000  # in-place repeats of one combination: more only makes a run that never ends
+MAX_REPEATS = 1000  # repeats of one combination: more only makes a run that never ends
 MAX_BUDGET_MS = 60_000.0
 MAX_TIMEOUT_S = 86_400.0
 
@@ -75,7 +75,7 @@ def add_sweep_arguments(p) -> None:
     p.add_argument("--cold", action="store_true", help="flush L2 before each timed repetition")
     p.add_argument("--budget-ms", type=float, default=TimingPolicy.budget_ms,
                    help="device time spent sampling one combination (default: %(default)s)")
-    p.add_argument("--repeats", type=int, default=2, help="in-place repeats checked bitwise (default: 2)")
+    p.add_argument("--repeats", type=int, default=2, help="repeats on the same operands checked bitwise (default: 2)")
     p.add_argument("--no-rankings", action="store_true", help="skip cuDNN's own Find/Get_v7 rankings")
     p.add_argument("--find", action=argparse.BooleanOptionalAction, default=None,
                    help="record Find's ranking beside Get_v7's (default: forward-only sweeps; it times every "

@@ -88,7 +88,7 @@ def _determinism(rec: Record) -> str | None:
     if det is None:
         return None
     if det.repeat_equal is False or det.fresh_handle_equal is False:
-        where = "repeats in place" if det.repeat_equal is False else "a fresh handle"
+        where = "repeats" if det.repeat_equal is False else "a fresh handle"
         cause = nondeterminism_cause(rec)
         if cause:
             return f"{cause}: {det.distinct_outputs} distinct outputs over {where}"

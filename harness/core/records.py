@@ -160,8 +160,9 @@ class Determinism:
 
     hash: str
     hash_algo: str
-    repeats: int  # how many in-place repeats were compared with the first output
-    repeat_equal: bool | None  # all in-place repeats bitwise equal
+    # how many repeats on the same operands were compared with the first output (cuDNN: on its placements)
+    repeats: int
+    repeat_equal: bool | None  # all repeats bitwise equal to the first output
     fresh_handle_equal: bool | None  # a run with a freshly created handle/session bitwise equal
     distinct_outputs: int = 1
 

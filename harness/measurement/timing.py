@@ -175,22 +175,29 @@ class CudaTimer:
             # Twice the L2, written with zeros before each repetition, evicts whatever the call left there.
             self._flush = torch.empty(max(2 * l2, 64 << 20), dtype=torch.uint8, device="cuda")
 
-    def __call__(self, fn: Callable[[], object] | Sequence[Callable[[], object]], warmed: int = 0) -> Timing:
+    def __call__(self, fn: Callable[[], object] | Sequence[Callable[[], object]], warmed: int = 0,
+                 seen: Sequence[tuple[float, float]] = ()) -> Timing:
         """Time ``fn``; given several callables (the same call on buffers placed elsewhere in device memory),
         accepted batches rotate through them, at least one batch each, and the samples are pooled: one unlucky
         placement then moves the median by a quantile of the others, not by its own level (see PLACEMENTS).
-        The first ``warmed`` callables have already run (the caller's checked run of the same call)."""
+        The first ``warmed`` callables have already run (the caller's checked run and repeats of the same call);
+        ``seen`` holds the (host seconds, device ms) of those of the caller's calls it timed, which stand for
+        warm-up calls of this timer."""
         torch, policy = self.torch, self.policy
         fns = list(fn) if isinstance(fn, Sequence) else [fn]
         stream = torch.cuda.current_stream()
         # Warm-up: every placement once (its first call is never a sample; a placement the caller already ran
         # is not run again for it: one call of up to 44 ms saved a record), then the first placement until
-        # warmup_ms have passed. Each warm-up call is timed, for the batch size and the spacer below.
+        # warmup_ms have passed, the caller's timed calls counted. Each warm-up call is timed, for the batch size
+        # and the spacer below.
         unwarmed = fns[min(warmed, len(fns)):]
         t0 = time.perf_counter()
-        host_s, warm = [], []
-        while len(host_s) < max(len(unwarmed), 1) or (time.perf_counter() - t0) * 1e3 < policy.warmup_ms:
-            f = unwarmed[len(host_s)] if len(host_s) < len(unwarmed) else fns[0]
+        host_s, warm = [h for h, _ in seen], [d for _, d in seen]
+        seen_ms = sum(warm)
+        while (len(host_s) < len(seen) + max(len(unwarmed), 0 if seen else 1)
+               or (time.perf_counter() - t0) * 1e3 + seen_ms < policy.warmup_ms):
+            k = len(host_s) - len(seen)
+            f = unwarmed[k] if k < len(unwarmed) else fns[0]
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             h = time.perf_counter()
             start.record(stream)
@@ -201,7 +208,10 @@ class CudaTimer:
             warm.append(start.elapsed_time(end))
         # A batch never outlasts a quarter of the budget: a 44 ms call is sampled 3 times, not 8 (one batch of
         # 8 was ten times the budget). The warm-up's event time bounds the call's device time from above.
-        batch = max(1, min(policy.batch, int(policy.budget_ms / 4 / max(min(warm), 1e-3))))
+        # Nor does it take a process past its minimum only because each placement needs a batch of its own: three
+        # placements with a minimum of 16 samples take batches of 6, not 8 (24 samples).
+        per_placement_min = -(-policy.min_samples // len(fns))
+        batch = max(1, min(policy.batch, per_placement_min, int(policy.budget_ms / 4 / max(min(warm), 1e-3))))
         # A spacer kernel keeps the device busy while the host enqueues the whole batch, so each event pair
         # brackets device work only. Without it a call whose host side (e.g. cuDNN's legacy-API dispatch) is
         # slower than its kernel is timed with the host's overhead included: measured on the H200

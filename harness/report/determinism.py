@@ -30,7 +30,7 @@ def _same_problem(x: Record) -> tuple:
 
 
 def _differs(x: Record) -> bool:
-    """Repeats in place or a fresh handle gave other bits, or more than one distinct output."""
+    """Repeats or a fresh handle gave other bits, or more than one distinct output."""
     d = x.determinism
     return d is not None and (d.repeat_equal == 0 or d.fresh_handle_equal == 0 or (d.distinct_outputs or 1) > 1)
 

@@ -1,6 +1,6 @@
 """Fresh-process reproducibility: recompute every measured output of a run in a new process, compare hashes.
 
-The sweep already compares repeats in place and on a fresh cuDNN handle; a new process adds what those
+The sweep already compares repeats on the same operands and on a fresh cuDNN handle; a new process adds what those
 cannot change: a new CUDA context, new cuDNN library state, new autotuner caches. Each recomputed output
 becomes a ``repro`` record beside the original in the same journal (append-only), with the sweep's hash
 and whether the fresh process reproduced it bit for bit.
