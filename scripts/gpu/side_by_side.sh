@@ -9,7 +9,7 @@
 set -uo pipefail
 if [ "${1:-}" = "--pack" ]; then
   rev=${2:?REV}; rm -rf .baseline && mkdir .baseline
-  git archive "$rev" harness benchmarks scripts tests/*.py tests/conftest.py asv.conf.json pyproject.toml setup.py \
+  git archive "$rev" harness benchmarks scripts ':(glob)tests/*.py' asv.conf.json pyproject.toml setup.py \
     | tar -x -C .baseline
   git rev-parse --short "$rev" > .baseline/REVISION
   du -sh .baseline; exit 0
