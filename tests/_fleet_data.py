@@ -43,6 +43,12 @@ def run_tarball(name: str | Path) -> tuple[dict[str, Any], dict[str, Any] | None
     return meta, end, recs
 
 
+def worded_today(explanation: str | None) -> str | None:
+    """A journaled explanation in today's words: runs made before cuDNN's repeats went round the placements said
+    "repeats in place" (core/explain.py); nothing else of the rules changed."""
+    return explanation and explanation.replace("over repeats in place", "over repeats")
+
+
 def records_of(recs: list[dict[str, Any]], kind: str = "measurement", **match: Any) -> list[Record]:
     """The records of ``kind`` whose fields equal ``match``, as Record objects."""
     return [Record.from_dict(r) for r in recs if r["kind"] == kind and all(r[k] == v for k, v in match.items())]

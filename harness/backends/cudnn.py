@@ -16,7 +16,7 @@ from ..core.cases import Case
 from ..core.records import OK, SKIPPED, UNSUPPORTED_ARCH, WORKSPACE_TOO_LARGE, Determinism, Ranking, Record
 from ..measurement import accuracy
 from ..measurement.timing import CudaTimer
-from . import Combo, SweepOptions, by_problem, cudnn_queries
+from . import Combo, SweepOptions, by_problem, cudnn_determinism, cudnn_queries
 from .cudnn_lib import (
     ALGOS,
     DOCUMENTED_NONDETERMINISTIC,
@@ -26,7 +26,6 @@ from .cudnn_lib import (
     Cudnn,
     CudnnError,
     Handle,
-    fresh_handle,
     make_fresh_handles,
 )
 
@@ -48,21 +47,6 @@ def arch_reason(dtype: str, sm: tuple[int, int]) -> str | None:
     if dtype == "fp16" and sm < (5, 3):
         return f"FP16 arithmetic needs sm_53 or newer; this GPU is sm_{sm[0]}{sm[1]}"
     return None
-
-
-# Algorithms documented as non-deterministic are repeated up to NONDETERMINISTIC_REPEATS times. Past
-# NONDETERMINISTIC_MIN_REPEATS they stop once the instability has shown (the finding is made), and from
-# NONDETERMINISTIC_LONG_MIN_REPEATS on once the next repeat would take them past NONDETERMINISTIC_BUDGET_S (a call of
-# 8.3 ms or more runs 2 repeats, 2.5 ms 10, under 1.25 ms all 20). On the H200 every documented algorithm slower than
-# 5.2 ms was bitwise stable (686 of 714 unstable ones gave 22 outputs in 22 runs, 711 of 713 stopped at 6 repeats,
-# the fresh-process replay found no other; docs/history.md). In one backward sweep 709 were unstable, the slowest a
-# 5.1 ms call; 704 showed it on every repeat and the 5 that needed 10-19 repeats were 0.40 ms calls, which still run
-# all 20 within the budget. Repeats of stable calls took about 29 s of that sweep at a budget of 0.075 s and 17 s at
-# this one (worked out from its records). The record carries the count it ran.
-NONDETERMINISTIC_REPEATS = 20
-NONDETERMINISTIC_MIN_REPEATS = 6
-NONDETERMINISTIC_LONG_MIN_REPEATS = 2
-NONDETERMINISTIC_BUDGET_S = 0.025
 
 
 class WorkspaceTooLarge(Exception):
@@ -311,57 +295,10 @@ class ConvSession:
         rec.accuracy = accuracy.measure(self.out, self.ref, self.scale, self.dtype,
                                         accuracy.reduction_length(self.case, self.direction))
         self.first.copy_(self.out)
-        first_hash = accuracy.output_hash(self.first)
-        hashes = {first_hash}
-        repeat_equal = True
-        # Algorithms documented as non-deterministic are repeated enough to show it where it happens.
-        repeats = max(self.options.repeats, NONDETERMINISTIC_REPEATS) if documented else self.options.repeats
-        floor = max(self.options.repeats, NONDETERMINISTIC_MIN_REPEATS)
-        long_floor = max(self.options.repeats, NONDETERMINISTIC_LONG_MIN_REPEATS)
-        # The repeats go round the placements this process times, from the second: each placement's first call
-        # is then a repeat, not an untimed warm-up of the timer (a placement's first call ran up to a quarter
-        # slower than its next, docs/performance.md), and every repeat is timed for the timer's batch and spacer.
         placed = self.placed(algo_id, ws, ws_bytes, placements(self.options))
-        start, end = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
-        seen: list[tuple[float, float]] = []
-        t0, done = time.perf_counter(), 0
-        while done < repeats:
-            call, out = placed[(done + 1) % len(placed)]
-            accuracy.poison(out, self.dtype)
-            start.record(self.stream)
-            h = time.perf_counter()
-            call()
-            host = time.perf_counter() - h
-            end.record(self.stream)
-            done += 1
-            if not accuracy.bitwise_equal(out, self.first):
-                repeat_equal = False
-                hashes.add(accuracy.output_hash(out))
-            end.synchronize()
-            seen.append((host, start.elapsed_time(end)))
-            # Past the floor a documented algorithm stops once it has shown itself unstable (the finding is made;
-            # more repeats only count more distinct outputs); past the long calls' floor, once one more repeat
-            # would overrun the budget.
-            spent = time.perf_counter() - t0
-            if documented and ((done >= floor and not repeat_equal) or
-                               (done >= long_floor and spent * (done + 1) / done > NONDETERMINISTIC_BUDGET_S)):
-                break
-        repeats = done
-        fresh = fresh_handle(self.cudnn, self.stream.cuda_stream)
-        try:
-            fresh_conv = Conv(self.cudnn, fresh, self.desc, self.direction, self.ptrs)
-            accuracy.poison(self.out, self.dtype)
-            fresh_conv.run(algo_id, ws, ws_bytes)
-            fresh_equal = accuracy.bitwise_equal(self.out, self.first)
-            if not fresh_equal:
-                hashes.add(accuracy.output_hash(self.out))
-        finally:
-            self.stream.synchronize()
-            fresh.close()
-        rec.determinism = Determinism(hash=first_hash, hash_algo=accuracy.HASH_ALGO, repeats=repeats,
-                                      repeat_equal=repeat_equal, fresh_handle_equal=fresh_equal,
-                                      distinct_outputs=len(hashes))
-        return self._time(rec, algo_id, ws, ws_bytes, warmed=min(len(placed), 1 + repeats), seen=seen)
+        rec.determinism, seen = cudnn_determinism.check(self, algo_id, ws, ws_bytes, placed, documented)
+        return self._time(rec, algo_id, ws, ws_bytes, warmed=min(len(placed), 1 + rec.determinism.repeats),
+                          seen=seen)
 
     def _time(self, rec: Record, algo_id: int, ws: int, ws_bytes: int, output_hash: str | None = None,
               warmed: int = 1, seen: list[tuple[float, float]] | None = None) -> Record:
