@@ -4,7 +4,8 @@ slices.jsonl), against the run's total (the rest: asv, start-up).
     python3 scripts/run_breakdown.py RUN_DIR [--against OTHER_RUN_DIR]
 
 With --against, the records both runs timed, per backend: their measuring wall time and samples in each run, and
-the median ratio of their device medians and of their host dispatch times (this run over the other). The same
+the median ratio of their device medians and of their host dispatch times (this run over the other); then the same
+by call length (the other run's median). The same
 sweep on two lent H200s took 7-27 % longer on one whose host dispatched 19-30 % slower at equal
 device times: the sweep's wall follows the host as well as the GPU.
 """
@@ -22,6 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness.run import slicetime  # noqa: E402
 from harness.run.journal import JOURNAL_FILE, iter_journal  # noqa: E402
 from harness.run.suite import param_key  # noqa: E402
+
+# Call lengths, by which the sampling rules differ: host-bound short calls, and long calls whose warm-up and
+# determinism repeats cost as much device time as their samples.
+BANDS_MS = ((0.0, 0.05), (0.05, 0.2), (0.2, 1.0), (1.0, 5.0), (5.0, float("inf")))
 
 
 def timed(run: Path) -> dict[tuple, dict]:
@@ -44,6 +49,16 @@ def against(run: Path, other: Path) -> None:
         host = f"{statistics.median(hosts):.3f}" if hosts else "-"
         print(f"against  {backend:10s} {len(keys)} records in both: measuring {wall[0]:.1f} s here, {wall[1]:.1f} s "
               f"there; samples {n[0]} / {n[1]}; device median ratio {device:.3f}, host dispatch ratio {host}")
+        for low, high in BANDS_MS:  # by the other run's median: where a change of the timer moved the wall
+            inside = [(x, y) for x, y in zip(a, b, strict=True) if low <= y["time"]["median_ms"] < high]
+            if not inside:
+                continue
+            w = [sum(r["extra"].get("wall_ms", 0) for r in rs) / 1e3 for rs in zip(*inside, strict=True)]
+            c = [sum(r["time"]["n"] for r in rs) for rs in zip(*inside, strict=True)]
+            d = statistics.median(x["time"]["median_ms"] / y["time"]["median_ms"] for x, y in inside)
+            band = f">= {low:g} ms" if high == float("inf") else f"{low:g}-{high:g} ms"
+            print(f"against  {backend:10s}   {band:12s} {len(inside):5d} records: measuring {w[0]:.1f} / {w[1]:.1f} s, "
+                  f"samples {c[0]} / {c[1]}, device median ratio {d:.3f}")
 
 
 def main(run_dir: str, other: str | None = None) -> int:

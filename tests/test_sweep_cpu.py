@@ -108,6 +108,9 @@ def test_every_slice_says_where_its_time_went(tmp_path, isolate):
     n = sum(1 for r in recs if r["backend"] == "torch" and r.get("time"))
     line = next(x for x in out.stdout.splitlines() if x.startswith("against  torch"))
     assert f"{n} records in both" in line and "device median ratio 1.000" in line, line
+    bands = [x for x in out.stdout.splitlines() if x.startswith("against  torch  ") and " ms " in x]
+    assert bands and sum(int(x.split(" ms")[1].split()[0]) for x in bands) == n  # each record in one band
+    assert all("device median ratio 1.000" in x for x in bands), bands
     bad = subprocess.run([sys.executable, str(script), str(journal.path), "--against", str(tmp_path / "none")],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stdout == ""
