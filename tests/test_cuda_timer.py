@@ -1,8 +1,9 @@
 """CudaTimer's warm-up and batch rules, on a stand-in for torch.cuda whose calls take a set device time.
 
 The stand-in's device runs each enqueued call for its duration; events read the device's clock at the point
-of the stream where they were recorded, and waiting on one waits (in wall time) for the work enqueued so far. The host always stays ahead of the device (the spacer did its work),
-so every batch is accepted and the rules under test are the only thing that decides how many calls run.
+of the stream where they were recorded, and waiting on one waits (in wall time) for the work enqueued so far.
+The host always stays ahead of the device (the spacer did its work), so every batch is accepted and the rules
+under test alone decide how many calls run.
 """
 
 from __future__ import annotations

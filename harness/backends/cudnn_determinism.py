@@ -31,7 +31,6 @@ NONDETERMINISTIC_LONG_MIN_REPEATS = 2
 NONDETERMINISTIC_BUDGET_S = 0.025
 
 
-
 def check(session: Any, algo_id: int, ws: int, ws_bytes: int, placed: list[tuple[Any, Any]],
           documented: bool) -> tuple[Determinism, list[tuple[float, float]]]:
     """The determinism of the bound call whose checked output ``session.first`` holds, and the repeats'
