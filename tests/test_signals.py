@@ -246,3 +246,49 @@ def test_a_worker_started_in_place_of_a_dead_one_leaves_without_its_initializer(
     assert len(opened.read_text().split()) == 2  # the two the pool started with, no replacement
     err = capfd.readouterr().err
     assert "Traceback" not in err and "malformed" not in err, err
+
+
+# A stop raised where Python drops exceptions: a handler (children.raise_exit) that ran inside a __del__ or a weakref
+# callback, as a SIGHUP did inside importlib's during a collect on the 2-core VM, which then linked its store in.
+_DROPPED = """
+import os, signal, sys
+from harness.core import children
+
+class Dropped:
+    def __del__(self):
+        children.raise_exit(signal.SIGHUP, None)
+"""
+
+
+def test_a_stop_python_dropped_while_a_store_is_built_still_stops_it(tmp_path):
+    script = _DROPPED + """
+from harness.collect import fresh
+children.exit_on_signals()
+
+def fill(hidden):
+    Dropped()
+    print("filled", flush=True)
+
+try:
+    fresh.build(sys.argv[1], fill)
+except SystemExit as exc:
+    print("stopped", exc.code, sorted(os.listdir(os.path.dirname(sys.argv[1]))), flush=True)
+    os._exit(0)  # before raise_exit's fallback
+print("built", flush=True)
+"""
+    res = subprocess.run([sys.executable, "-c", script, str(tmp_path / "s.sqlite")], env=ENV, capture_output=True,
+                         text=True, timeout=60)
+    assert res.stdout.splitlines() == ["filled", "stopped 129 []"] and res.stderr == "", (res.stdout, res.stderr)
+
+
+def test_a_command_a_dropped_stop_did_not_end_still_exits_as_stopped():
+    script = _DROPPED + """
+from harness import cli
+from harness.core import cases
+select = cases.select
+cases.select = lambda *a, **k: (Dropped(), select(*a, **k))[1]
+sys.exit(cli.main(["cases", "quick"]))
+"""
+    res = subprocess.run([sys.executable, "-c", script], env=ENV, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 129 and "quick.seed" in res.stdout, (res.returncode, res.stdout, res.stderr)
+    assert res.stderr == "convbench cases: stopped by signal 1\n", res.stderr

@@ -90,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     replaced = children.exit_on_signals()  # SIGTERM, SIGHUP: SystemExit, so every command's cleanup runs
     try:
-        return int(args.handler(args) or 0)
+        code = int(args.handler(args) or 0)
+        children.raise_again()  # a stop Python dropped on the way still ends the command as stopped
+        return code
     except UserError as exc:
         print(f"convbench {args.command}: error: {printable(exc)}", file=sys.stderr)
         return exc.code

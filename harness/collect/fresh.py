@@ -47,6 +47,7 @@ def build(path: str | Path, fill: Callable[[str], None]) -> bool:
             os.umask(umask)
             os.chmod(hidden, 0o666 & ~umask)  # mkstemp makes it private; a store is read by whoever reads reports
             fill(hidden)  # its own errors are its own (a refused store, a pool that cannot start)
+            children.raise_again()  # a stop Python dropped while it filled: the store is not put in place
             return _put_in_place(str(path), hidden, target)
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -119,6 +120,7 @@ class _Stop:
     @staticmethod
     def _raise(signum: int) -> None:
         if signum == signal.SIGINT:
+            children.stopping(signum)
             raise KeyboardInterrupt
         children.raise_exit(signum, None)
 

@@ -16,6 +16,7 @@ import multiprocessing as mp
 import multiprocessing.pool as mp_pool
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -33,6 +34,7 @@ FALLBACK_S = 10.0  # after a signal, the longest a command's cleanup and exit ma
 
 _held = 0  # > 0 while a step that must not be cut short runs (``held``); a signal then waits for its end
 _pending = 0
+_stopped = 0  # the stop signal a handler of this command raised, if any (``raise_again``)
 
 
 class held:
@@ -70,24 +72,56 @@ def raise_exit(signum: int, frame: object) -> None:
     timer = threading.Timer(FALLBACK_S, os._exit, (128 + signum,))
     timer.daemon = True
     timer.start()
+    stopping(signum)
     raise SystemExit(128 + signum)
+
+
+def stopping(signum: int) -> None:
+    """A handler is about to raise the stop of ``signum`` (SystemExit, or KeyboardInterrupt for SIGINT)."""
+    global _stopped
+    _stopped = signum
+
+
+def raise_again() -> None:
+    """Raise once more a stop a handler raised where Python dropped it (a weakref callback, a __del__): a command
+    asks before the step that makes its work permanent (a store linked into place, a report swapped in) and
+    before it returns, so a signal that came is not lost. On the 2-core VM a SIGHUP sent to a collect landed in
+    importlib's weakref callback; the collect went on and linked its store in, exit 0."""
+    if _stopped == signal.SIGINT:
+        raise KeyboardInterrupt
+    if _stopped:
+        raise SystemExit(128 + _stopped)
+
+
+def _unraisable(unraisable: Any) -> None:
+    """Python's report of an exception it dropped, left out for a stop that ``raise_again`` raises where it
+    propagates (the command says it in one line); any other is reported as before."""
+    if _stopped and unraisable.exc_type in (SystemExit, KeyboardInterrupt):
+        return
+    sys.__unraisablehook__(unraisable)
 
 
 def exit_on_signals() -> dict[int, Any]:
     """SIGTERM and SIGHUP raise SystemExit in this (main) thread where they would end the process unannounced;
     returns the handlers replaced, for ``restore``."""
+    global _stopped
     if threading.current_thread() is not threading.main_thread():
         return {}
+    _stopped = 0
     replaced = {}
     for sig in EXIT_SIGNALS:
         if signal.getsignal(sig) == signal.SIG_DFL:
             replaced[sig] = signal.signal(sig, raise_exit)
+    if replaced and sys.unraisablehook is sys.__unraisablehook__:
+        sys.unraisablehook = _unraisable
     return replaced
 
 
 def restore(replaced: dict[int, Any]) -> None:
     for sig, handler in replaced.items():
         signal.signal(sig, handler)
+    if replaced and sys.unraisablehook is _unraisable:
+        sys.unraisablehook = sys.__unraisablehook__
 
 
 _BLOCKED = {signal.SIGINT, *EXIT_SIGNALS}

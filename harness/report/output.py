@@ -90,6 +90,7 @@ def _swap(out: str | Path, target: Path, build: Callable[[Path], list[Path]]) ->
         os.chmod(fresh, 0o777 & ~umask)  # mkdtemp makes it private; a report folder is read by others
         written = build(fresh)
         (fresh / MANIFEST).write_text("".join(f"{p.relative_to(fresh)}\n" for p in written), encoding="utf-8")
+        children.raise_again()  # a stop Python dropped while it built: the old report stays
         holding = children.held().__enter__()
         if target.exists():
             check(out)  # again: nothing was added to it while the report was built
