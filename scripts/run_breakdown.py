@@ -35,27 +35,31 @@ def timed(run: Path) -> dict[tuple, dict]:
             if r.get("kind") == "measurement" and r.get("time")}
 
 
+def _figures(pairs: list[tuple[dict, dict]]) -> tuple[list[float], list[int], float]:
+    """For (this run's, the other's) records of the same calls: each side's measuring seconds and samples, and
+    the median ratio of their device medians."""
+    wall = [sum(r["extra"].get("wall_ms", 0) for r in side) / 1e3 for side in zip(*pairs, strict=True)]
+    n = [sum(r["time"]["n"] for r in side) for side in zip(*pairs, strict=True)]
+    device = statistics.median(x["time"]["median_ms"] / y["time"]["median_ms"] for x, y in pairs)
+    return wall, n, device
+
+
 def against(run: Path, other: Path) -> None:
     mine, theirs = timed(run), timed(other)
     both = [k for k in mine if k in theirs]
     for backend in sorted({k[0] for k in both}):
-        keys = [k for k in both if k[0] == backend]
-        a, b = [mine[k] for k in keys], [theirs[k] for k in keys]
-        wall = [sum(r["extra"].get("wall_ms", 0) for r in rs) / 1e3 for rs in (a, b)]
-        n = [sum(r["time"]["n"] for r in rs) for rs in (a, b)]
-        device = statistics.median(x["time"]["median_ms"] / y["time"]["median_ms"] for x, y in zip(a, b, strict=True))
-        hosts = [x["time"]["host_ms"] / y["time"]["host_ms"] for x, y in zip(a, b, strict=True)
+        pairs = [(mine[k], theirs[k]) for k in both if k[0] == backend]
+        wall, n, device = _figures(pairs)
+        hosts = [x["time"]["host_ms"] / y["time"]["host_ms"] for x, y in pairs
                  if x["time"].get("host_ms") and y["time"].get("host_ms")]
         host = f"{statistics.median(hosts):.3f}" if hosts else "-"
-        print(f"against  {backend:10s} {len(keys)} records in both: measuring {wall[0]:.1f} s here, {wall[1]:.1f} s "
+        print(f"against  {backend:10s} {len(pairs)} records in both: measuring {wall[0]:.1f} s here, {wall[1]:.1f} s "
               f"there; samples {n[0]} / {n[1]}; device median ratio {device:.3f}, host dispatch ratio {host}")
         for low, high in BANDS_MS:  # by the other run's median: where a change of the timer moved the wall
-            inside = [(x, y) for x, y in zip(a, b, strict=True) if low <= y["time"]["median_ms"] < high]
+            inside = [(x, y) for x, y in pairs if low <= y["time"]["median_ms"] < high]
             if not inside:
                 continue
-            w = [sum(r["extra"].get("wall_ms", 0) for r in rs) / 1e3 for rs in zip(*inside, strict=True)]
-            c = [sum(r["time"]["n"] for r in rs) for rs in zip(*inside, strict=True)]
-            d = statistics.median(x["time"]["median_ms"] / y["time"]["median_ms"] for x, y in inside)
+            w, c, d = _figures(inside)
             band = f">= {low:g} ms" if high == float("inf") else f"{low:g}-{high:g} ms"
             print(f"against  {backend:10s}   {band:12s} {len(inside):5d} records: measuring {w[0]:.1f} / {w[1]:.1f} s, "
                   f"samples {c[0]} / {c[1]}, device median ratio {d:.3f}")

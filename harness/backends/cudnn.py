@@ -291,25 +291,26 @@ class ConvSession:
             return rec
         self.stream.synchronize()
         if self.options.timing_only:
-            return self._time(rec, algo_id, ws, ws_bytes, accuracy.output_hash(self.out))
+            calls = self.placed_calls(algo_id, ws, ws_bytes, placements(self.options))
+            return self._time(rec, calls, output_hash=accuracy.output_hash(self.out))
         rec.accuracy = accuracy.measure(self.out, self.ref, self.scale, self.dtype,
                                         accuracy.reduction_length(self.case, self.direction))
         self.first.copy_(self.out)
         placed = self.placed(algo_id, ws, ws_bytes, placements(self.options))
         rec.determinism, seen = cudnn_determinism.check(self, algo_id, ws, ws_bytes, placed, documented)
-        return self._time(rec, algo_id, ws, ws_bytes, warmed=min(len(placed), 1 + rec.determinism.repeats),
+        return self._time(rec, [call for call, _ in placed], warmed=min(len(placed), 1 + rec.determinism.repeats),
                           seen=seen)
 
-    def _time(self, rec: Record, algo_id: int, ws: int, ws_bytes: int, output_hash: str | None = None,
+    def _time(self, rec: Record, calls: list[Callable[[], None]], output_hash: str | None = None,
               warmed: int = 1, seen: list[tuple[float, float]] | None = None) -> Record:
-        """Time the bound call on every placement; with ``output_hash`` (a replica's pass) the record carries
-        that hash alone as its determinism, for the merge to tell whether two processes computed the same bits.
-        The first ``warmed`` placements have run already (placement 0 the checked run, the next the repeats)."""
+        """Time the bound call on every placement (``calls``); with ``output_hash`` (a replica's pass) the record
+        carries that hash alone as its determinism, for the merge to tell whether two processes computed the same
+        bits. The first ``warmed`` placements have run already (placement 0 the checked run, the next the
+        repeats)."""
         if output_hash is not None:
             rec.determinism = Determinism(hash=output_hash, hash_algo=accuracy.HASH_ALGO, repeats=0,
                                           repeat_equal=None, fresh_handle_equal=None)
-        rec.time = self.timer(self.placed_calls(algo_id, ws, ws_bytes, placements(self.options)), warmed=warmed,
-                              seen=seen or ())
+        rec.time = self.timer(calls, warmed=warmed, seen=seen or ())
         rec.extra["placement_medians_ms"] = self.timer.placement_medians_ms
         rec.status = OK
         return rec

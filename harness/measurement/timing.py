@@ -194,10 +194,11 @@ class CudaTimer:
         t0 = time.perf_counter()
         host_s, warm = [h for h, _ in seen], [d for _, d in seen]
         seen_ms = sum(warm)
-        while (len(host_s) < len(seen) + max(len(unwarmed), 0 if seen else 1)
-               or (time.perf_counter() - t0) * 1e3 + seen_ms < policy.warmup_ms):
-            k = len(host_s) - len(seen)
-            f = unwarmed[k] if k < len(unwarmed) else fns[0]
+        need = len(unwarmed) if seen else max(len(unwarmed), 1)  # without seen calls, one timed call at least
+        made = 0
+        while made < need or (time.perf_counter() - t0) * 1e3 + seen_ms < policy.warmup_ms:
+            f = unwarmed[made] if made < len(unwarmed) else fns[0]
+            made += 1
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             h = time.perf_counter()
             start.record(stream)
