@@ -1,5 +1,8 @@
 """The accuracy machinery on the CPU: classes, poison, hashes, references."""
 
+import hashlib
+
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -119,6 +122,32 @@ def test_hash_is_bitwise_and_layout_independent():
     swapped = y.clone().view(-1)
     swapped[[0, 1]] = swapped[[1, 0]]
     assert accuracy.output_hash(swapped.view_as(y)) != h or y.view(-1)[0] == y.view(-1)[1]
+
+
+def _hash_drawn_for_its_size(t) -> str:
+    """The hash as committed runs hold it: the multipliers drawn afresh for each output size."""
+    words = accuracy.int_view(t.contiguous()).reshape(-1).to(torch.int64)
+    if t.element_size() < 8:
+        words = words & ((1 << (8 * t.element_size())) - 1)
+    rng = np.random.Generator(np.random.PCG64(0x5EED))
+    mult = torch.from_numpy(rng.integers(-(2**62), 2**62, size=(2, words.numel()), dtype=np.int64) * 2 + 1)
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{t.dtype}:{tuple(t.shape)}:".encode())
+    for s in (words.unsqueeze(0) * mult).sum(dim=1).tolist():
+        h.update(int(s & (2**64 - 1)).to_bytes(8, "little"))
+    return h.hexdigest()
+
+
+def test_the_hash_of_every_size_is_the_one_drawn_for_that_size():
+    """One multiplier stream grown as sizes come (small, larger, smaller, larger again) gives each size the hash
+    its own draw gave, for every element width."""
+    _ = accuracy.output_hash(torch.zeros(3))  # the stream may already be longer than any size below
+    gen = torch.Generator().manual_seed(7)
+    for shape, dtype in [((2, 3, 5, 5), torch.float32), ((4, 8, 33, 31), torch.float16), ((1, 2, 3, 3), torch.bfloat16),
+                         ((8, 16, 61, 67), torch.float32), ((5, 7), torch.float64), ((3, 9, 40, 41), torch.float16)]:
+        t = torch.randn(shape, generator=gen).to(dtype)
+        assert accuracy.output_hash(t) == _hash_drawn_for_its_size(t), (shape, dtype)
+    assert accuracy.output_hash(torch.ones(10)) != accuracy.output_hash(torch.ones(11)[:10] * 2)
 
 
 @pytest.mark.parametrize("direction", ["bwd_data", "bwd_filter"])
