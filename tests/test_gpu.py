@@ -207,6 +207,31 @@ def test_the_determinism_check_takes_the_fresh_handles_made_ahead():
     assert stable and all(r.determinism.fresh_handle_equal is True for r in stable)
 
 
+def test_a_run_of_two_processes_checks_the_fresh_handle_in_the_replica():
+    """Timed in two processes, the main process runs no fresh handle (cudnn_determinism) and makes none ahead;
+    the replica's checked run, in its own handle, answers fresh_handle_equal once merged (run/replicas.py)."""
+    from harness.backends import cudnn_lib as cudnn
+    from harness.backends.cudnn import CudnnBackend
+    from harness.run import replicas
+
+    case = cases.get("quick.seed")
+    opts = SweepOptions(dtypes=("fp32",), layouts=("NCHW",), timing=FAST.share(2), processes=2)
+    backend = CudnnBackend()
+    combos = backend.combos(case, opts)
+    cudnn._fresh_handles.clear()
+    list(backend.ahead(case, len(combos), opts))
+    assert cudnn._fresh_handles == []
+    main = {r.key(): r for r in backend.run(case, combos, opts) if r.kind == "measurement" and r.status == OK}
+    assert main and all(r.determinism.fresh_handle_equal is None for r in main.values())
+    replica = {r.key(): r for r in backend.run(case, combos, replicas.replica_options(opts)) if r.kind == "measurement"}
+    merged = [replicas.merge(rec, replica.get(key), 64, fresh_handle_in_replica=backend.fresh_handle_in_replica)
+              for key, rec in main.items()]
+    stable = [r for r in merged if not r.extra.get("documented_nondeterministic")]
+    assert stable and all(r.determinism.fresh_handle_equal is True and r.determinism.distinct_outputs == 1
+                          for r in stable)
+    assert all(r.determinism.fresh_handle_equal == r.extra["fresh_process_equal"] for r in merged)
+
+
 def test_the_repeats_warm_every_placement_the_process_times():
     """The determinism repeats go round this process's placements (cudnn.ConvSession.measure): the timer is
     handed every placement as warmed, with the repeats' timings, and runs no warm-up call of its own on them;

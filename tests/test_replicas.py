@@ -84,6 +84,31 @@ def test_merge_keeps_each_process_median_and_whether_they_computed_the_same_bits
     assert failed.extra["replica"] == "crashed: the worker died of SIGSEGV"
 
 
+def _left_to_replica(hash_="h", repeat_equal=True, distinct=1) -> Record:
+    rec = _rec([0.4] * 40, hash_=hash_)
+    rec.determinism.fresh_handle_equal, rec.determinism.repeat_equal = None, repeat_equal
+    rec.determinism.distinct_outputs = distinct
+    return rec
+
+
+def test_a_main_process_that_left_its_fresh_handle_to_the_replica_gets_the_replicas_answer():
+    same = replicas.merge(_left_to_replica(), _rec([0.4] * 40), keep=64, fresh_handle_in_replica=True)
+    assert same.determinism.fresh_handle_equal is True and same.determinism.distinct_outputs == 1
+    other = replicas.merge(_left_to_replica(), _rec([0.4] * 40, hash_="other"), keep=64, fresh_handle_in_replica=True)
+    assert other.determinism.fresh_handle_equal is False and other.determinism.distinct_outputs == 2
+    # repeats that already differed: the replica's output may be one of theirs, so their count stands
+    unstable = replicas.merge(_left_to_replica(repeat_equal=False, distinct=3), _rec([0.4] * 40, hash_="other"),
+                              keep=64, fresh_handle_in_replica=True)
+    assert unstable.determinism.fresh_handle_equal is False and unstable.determinism.distinct_outputs == 3
+    # a backend that checks its own fresh handle (or none, as PyTorch's) keeps what it recorded
+    torch_like = replicas.merge(_left_to_replica(), _rec([0.4] * 40, hash_="other"), keep=64)
+    assert torch_like.determinism.fresh_handle_equal is None and torch_like.extra["fresh_process_equal"] is False
+    # no replica timing: nothing to derive, and the record says the replica did not time it
+    failed = replicas.merge(_left_to_replica(), replace(_rec([1.0]), status=CRASHED, time=None, reason="killed"),
+                            keep=64, fresh_handle_in_replica=True)
+    assert failed.determinism.fresh_handle_equal is None and failed.extra["replica"] == "crashed: killed"
+
+
 def _stored(levels, rng, n=40) -> Record:
     """A record as the store returns it, timed in len(levels) processes at those levels (ms)."""
     samples = np.concatenate([lv * (1 + 0.001 * rng.standard_normal(n)) for lv in levels])

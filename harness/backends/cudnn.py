@@ -58,6 +58,7 @@ class WorkspaceTooLarge(Exception):
 class CudnnBackend:
     name = "cudnn"
     replicable = True  # times a combination alone when asked (SweepOptions.timing_only): run/replicas.py
+    fresh_handle_in_replica = True  # in a run of two processes, the replica's run is the fresh-handle check
 
     def __init__(self, library: str | None = None):
         self.library = library
@@ -86,7 +87,7 @@ class CudnnBackend:
         """What the next slice (``case``, ``count`` combinations) needs that can be made while this process waits
         for it, in short steps (the worker takes its next slice between two): cuDNN's answers that run nothing
         (workspaces; rankings where this process ranks: cudnn_queries) and a fresh handle for each combination's
-        determinism check (a timing-only replica checks none)."""
+        determinism check where the run has one process (cudnn_determinism; a timing-only replica checks none)."""
         if self.available():
             return
         import torch
@@ -96,7 +97,7 @@ class CudnnBackend:
                     if not arch_reason(c.dtype, sm))
         yield from cudnn_queries.ask_ahead(self.cudnn, case, problems,
                                            rankings=options.rankings and not options.timing_only)
-        if not options.timing_only:
+        if not options.timing_only and options.processes <= 1:
             yield from make_fresh_handles(self.cudnn, count)
 
     def combos(self, case: Case, options: SweepOptions) -> list[Combo]:

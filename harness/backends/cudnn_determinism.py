@@ -1,10 +1,14 @@
 """The determinism check of one cuDNN combination: repeats compared bit for bit with the checked run's output,
-then one run on a fresh handle.
+then, in a run timed in one process, one run on a fresh handle.
 
 The repeats go round the placements the process then times (cudnn.ConvSession.placed), from the second: each
 placement's first call is a repeat, not an untimed warm-up of the timer (a placement's first call ran up to a
 quarter slower than its next, docs/performance.md), and every repeat is timed, for the timer's batch and spacer.
 A placement holds copies of the same operands, so a deterministic algorithm gives the same bits on each.
+
+A run timed in two processes (run/replicas.py) runs no fresh handle here: the replica's checked run is a handle of
+its own in a process of its own, and ``replicas.merge`` compares its hash with this one (``fresh_handle_equal``).
+The call it saves was about one in fourteen of a long backward call's calls.
 """
 
 from __future__ import annotations
@@ -68,16 +72,24 @@ def check(session: Any, algo_id: int, ws: int, ws_bytes: int, placed: list[tuple
         if documented and ((done >= floor and not repeat_equal) or
                            (done >= long_floor and spent * (done + 1) / done > NONDETERMINISTIC_BUDGET_S)):
             break
+    fresh_equal = None
+    if options.processes <= 1:
+        fresh_equal = _fresh_handle_equal(session, algo_id, ws, ws_bytes)
+        if not fresh_equal:
+            hashes.add(accuracy.output_hash(session.out))
+    return Determinism(hash=first_hash, hash_algo=accuracy.HASH_ALGO, repeats=done, repeat_equal=repeat_equal,
+                       fresh_handle_equal=fresh_equal, distinct_outputs=len(hashes)), seen
+
+
+def _fresh_handle_equal(session: Any, algo_id: int, ws: int, ws_bytes: int) -> bool:
+    """Whether one run on a handle that has run nothing gives the checked run's bits (left in ``session.out``)."""
+    stream, dtype = session.stream, session.dtype
     fresh = fresh_handle(session.cudnn, stream.cuda_stream)
     try:
         fresh_conv = Conv(session.cudnn, fresh, session.desc, session.direction, session.ptrs)
         accuracy.poison(session.out, dtype)
         fresh_conv.run(algo_id, ws, ws_bytes)
-        fresh_equal = accuracy.bitwise_equal(session.out, first)
-        if not fresh_equal:
-            hashes.add(accuracy.output_hash(session.out))
+        return accuracy.bitwise_equal(session.out, session.first)
     finally:
         stream.synchronize()
         fresh.close()
-    return Determinism(hash=first_hash, hash_algo=accuracy.HASH_ALGO, repeats=done, repeat_equal=repeat_equal,
-                       fresh_handle_equal=fresh_equal, distinct_outputs=len(hashes)), seen

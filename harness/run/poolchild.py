@@ -91,7 +91,8 @@ def _run_slice(msg: dict[str, Any]) -> tuple:
                     rec.reason = one_line(f"corrupted the CUDA context ({rec.reason or broken}); the rest of "
                                            "the case continues in a fresh worker")
                 if isinstance(msg["options"], SweepOptions) and msg["options"].processes > 1:  # a share: pool
-                    merge(rec, replicas.get(rec.key()), msg["options"].timing.keep_samples)
+                    merge(rec, replicas.get(rec.key()), msg["options"].timing.keep_samples,
+                          fresh_handle_in_replica=getattr(backend, "fresh_handle_in_replica", False))
                 finalize(rec, by_producer=by_producer and not broken)
             journal.append(rec)
             if broken:

@@ -14,7 +14,9 @@ process still costs a second session per slice and its own checked run, warm-up 
 the backward sweep came to about 1.2x of one process's (docs/performance.md), which it fits in its 10 minutes since
 PyTorch's backward is timed as its one op (``backends.DEFAULT_PROCESSES``). The record keeps each process's
 median (``extra.process_medians_ms``): a compare reads their spread as the call's own level noise
-(analysis/timechange.py), and ``extra.fresh_process_equal`` says whether the two processes computed the same bits.
+(analysis/timechange.py), and ``extra.fresh_process_equal`` says whether the two processes computed the same bits;
+where the backend's main process runs no fresh handle of its own (cuDNN's, cudnn_determinism), that is the
+record's ``fresh_handle_equal`` too.
 """
 
 from __future__ import annotations
@@ -42,10 +44,11 @@ def replica_options(options: SweepOptions) -> SweepOptions:
     return replace(options, timing_only=True, rankings=False)
 
 
-def merge(rec: Record, replica: Record | None, keep: int) -> Record:
+def merge(rec: Record, replica: Record | None, keep: int, fresh_handle_in_replica: bool = False) -> Record:
     """``rec`` (the main process's, all its samples kept) with the replica's timing pooled in, in place, and
     thinned to ``keep`` samples; a replica that did not time the combination leaves ``rec`` timed in one
-    process, and says why in ``extra.replica``."""
+    process, and says why in ``extra.replica``. ``fresh_handle_in_replica``: the backend's main process left its
+    fresh-handle check to the replica (cuDNN's, cudnn_determinism)."""
     if rec.status != OK or rec.time is None:
         return rec
     timings = [rec.time]
@@ -58,9 +61,22 @@ def merge(rec: Record, replica: Record | None, keep: int) -> Record:
         if placements is not None and replica.extra.get("placement_medians_ms") is not None:
             rec.extra["placement_medians_ms"] = placements + replica.extra["placement_medians_ms"]
         if rec.determinism is not None and replica.determinism is not None:
-            rec.extra["fresh_process_equal"] = rec.determinism.hash == replica.determinism.hash
+            equal = rec.determinism.hash == replica.determinism.hash
+            rec.extra["fresh_process_equal"] = equal
+            if fresh_handle_in_replica and rec.determinism.fresh_handle_equal is None:
+                _fresh_handle_from_replica(rec, equal)
     rec.time = pooled(timings, keep)
     return rec
+
+
+def _fresh_handle_from_replica(rec: Record, equal: bool) -> None:
+    """The main process ran no fresh handle (cudnn_determinism): the replica's checked run, on a handle of its own
+    in a process of its own, is that check. Its output counts as a further distinct one only where the repeats
+    all gave the first output's bits; otherwise it may be one of theirs, and the count stays what they saw."""
+    det = rec.determinism
+    det.fresh_handle_equal = equal
+    if not equal and det.repeat_equal is not False:
+        det.distinct_outputs = max(det.distinct_outputs or 1, 2)
 
 
 def measure_slice(pool: Any, replicas: Any, name: str, backend: Any, case: Case, combos: list[Combo],
