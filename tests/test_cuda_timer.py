@@ -108,3 +108,92 @@ def test_a_process_is_not_taken_past_its_minimum_by_its_placements(k, batch):
     t = timer(fns, warmed=1)
     assert MAIN.min_samples == 16
     assert t.n == batch * max(k, -(-MAIN.min_samples // batch))
+
+
+class _Machine:
+    """A host and a device with clocks of their own (ms): the host spends each call's dispatch before the call's
+    kernel is enqueued, and the device runs an item from when it is both enqueued and reached, so a device that
+    catches up with the host idles, and an event pair around a call then holds host time, as on a GPU."""
+
+    def __init__(self, device_ms: float, dispatch_ms) -> None:
+        self.host = self.free = 0.0
+        self.device_ms, self.dispatch_ms = device_ms, dispatch_ms  # dispatch_ms: the call's number -> its ms
+        self.calls = 0
+        self.spacers: list[float] = []
+
+    def enqueue(self, ms: float) -> None:
+        self.free = max(self.host, self.free) + ms
+
+    def call(self) -> None:
+        self.host += self.dispatch_ms(self.calls)
+        self.calls += 1
+        self.enqueue(self.device_ms)
+
+    def sleep(self, cycles: int) -> None:
+        self.spacers.append(cycles / 2e6)
+        self.enqueue(cycles / 2e6)
+
+
+class _TimedEvent:
+    def __init__(self, machine: _Machine):
+        self.machine, self.done = machine, None
+
+    def record(self, stream=None) -> None:
+        self.done = max(self.machine.host, self.machine.free)  # reached once everything before it has run
+
+    def query(self) -> bool:
+        return self.done <= self.machine.host
+
+    def synchronize(self) -> None:
+        self.machine.host = max(self.machine.host, self.done)
+
+    def elapsed_time(self, end: _TimedEvent) -> float:
+        return end.done - self.done
+
+
+def _machine_timer(monkeypatch, machine: _Machine) -> CudaTimer:
+    from harness.measurement import timing
+
+    cuda = SimpleNamespace(Event=lambda enable_timing=False: _TimedEvent(machine), current_stream=lambda: None,
+                           _sleep=machine.sleep)
+    monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=lambda: machine.host / 1e3,
+                                                        sleep=lambda s: None))
+    timer = CudaTimer.__new__(CudaTimer)
+    timer.torch, timer.policy, timer.clock, timer._flush = SimpleNamespace(cuda=cuda), MAIN, None, None
+    return timer
+
+
+def test_a_call_longer_than_its_dispatch_is_timed_behind_a_spacer_of_one_dispatch(monkeypatch):
+    """A 0.5 ms call with a 0.1 ms dispatch keeps the device ahead by itself: the spacer covers the first call's
+    dispatch only (a spacer of the batch's 6 dispatches left the device idle 27 % of a batch), and every batch is
+    kept with the call's device time alone in its samples."""
+    machine = _Machine(0.5, lambda i: 0.1)
+    timer = _machine_timer(monkeypatch, machine)
+    t = timer([machine.call] * 3, warmed=0)
+    batches = -(-t.n // 6)
+    assert len(machine.spacers) == batches  # no batch discarded
+    assert max(machine.spacers) <= 1.5 * 0.1 + 0.02 + 1e-6
+    assert all(abs(s - 0.5) < 1e-9 for s in t.samples_ms)
+
+
+@pytest.mark.parametrize("device_ms, dispatch_ms", [(0.035, 0.06), (0.06, 0.06), (0.02, 0.2)])
+def test_a_call_shorter_than_its_dispatch_gets_a_spacer_for_what_the_host_loses(monkeypatch, device_ms, dispatch_ms):
+    """Where the host falls behind the device call by call, the spacer holds the device until the batch is
+    enqueued, from the first batch on: no sample holds host time, and no batch is dropped."""
+    machine = _Machine(device_ms, lambda i: dispatch_ms)
+    timer = _machine_timer(monkeypatch, machine)
+    t = timer([machine.call] * 3, warmed=0)
+    assert all(abs(s - device_ms) < 1e-9 for s in t.samples_ms)
+    assert len(machine.spacers) * 6 == t.n
+    assert "host_bound" not in t.flags
+
+
+def test_a_host_stall_inside_a_batch_discards_the_batch_never_a_sample_with_host_time(monkeypatch):
+    """A dispatch that stalls (every 7th call takes 3 ms) lets the device reach a call the host is still
+    enqueuing: the timer sees it call by call, drops the batch and doubles the spacer; no kept sample holds the
+    stall."""
+    machine = _Machine(0.2, lambda i: 3.0 if i % 7 == 6 else 0.05)
+    timer = _machine_timer(monkeypatch, machine)
+    t = timer([machine.call] * 3, warmed=0)
+    assert all(abs(s - 0.2) < 1e-9 for s in t.samples_ms)
+    assert len(machine.spacers) > -(-t.n // 6)  # some batches were dropped

@@ -2,11 +2,11 @@
 
 Each repetition is bracketed by its own pair of CUDA events on the stream the call runs on, so the figure
 is device time of that call alone. Repetitions are issued in batches behind a spacer kernel that keeps
-the device busy until the host has enqueued the batch, and synchronised once per batch, so neither host
-launch overhead nor host stalls enter the samples. That is checked, not assumed (nvbench's blocking kernel does
-the same job with a host-released flag): an event recorded after the spacer must still be pending when the host
-has enqueued the whole batch; a batch where it is not may hold host time, so it is discarded and the spacer
-doubled. The host's own dispatch time per call is kept as a figure of its own. Sampling stops when the median is
+the device busy until the host has enqueued the batch's first call, and synchronised once per batch, so neither
+host launch overhead nor host stalls enter the samples. That is checked, not assumed (nvbench's blocking kernel
+does the same job with a host-released flag): once the host has enqueued a call, the event before it (behind the
+spacer, or the previous call's end) must still be pending, so the device had not reached the call while the host
+was still enqueuing it; a batch where one was not may hold host time, so it is discarded and the spacer doubled. The host's own dispatch time per call is kept as a figure of its own. Sampling stops when the median is
 known to the noise target, or the time budget or sample cap is reached; the median, IQR and every sample are
 kept so later comparisons can be statistical, with flags where the samples say the median cannot be trusted.
 After each batch NVML reads the SM clock and its slowdown reasons: a batch run under a power cap or thermal
@@ -213,13 +213,20 @@ class CudaTimer:
         # placements with a minimum of 16 samples take batches of 6, not 8 (24 samples).
         per_placement_min = -(-policy.min_samples // len(fns))
         batch = max(1, min(policy.batch, per_placement_min, int(policy.budget_ms / 4 / max(min(warm), 1e-3))))
-        # A spacer kernel keeps the device busy while the host enqueues the whole batch, so each event pair
+        # A spacer kernel keeps the device busy while the host enqueues the batch's first call, so each event pair
         # brackets device work only. Without it a call whose host side (e.g. cuDNN's legacy-API dispatch) is
         # slower than its kernel is timed with the host's overhead included: measured on the H200
-        # (docs/performance.md), up to 3.2x do_bench's median for 35 us 1x1 convolutions. A spacer sized from the
-        # warm-up alone was too short for some (samples 4-8 of a batch 3.2-3.8x the first three), so each
-        # batch proves it: the gate event behind the spacer is still pending once the host has enqueued it all.
-        spacer_s = min(SPACER_MAX_S, 1.5 * batch * statistics.median(host_s) + 20e-6)
+        # (docs/performance.md), up to 3.2x do_bench's median for 35 us 1x1 convolutions. The spacer covers what the
+        # host falls behind the device over the batch: one dispatch, and for a call shorter than its dispatch what
+        # each further call loses (1.5 dispatches against the call's shortest device time). A call longer than its
+        # dispatch keeps the device ahead by itself, and a spacer of the whole batch's dispatch was idle device
+        # time: 27 % of a batch of the backward night's 0.2-1 ms cuDNN calls (94 us dispatches, H100). A warm-up
+        # call's events bracket its dispatch too (the device waited for it), so its event time less its dispatch
+        # bounds the call's device time from below. A spacer sized from the warm-up alone was too short for some
+        # (samples 4-8 of a batch 3.2-3.8x the first three), so each batch proves it, call by call (below).
+        host = 1.5 * statistics.median(host_s)
+        device = min(max(0.0, ms / 1e3 - h) for h, ms in zip(host_s, warm, strict=True))
+        spacer_s = min(SPACER_MAX_S, host + (batch - 1) * max(0.0, host - device) + 20e-6)
         samples: list[float] = []
         dispatch: list[float] = []
         spent = 0.0
@@ -235,6 +242,7 @@ class CudaTimer:
             torch.cuda._sleep(int(spacer_s * SPACER_CLOCK_HZ))
             gate = torch.cuda.Event()
             gate.record(stream)
+            before, ahead = gate, True
             for start, end in pairs:
                 if self._flush is not None:
                     self._flush.zero_()
@@ -242,8 +250,10 @@ class CudaTimer:
                 h = time.perf_counter()
                 fn()
                 dispatch.append(time.perf_counter() - h)
+                # the device had not reached this call when the host finished enqueuing it
+                ahead = ahead and not before.query()
                 end.record(stream)
-            ahead = not gate.query()  # the device had not reached the batch when the host finished enqueuing
+                before = end
             end.synchronize()
             # right after the batch: the clock it ran at, and any cap still in force
             read = self.clock.read() if self.clock is not None else None
