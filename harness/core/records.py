@@ -163,7 +163,8 @@ class Determinism:
     # how many repeats on the same operands were compared with the first output (cuDNN: on its placements)
     repeats: int
     repeat_equal: bool | None  # all repeats bitwise equal to the first output
-    fresh_handle_equal: bool | None  # a run with a freshly created handle/session bitwise equal
+    # a run with a freshly created handle/session bitwise equal (cuDNN timed in two processes: the replica's run)
+    fresh_handle_equal: bool | None
     distinct_outputs: int = 1
 
 
