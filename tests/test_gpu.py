@@ -1,5 +1,7 @@
 """On a CUDA GPU: the ctypes cuDNN binding, the sweep, and the seed cross-check (skipped without CUDA)."""
 
+from dataclasses import replace
+
 import pytest
 
 from harness.backends import SweepOptions
@@ -92,15 +94,16 @@ def test_batches_timed_under_a_clock_cap_are_discarded_then_flagged(capped, disc
     a pause; a cap that never lifts costs THROTTLE_MAX_DISCARDS batches, then the record says "throttled"."""
     import torch
 
-    from harness.measurement.timing import THROTTLE_MAX_DISCARDS, CudaTimer
+    from harness.measurement.timing import FLOOR_SAMPLES, THROTTLE_MAX_DISCARDS, CudaTimer
 
     x = torch.randn(1 << 20, device="cuda")
-    timer = CudaTimer(FAST)
+    # at least the floor's samples: FAST's minimum of 3 lets a tight call stop below it, flagged few_samples
+    timer = CudaTimer(replace(FAST, min_samples=FLOOR_SAMPLES))
     timer.clock = CappedClock(capped)
     t = timer(lambda: x.mul_(1.0))
     assert THROTTLE_MAX_DISCARDS == 8
     assert t.clock["throttled_batches"] == discarded and t.flags == flags
-    assert t.clock["slowdowns"] == (["sw_power_cap"] if flags else []) and t.n >= FAST.min_samples
+    assert t.clock["slowdowns"] == (["sw_power_cap"] if flags else []) and t.n >= FLOOR_SAMPLES
 
 
 @pytest.mark.parametrize("direction", ["bwd_data", "bwd_filter"])
