@@ -3,7 +3,8 @@
 The stand-in's device runs each enqueued call for its duration; events read the device's clock at the point
 of the stream where they were recorded, and waiting on one waits (in wall time) for the work enqueued so far.
 The host always stays ahead of the device (the spacer did its work), so every batch is accepted and the rules
-under test alone decide how many calls run.
+under test alone decide how many calls run. The spacer's own tests use a second stand-in (_Machine) whose host
+and device keep clocks of their own, so that a device that catches up with the host idles.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ the device busy until the host has enqueued the batch's first call, and synchron
 host launch overhead nor host stalls enter the samples. That is checked, not assumed (nvbench's blocking kernel
 does the same job with a host-released flag): once the host has enqueued a call, the event before it (behind the
 spacer, or the previous call's end) must still be pending, so the device had not reached the call while the host
-was still enqueuing it; a batch where one was not may hold host time, so it is discarded and the spacer doubled. The host's own dispatch time per call is kept as a figure of its own. Sampling stops when the median is
-known to the noise target, or the time budget or sample cap is reached; the median, IQR and every sample are
+was still enqueuing it; a batch where one was not may hold host time, so it is discarded and the spacer doubled.
+The host's own dispatch time per call is kept as a figure of its own. Sampling stops when the median is known to
+the noise target, or the time budget or sample cap is reached; the median, IQR and every sample are
 kept so later comparisons can be statistical, with flags where the samples say the median cannot be trusted.
 After each batch NVML reads the SM clock and its slowdown reasons: a batch run under a power cap or thermal
 slowdown is discarded and retaken after a pause (THROTTLE_RECOVERY_S), as nvbench does, and a time measured under
