@@ -97,7 +97,7 @@ class CudnnBackend:
                     if not arch_reason(c.dtype, sm))
         yield from cudnn_queries.ask_ahead(self.cudnn, case, problems,
                                            rankings=options.rankings and not options.timing_only)
-        if not options.timing_only and options.processes <= 1:
+        if not options.timing_only and cudnn_determinism.runs_fresh_handle(options):
             yield from make_fresh_handles(self.cudnn, count)
 
     def combos(self, case: Case, options: SweepOptions) -> list[Combo]:

@@ -35,6 +35,11 @@ NONDETERMINISTIC_LONG_MIN_REPEATS = 2
 NONDETERMINISTIC_BUDGET_S = 0.025
 
 
+def runs_fresh_handle(options: Any) -> bool:
+    """Whether this process runs the fresh-handle check: in a run of one process only (the module's docstring)."""
+    return options.processes <= 1
+
+
 def check(session: Any, algo_id: int, ws: int, ws_bytes: int, placed: list[tuple[Any, Any]],
           documented: bool) -> tuple[Determinism, list[tuple[float, float]]]:
     """The determinism of the bound call whose checked output ``session.first`` holds, and the repeats'
@@ -73,7 +78,7 @@ def check(session: Any, algo_id: int, ws: int, ws_bytes: int, placed: list[tuple
                            (done >= long_floor and spent * (done + 1) / done > NONDETERMINISTIC_BUDGET_S)):
             break
     fresh_equal = None
-    if options.processes <= 1:
+    if runs_fresh_handle(options):
         fresh_equal = _fresh_handle_equal(session, algo_id, ws, ws_bytes)
         if not fresh_equal:
             hashes.add(accuracy.output_hash(session.out))
