@@ -385,9 +385,35 @@ def test_a_head_at_a_level_the_base_run_measured_the_kernel_at_under_another_lab
     assert [f.verdict for f in compare_runs(split, head) if f.kind == "time"] == ["regression"]
 
 
+def test_a_change_between_two_levels_the_head_run_drew_the_kernel_at_in_two_processes_is_ambiguous():
+    # the H200 pair of docs/performance.md: layer2.0.conv3 backward-filter ALGO_1 fp16 NCHW, DEFAULT 671 us in
+    # both of the base's processes and 776 us in both of the head's, whose FMA record of the same kernel ran one
+    # process at each level; the base's FMA sat at 668 us in both
+    def rec(math_, median, processes):
+        r = _level(math_, median, processes)
+        r.case, r.direction, r.layout = "resnet50.layer2.0.conv3.n32", "bwd_filter", "NCHW"
+        return r
+
+    base = [rec("DEFAULT", 0.671, [0.6710, 0.6712]), rec("FMA", 0.668, [0.6680, 0.6681])]
+    head = [rec("DEFAULT", 0.776, [0.7759, 0.7761]), rec("FMA", 0.7235, [0.6722, 0.7748])]
+    found = {f.math: f for f in compare_runs(base, head) if f.kind == "time"}
+    assert found["DEFAULT"].verdict == "ambiguous"
+    assert ("the head run ran the same kernel (the same output bits) under FMA in one process at 672.2 µs and in "
+            "another at 774.8 µs") in found["DEFAULT"].evidence
+    # a head kin whose processes both left the base's level shows no draw back to it: the change fails
+    moved = [head[0], rec("FMA", 0.7235, [0.7722, 0.7748])]
+    assert {f.math: f.verdict for f in compare_runs(base, moved) if f.kind == "time"}["DEFAULT"] == "regression"
+    # nor does one process at each level of a smaller step than the head's
+    short = [head[0], rec("FMA", 0.7235, [0.6722, 0.7300])]
+    assert {f.math: f.verdict for f in compare_runs(base, short) if f.kind == "time"}["DEFAULT"] == "regression"
+    # a speed-up back to the lower level, the head's kin on both, is a draw too
+    assert {f.math: f.verdict for f in compare_runs(head[:1], [base[0], head[1]])
+            if f.kind == "time"}["DEFAULT"] == "ambiguous"
+
+
 def test_a_label_whose_kernel_changed_alone_still_fails_when_its_kin_stayed_at_the_old_level():
-    """Only the base's run is asked: the head run's other labels still at the base's level are what a change of
-    one label's kernel looks like."""
+    """The head run's other labels still at the base's level, in every process, are what a change of one label's
+    kernel looks like."""
     base = [_level("DEFAULT", 0.4435, [0.4435, 0.4436]), _level("FMA", 0.4444, [0.4441, 0.4447])]
     head = [_level("DEFAULT", 0.4729, [0.4731, 0.4727]), _level("FMA", 0.4444, [0.4439, 0.4448])]
     assert [f.verdict for f in compare_runs(base, head) if f.kind == "time"] == ["regression"]

@@ -1,6 +1,6 @@
 """scripts/kin_levels.py on real runs: the eight forward nights of one H200 (tests/fixtures/runs/h200-repeat8-fwd),
-each night against the one before, with no history: the kin rule takes the one failing pair's finding out and
-detects every software-injected slowdown the gate detected without it."""
+each night against the one before, with no history: the kin rules take the one failing pair's finding out and
+detect every software-injected slowdown the gate detected without them."""
 
 import importlib.util
 import tarfile
@@ -27,8 +27,9 @@ def test_night_over_night_the_kin_rule_fails_less_and_detects_as_much(tmp_path, 
     pairs = [str(p) for a, b in zip(nights, nights[1:], strict=False) for p in (a, b)]
     assert _script().main(pairs) == 0
     last = capsys.readouterr().out.splitlines()[-1]
-    assert last.startswith("all 7 pairs: failing 1 without kin, 0 with;")
-    assert "+5 % on calls >= 50 us 3159 / 3159 of 3507" in last and "20-50 us 526 / 526 of 543" in last
+    assert last.startswith("all 7 pairs: failing 1 without kin / 0 with the base's / 0 with both runs';")
+    assert "+5 % on calls >= 50 us 3159 without kin / 3159 with the base's / 3159 with both runs' of 3507" in last
+    assert "20-50 us 526 without kin / 526 with the base's / 526 with both runs' of 543" in last
 
 
 def test_runs_not_in_pairs_or_unreadable_are_one_line_and_exit_2(tmp_path, capsys):

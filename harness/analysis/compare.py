@@ -67,7 +67,7 @@ def compare_runs(base: Iterable[Record], head: Iterable[Record], th: Thresholds 
     b = {r.identity_key(): r for r in base}
     h = {r.identity_key(): r for r in head}
     past = [{r.identity_key(): r for r in run if r.status == OK} for run in history]
-    kin = kernels(b.values())
+    kin, head_kin = kernels(b.values()), kernels(h.values())
     out: list[Finding] = []
     for key in sorted(b.keys() | h.keys()):
         rb, rh = b.get(key), h.get(key)
@@ -91,7 +91,7 @@ def compare_runs(base: Iterable[Record], head: Iterable[Record], th: Thresholds 
         bm, hm = rb.median_ms, rh.median_ms
         noise = own_noise(key, bm, past, th.rel(bm, rb.time.timer)) if past and bm else 0.0
         tv = time_verdict(rb, rh, th, noise, [run[key] for run in past if key in run],
-                          kin_of(rb, kin))
+                          kin_of(rb, kin), kin_of(rh, head_kin))
         if tv:
             verdict, evidence, nums = tv
             out.append(_finding(FindingKind.TIME, Verdict(verdict), rh, fmt_time(bm), fmt_time(hm),

@@ -10,8 +10,9 @@ that are only ``wide`` are judged on their placements instead, where two process
 placements_apart); so is a
 change within the gap between two processes of one run (run/replicas.py: the level a fresh process lands on), one
 whose two sides' placements overlap (draws_overlap: where the operands sit moves the call as much), a head
-back at a level an earlier run of the same machine and stack measured (past_level), and a head at a level the
-base's run measured the same kernel at under another label (kin_level).
+back at a level an earlier run of the same machine and stack measured (past_level), a head at a level the
+base's run measured the same kernel at under another label (kin_level), and a change whose two levels the head's
+run measured the same kernel at in two processes under another label (kin_both_levels).
 Without samples (asv data) the fallback is the thresholds plus non-overlapping interquartile ranges.
 numpy only: the two tests need a rank sum, a normal tail and resampling, not scipy.
 """
@@ -267,6 +268,29 @@ def kin_level(kin: list[Record], head_ms: float, slower: bool) -> tuple[Record, 
     return None
 
 
+def kin_both_levels(kin: list[Record], base_ms: float, head_ms: float) -> tuple[Record, float, float] | None:
+    """(the kin record, its process at the base's side, its process at the head's side) where the head's run
+    itself ran the same kernel under another label in one process at the base's level or beyond it and in another
+    at the head's (``kin``: the head run's other records of its kernel_key), each within LEVEL_MATCH. kin_level asks
+    the base's run only; this asks the head's for the one thing a label's own change cannot show: the head's stack
+    still reaching the base's level in one of its processes. On an H200 (docs/performance.md) `layer2.0.conv3`
+    backward-filter ALGO_1 fp16 NCHW ran 671 us in both of one run's processes under DEFAULT and 776 us in both of
+    the next run's, whose FMA record of the same kernel ran one process at 672 us and one at 775 us."""
+    lo, hi = min(base_ms, head_ms), max(base_ms, head_ms)
+    for rec in kin:
+        pm = process_levels(rec)
+        low = [x for x in pm if x <= lo * (1 + LEVEL_MATCH)]
+        high = [x for x in pm if x >= hi / (1 + LEVEL_MATCH)]
+        if low and high:
+            at_base, at_head = (min(low), max(high)) if head_ms >= base_ms else (max(high), min(low))
+            return rec, at_base, at_head
+    return None
+
+
+def _label(rec: Record) -> str:
+    return " ".join([rec.math or ""] + [f"{k}={v}" for k, v in sorted((rec.settings or {}).items())]).strip()
+
+
 def ci_words(lo: float, hi: float, slower: bool) -> str:
     """The bootstrap interval of head/base in the headline's direction: '1.08-1.12x' for a slowdown, the inverted
     '14.0-14.3x' for a speed-up quoted as '14.15x faster' (never its head/base '0.07-0.07')."""
@@ -278,12 +302,14 @@ def ci_words(lo: float, hi: float, slower: bool) -> str:
 
 
 def time_verdict(base: Record, head: Record, th: Thresholds, noise: float = 0.0,
-                 past: list[Record] = (), kin: list[Record] = ()) -> tuple[str, str, dict[str, Any]] | None:
+                 past: list[Record] = (), kin: list[Record] = (),
+                 head_kin: list[Record] = ()) -> tuple[str, str, dict[str, Any]] | None:
     """(verdict, evidence, numbers) for the timing of one combination, or None when it is the same.
     ``noise``: the combination's own run-to-run deviation in earlier runs (own_noise); ``past``: its records in
     those runs, whose processes' levels count with the two sides' own (a change within them is ambiguous), and
     whose levels make a head that returns to one of them ambiguous (past_level); ``kin``: the base run's records of
-    the same kernel under other labels, whose levels do the same (kin_level)."""
+    the same kernel under other labels, whose levels do the same (kin_level); ``head_kin``: the head run's records of
+    that kernel, one of which may have run both levels in two of its processes (kin_both_levels)."""
     bm, hm = base.median_ms, head.median_ms
     if not bm or not hm:
         return None
@@ -321,9 +347,14 @@ def time_verdict(base: Record, head: Record, th: Thresholds, noise: float = 0.0,
     same = kin_level(kin, hm, slower)
     if same is not None:
         rec, x = same
-        label = " ".join([rec.math or ""] + [f"{k}={v}" for k, v in sorted((rec.settings or {}).items())]).strip()
         return "ambiguous", (f"{size}, but the base run ran the same kernel (the same output bits) at "
-                             f"{x * 1e3:.1f} µs under {label}: a level that kernel draws, not a change"), nums
+                             f"{x * 1e3:.1f} µs under {_label(rec)}: a level that kernel draws, not a change"), nums
+    both = kin_both_levels(head_kin, bm, hm)
+    if both is not None:
+        rec, at_base, at_head = both
+        return "ambiguous", (f"{size}, but the head run ran the same kernel (the same output bits) under "
+                             f"{_label(rec)} in one process at {at_base * 1e3:.1f} µs and in another at "
+                             f"{at_head * 1e3:.1f} µs: the level a process draws, not a change"), nums
     flags = {"base": untrusted(base), "head": untrusted(head)}
     doubts = [f"{side} {'+'.join(fl)}" for side, fl in flags.items() if fl]
     apart = placements_apart(base, head, slower, th.alpha) if {f for fl in flags.values() for f in fl} == {"wide"} else None

@@ -15,8 +15,9 @@ alone gave +4.75 % for +5 % and +7.8 % for +10 % on 20-50 us calls); the slowdow
 measured (pass k median / pass 1 median) and printed beside the verdicts.
 Prints the share detected per call-length band and the false alarms of the A/A pair; writes every row to --json.
 The passes keep no outputs; ``--hashes RUN`` takes each call's output hash from a run of the same catalogue on the
-same stack (a deterministic call's bits do not change between runs), so that the gate's kin rule
-(timechange.kin_level: the base pass's other labels of the same kernel) is judged as a compare would judge it.
+same stack (a deterministic call's bits do not change between runs), so that the gate's kin rules
+(timechange.kin_level and kin_both_levels: each pass's other labels of the same kernel) are judged as a compare
+would judge them.
 
     python3 scripts/gpu/detection_power.py --part 1 --json p1.json; ... --part 2 --json p2.json
     python3 scripts/gpu/detection_power.py --judge p1.json p2.json --json detection-power.json [--hashes RUN]
@@ -137,7 +138,7 @@ def run_hashes(run: Path) -> dict[tuple, Determinism]:
 
 def judge(parts: list[dict], hashes: dict[tuple, Determinism] | None = None) -> dict:
     """Each call's passes pooled over the parts (processes) and judged: base against +5 %, +10 % and base2,
-    with the base pass's records of the same kernel as kin where ``hashes`` (run_hashes) name the kernels."""
+    with each pass's records of the same kernel as kin where ``hashes`` (run_hashes) name the kernels."""
     th = Thresholds()
     hashes = hashes or {}
     calls = parts[0]["calls"]
@@ -150,14 +151,17 @@ def judge(parts: list[dict], hashes: dict[tuple, Determinism] | None = None) -> 
     det = [hashes.get((c["case"], c["algo"], c["math"], c["dtype"], c["layout"])) for c in calls]
     bases = [as_record(timed["base"][i], spots["base"][i], c, det[i]) for i, c in enumerate(calls)]
     kin = kernels(bases)
+    heads = {name: [as_record(timed[name][i], spots[name][i], c, det[i]) for i, c in enumerate(calls)]
+             for name in ("plus5", "plus10", "base2")}
+    head_kin = {name: kernels(recs) for name, recs in heads.items()}
     rows = []
     for i, c in enumerate(calls):
         base = bases[i]
         row = dict(c, base_ms=base.median_ms, flags=base.time.flags,
                    process_medians_ms=base.extra["process_medians_ms"])
         for name in ("plus5", "plus10", "base2"):
-            head = as_record(timed[name][i], spots[name][i], c, det[i])
-            v = time_verdict(base, head, th, kin=kin_of(base, kin))
+            head = heads[name][i]
+            v = time_verdict(base, head, th, kin=kin_of(base, kin), head_kin=kin_of(head, head_kin[name]))
             row[name] = {"ratio": head.median_ms / base.median_ms, "verdict": v[0] if v else "same",
                          "flags": head.time.flags, "process_medians_ms": head.extra["process_medians_ms"]}
         rows.append(row)
