@@ -42,7 +42,8 @@ def judge_pair(base: dict, head: dict, th: Thresholds) -> dict[str, list[int]]:
     out = {"failing": [0, 0, 0], "improving": [0, 0, 0], **{name: [0, 0, 0, 0] for name, *_ in BANDS}}
     for key in base.keys() & head.keys():
         rb, rh = base[key], head[key]
-        ways = ({}, {"kin": kin_of(rb, kin)}, {"kin": kin_of(rb, kin), "head_kin": kin_of(rh, head_kin)})
+        base_kin = kin_of(rb, kin)
+        ways = ({}, {"kin": base_kin}, {"kin": base_kin, "head_kin": kin_of(rh, head_kin)})
         for i, kw in enumerate(ways):
             v = time_verdict(rb, rh, th, **kw)
             out["failing"][i] += bool(v and v[0] == "regression")
