@@ -14,12 +14,17 @@ and clock-event reasons during each round. Prints each call and a summary agains
 Needs a CUDA GPU, triton and nvidia-ml-py.
 
     python3 scripts/bench_fidelity.py [--cases default] [--reruns 3] [--json OUT.json]
+    python3 scripts/bench_fidelity.py --against BASE.json NEW.json   # two runs' JSON (or .json.xz) side by side
+
+Two timers' spread is only comparable on one GPU in one job (a host's state moves it more than a timer does):
+`scripts/gpu/side_by_side.sh fidelity` runs a baseline tree's benchmark and this tree's back to back, then this.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import statistics
 import sys
 import time
@@ -156,12 +161,59 @@ def summarize(rows: list[dict], gpu: str) -> dict:
             "slowdowns_seen": sorted({s for r in rows for c in r["clocks"] for s in c.get("slowdowns", [])})}
 
 
+BANDS_MS = ((0.05, 0.1), (0.1, 0.2), (0.2, float("inf")))  # the spread misses gather in the shortest band
+
+
+def against_lines(base: dict, new: dict) -> list[str]:
+    """Two runs' figures side by side: the targets' counts, the spread by timer and by call length."""
+    def big(run):
+        return [r for r in run["rows"] if r["do_bench_spaced_ms"] >= BIG_MS]
+
+    sides = [(summarize(run["rows"], run["summary"]["gpu"]), big(run)) for run in (base, new)]
+    lines = [f"{'':44s} {'base':>12s} {'new':>12s}",
+             f"{'GPU':44s} {sides[0][0]['gpu']:>12.12s} {sides[1][0]['gpu']:>12.12s}"]
+
+    def row(label, values):
+        lines.append(f"{label:44s} " + " ".join(f"{v:>12s}" for v in values))
+
+    row("calls of 50 us or more", [str(len(b)) for _, b in sides])
+    row("cold within 3 % of do_bench (device-bound)", [
+        f"{s['cold_within_3pct_where_do_bench_device_bound']} of {s['calls_where_do_bench_device_bound']}"
+        for s, _ in sides])
+    for timer in sides[1][0]["spread_le_1pct"]:
+        row(f"spread <= 1 %: {timer}", [f"{s['spread_le_1pct'].get(timer, '-')} of {len(b)}" for s, b in sides])
+    for lo, hi in BANDS_MS:
+        label = f"spread <= 1 %: cold, {lo * 1e3:.0f}-{hi * 1e3:.0f} us" if hi != float("inf") else \
+            f"spread <= 1 %: cold, {lo * 1e3:.0f} us or more"
+        row(label, [f"{sum(r['spreads']['cold'] <= 0.01 for r in b if lo <= r['do_bench_spaced_ms'] < hi)} of "
+                    f"{sum(lo <= r['do_bench_spaced_ms'] < hi for r in b)}" for _, b in sides])
+    row("median cold spread", [f"{s['median_cold_spread']:.2%}" for s, _ in sides])
+    row("capped batches discarded", [str(s["throttled_batches_discarded"]) for s, _ in sides])
+    row("lowest SM clock (MHz)", [str(s["sm_mhz_min"]) for s, _ in sides])
+    return lines
+
+
+def read_run(path: Path) -> dict:
+    data = path.read_bytes()
+    return json.loads(lzma.decompress(data) if path.suffix == ".xz" else data)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default="default")
     ap.add_argument("--reruns", type=int, default=3)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--against", nargs=2, type=Path, metavar=("BASE", "NEW"),
+                    help="print two runs' JSON side by side (no GPU needed)")
     args = ap.parse_args()
+    if args.against:
+        try:
+            base, new = (read_run(p) for p in args.against)
+            print("\n".join(against_lines(base, new)))
+        except (OSError, ValueError, KeyError, lzma.LZMAError) as exc:
+            print(f"bench_fidelity: cannot read {' and '.join(map(str, args.against))}: {exc}", file=sys.stderr)
+            return 2
+        return 0
     import torch
     import torch.nn.functional as F
     from triton.testing import do_bench, do_bench_cudagraph

@@ -22,3 +22,15 @@ def test_each_spread_miss_is_named_with_the_clock_cap_seen_or_no_cause():
     assert len(capped) == 3 and all(c.startswith("resnet50.layer") and " cudnn FMA" in c for c in capped)
     assert misses["resnet50.layer3.0.conv2.n32 torch -"].startswith("no cause found")
     assert summary["throttled_batches_discarded"] == 0  # that timer kept every batch
+
+
+def test_two_runs_side_by_side_count_the_spread_by_timer_and_call_length():
+    # an H200 with the timer before 6ce2c36 (2026-12-06) and an H100 with the current one (2026-12-07)
+    base, new = (bench_fidelity.read_run(ROOT / "docs/evidence" / d / "fidelity.json.xz")
+                 for d in ("2026-12-06-h200", "2026-12-07-h100-aa"))
+    lines = {line[:44].strip(): line[44:].split() for line in bench_fidelity.against_lines(base, new)}
+    assert lines["calls of 50 us or more"] == ["51", "59"]
+    assert lines["spread <= 1 %: cold"] == ["49", "of", "51", "38", "of", "59"]
+    assert lines["spread <= 1 %: cudagraph"] == ["50", "of", "51", "53", "of", "59"]
+    assert lines["spread <= 1 %: cold, 50-100 us"] == ["21", "of", "22", "12", "of", "30"]
+    assert lines["cold within 3 % of do_bench (device-bound)"] == ["44", "of", "44", "47", "of", "49"]

@@ -4,6 +4,7 @@
 # (scripts/run_breakdown.py --against) and each side's end.json (wall, sweep, asv phase).
 #   scripts/gpu/side_by_side.sh --pack REV      (here: .baseline/ holds REV's code, no fixtures; carry it)
 #   OUT=dir bash scripts/gpu/side_by_side.sh fwd   (on the GPU host, asv on PYTHONPATH)
+#   OUT=dir bash scripts/gpu/side_by_side.sh fidelity   (the two timers' bench_fidelity.py, then both side by side)
 # AGAIN=1 runs this tree's stage a second time (into $OUT/new2): with the first, an A/A pair of the new code on
 # the same GPU, to be compared where the runs come back. SIDES (default "base new") runs one side only.
 set -uo pipefail
@@ -31,8 +32,13 @@ for side in ${SIDES:-base new}; do
   else
     ( cd "$here" && OUT="$OUT/$side" PYTHONPATH="${ASV_PATH:-}:$here" bash scripts/gpu/nightly.sh "$stage" )
   fi
-  newest > "/tmp/convbench-side-$stage-$side"
+  [ "$stage" = fidelity ] || newest > "/tmp/convbench-side-$stage-$side"
 done
+if [ "$stage" = fidelity ]; then  # no run directory: the two benchmarks' JSON side by side
+  [ -f "$OUT/base/fidelity.json" ] && [ -f "$OUT/new/fidelity.json" ] || exit 0
+  python3 scripts/bench_fidelity.py --against "$OUT/base/fidelity.json" "$OUT/new/fidelity.json" | tee "$OUT/against.txt"
+  exit 0
+fi
 if [ "${AGAIN:-0}" = 1 ]; then
   mkdir -p "$OUT/new2"
   ( cd "$here" && OUT="$OUT/new2" PYTHONPATH="${ASV_PATH:-}:$here" bash scripts/gpu/nightly.sh "$stage" )
