@@ -210,7 +210,7 @@ def main() -> int:
         try:
             base, new = (read_run(p) for p in args.against)
             print("\n".join(against_lines(base, new)))
-        except (OSError, ValueError, KeyError, lzma.LZMAError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, lzma.LZMAError) as exc:
             print(f"bench_fidelity: cannot read {' and '.join(map(str, args.against))}: {exc}", file=sys.stderr)
             return 2
         return 0
