@@ -138,14 +138,18 @@ class MachineNights:
         return self.nights[-1]
 
 
+def latest_by_machine(runs: list[dict[str, Any]], fp: Callable[[dict], dict]) -> dict[str, dict[str, Any]]:
+    """Each machine's (``machine_key``) latest run, of ``runs`` oldest first."""
+    return {machine_key(r, fp(r) or {}): r for r in runs}
+
+
 def latest_pairs(base_runs: list[dict[str, Any]], head_runs: list[dict[str, Any]], base_fp: Callable[[dict], dict],
                  head_fp: Callable[[dict], dict]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(base, head) for each machine (``machine_key``: its GPU on its node) that both sides ran on, the latest run
     of each side (runs oldest first); with one machine a side and none in common, those two (a comparison across
     hardware); [] where the sides share no machine and are not one each. ``base_fp`` / ``head_fp`` give a run's
     fingerprint (the two sides may come from two stores)."""
-    b = {machine_key(r, base_fp(r) or {}): r for r in base_runs}
-    h = {machine_key(r, head_fp(r) or {}): r for r in head_runs}
+    b, h = latest_by_machine(base_runs, base_fp), latest_by_machine(head_runs, head_fp)
     common = sorted(b.keys() & h.keys())
     if common:
         return [(b[m], h[m]) for m in common]

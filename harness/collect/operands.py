@@ -69,6 +69,16 @@ def pairs(sb: Source, base_runs: list[Run], sh: Source, head_runs: list[Run]) ->
     return matched
 
 
+def unpaired(source: Source, runs: list[Run], matched: list[Run]) -> list[Run]:
+    """Each machine's latest run on one side that no pair holds: a GPU the other side has no run of. compare says
+    so, since a pass on the machines in common says nothing of these."""
+    from ..analysis.pairing import latest_by_machine
+
+    held = {r["id"] for r in matched}
+    latest = latest_by_machine(runs, lambda r: source.run_json(r["id"])["fingerprint"])
+    return [r for r in latest.values() if r["id"] not in held]
+
+
 def history(source: Source, base: Run, base_fp: dict[str, Any]) -> list[list[Record]]:
     """Records of the runs before ``base`` on its machine and stack (pairing.history_runs), as the report uses."""
     from ..analysis.pairing import history_runs
@@ -84,6 +94,7 @@ class Operands:
     base_store: Source
     head_store: Source
     pairs: list[tuple[Run, Run]]  # (base run, head run) per machine
+    left_out: list[str] = field(default_factory=list)  # a side's runs of a GPU the other side did not run on
 
 
 def operands(base: str, head: str, store_path: str, refused: Callable[[str], None] | None = None) -> Operands:
@@ -96,7 +107,11 @@ def operands(base: str, head: str, store_path: str, refused: Callable[[str], Non
         raise UserError(f"BASE and HEAD are the same run ({same[0]}" + (f" and {len(same) - 1} more" if len(same) > 1
                                                                         else "") + "): nothing would be compared; "
                         "give two different runs (e.g. an earlier run id as BASE)")
-    return Operands(sb, sh, matched)
+    left_out = [f"not compared: {side}'s {_describe(r)}: {other} has no run of its GPU"
+                for side, other, src, runs, held in (("BASE", "HEAD", sb, base_runs, [b for b, _ in matched]),
+                                                     ("HEAD", "BASE", sh, head_runs, [h for _, h in matched]))
+                for r in unpaired(src, runs, held)]
+    return Operands(sb, sh, matched, left_out)
 
 
 def same_run(base: str, head: str, sb: Source, sh: Source, rb: Run, rh: Run) -> bool:
@@ -133,11 +148,12 @@ def judge(ops: Operands, th: Thresholds) -> Judgement:
     runs pooled per head machine for the workload impact, and the gate applied. Two sides with no combination in
     common are not a pass: EXIT_NO_DATA."""
     from ..analysis.compare import compare_runs, fingerprint_diff, fingerprint_field, gate, machine_identity
+    from ..analysis.host import dispatch_note
     from ..analysis.workload import workload
 
     sb, sh = ops.base_store, ops.head_store
     findings: list[Any] = []
-    notes: list[str] = []
+    notes: list[str] = list(ops.left_out)
     pooled: dict[str, dict[str, Any]] = {}  # per head machine, its runs' records: a night's fwd and bwd runs
     in_common = 0
     for rb, rh in ops.pairs:
@@ -152,6 +168,9 @@ def judge(ops: Operands, th: Thresholds) -> Judgement:
         notes.append("fingerprints differ in: " + ("; ".join(f"{k} {_short(a)} -> {_short(b)}" for k, a, b in diff)
                                                   if diff else "nothing but clocks, power and temperature"))
         base_recs, head_recs = sb.records(rb["id"]), sh.records(rh["id"])
+        host = dispatch_note(base_recs, head_recs)
+        if host:
+            notes.append(host)
         in_common += len({r.identity_key() for r in base_recs} & {r.identity_key() for r in head_recs})
         side = pooled.setdefault(rh["machine"], {"gpu": str(fingerprint_field(fh, "gpu.name") or rh["machine"]),
                                                  "base": {}, "head": {}})
@@ -162,7 +181,8 @@ def judge(ops: Operands, th: Thresholds) -> Judgement:
             f.extra["across_hardware"] = across
             findings.append(f)
     if not in_common:  # nothing to decide on is not a pass: the nightly gate must notice
+        left = f"; {len(ops.left_out)} run(s) not compared, their GPU not on the other side" if ops.left_out else ""
         raise UserError(f"BASE and HEAD have no combination in common ({len(findings)} finding(s), all of "
-                        "availability): nothing to compare", EXIT_NO_DATA)
+                        f"availability{left}): nothing to compare", EXIT_NO_DATA)
     impacts = [{**row, "machine": m} for m, p in pooled.items() for row in workload(p["base"], p["head"], p["gpu"])]
     return Judgement(findings, gate(findings, th), impacts, notes)
