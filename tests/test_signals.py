@@ -2,7 +2,8 @@
 ends within seconds; SIGHUP, SIGTERM and Ctrl-C (SIGINT to the whole process group, as a terminal sends it) end
 a collect building a new store with one line, no traceback and no hidden ``.NAME.new-*`` store; a report whose
 judge is killed still ends, and a report stopped by a signal leaves no build folder and no child behind; a pool
-ended while it was still starting a worker stops that worker too."""
+ended while it was still starting a worker stops that worker too; a worker killed while it counted itself is a
+death, not a wait without end."""
 
 from __future__ import annotations
 
@@ -246,6 +247,48 @@ def test_a_worker_started_in_place_of_a_dead_one_leaves_without_its_initializer(
     assert len(opened.read_text().split()) == 2  # the two the pool started with, no replacement
     err = capfd.readouterr().err
     assert "Traceback" not in err and "malformed" not in err, err
+
+
+def test_a_worker_killed_holding_the_count_is_a_death_not_a_wait_without_end(tmp_path, monkeypatch):
+    """A report's judge killed right as it started (the report test above kills its first child at once) can die
+    inside its count of itself, holding the counter's lock: every other worker, and the one forked in its place,
+    then waits on that lock for ever with the count short of a death, and a report hung for 120 s in a clean-clone
+    CI run. A worker that was not among those forked first means one died."""
+    import multiprocessing as mp
+    import threading
+
+    from harness.core import children
+
+    first = tmp_path / "first"
+
+    def dies_holding_the_count(started, size, initializer, initargs):  # stands in for children._counted
+        with started.get_lock():
+            try:
+                os.close(os.open(first, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                started.value += 1
+            else:
+                os.kill(os.getpid(), signal.SIGKILL)  # the first worker dies with the lock held
+
+    monkeypatch.setattr(children, "_counted", dies_holding_the_count)
+    pool = children.start_pool(mp.get_context("fork"), 2)
+    raised: list = []
+    try:
+        pending = pool.apply_async(int, ("1",))
+        waiter = threading.Thread(target=lambda: raised.append(_raised(children.wait, pending)), daemon=True)
+        waiter.start()
+        waiter.join(30)
+        assert not waiter.is_alive(), "the wait did not end"
+    finally:
+        children.shut(pool, hard=True)
+    assert raised and isinstance(raised[0], children.ChildDied), raised
+
+
+def _raised(fn, *args):
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - the test reads which
+        return exc
 
 
 # A stop raised where Python drops exceptions: a handler (children.raise_exit) that ran inside a __del__ or a weakref

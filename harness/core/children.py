@@ -138,14 +138,16 @@ def quiet_worker() -> None:
 
 
 def start_pool(ctx: Any, processes: int, initializer: Any = None, initargs: tuple = ()) -> Any:
-    """``ctx.Pool(processes, ...)`` whose workers count themselves as they start: a pool replaces a worker that
-    died, so more starts than ``processes`` means one died (even before anyone watched, with its task lost)."""
+    """``ctx.Pool(processes, ...)`` that counts the workers it forks: a pool replaces a worker that died, so more
+    forks than ``processes`` means one died (even before anyone watched, with its task lost). The workers count
+    themselves too, so that one forked in place of a dead one leaves before its initializer runs."""
     started = ctx.Value("i", 0)
     # forked with Ctrl-C, SIGTERM and SIGHUP blocked: a worker meets them only once quiet_worker set them, and the
     # pool's threads (which fork the replacements) keep them blocked, so they reach this process's main thread
     before = signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
     try:
-        pool = ctx.Pool(processes, initializer=_counted, initargs=(started, processes, initializer, initargs))
+        pool = _CountingPool(processes, initializer=_counted, initargs=(started, processes, initializer, initargs),
+                             context=ctx)
     except BaseException:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
         raise
@@ -156,6 +158,21 @@ def start_pool(ctx: Any, processes: int, initializer: Any = None, initargs: tupl
         shut(pool, hard=True)  # ended here: the caller never holds it
         raise
     return pool
+
+
+class _CountingPool(mp_pool.Pool):
+    """A pool that counts here, in its parent, every worker it forks: more than its size means one died and was
+    replaced, whatever that worker did first. The workers' own count (``_counted``) can fall short: a worker killed
+    while it counted itself holds the count's lock for ever, every later worker waits on it, and a report whose
+    judge was killed so waited without end."""
+
+    def __init__(self, *args: Any, **kwds: Any) -> None:
+        self.convbench_forks = 0
+        super().__init__(*args, **kwds)
+
+    def Process(self, ctx: Any, *args: Any, **kwds: Any) -> Any:  # noqa: N802 - multiprocessing's hook, by name
+        self.convbench_forks += 1
+        return ctx.Process(*args, **kwds)
 
 
 def _counted(started: Any, size: int, initializer: Any, initargs: tuple) -> None:
@@ -183,8 +200,7 @@ class _Workers:
     def check(self) -> None:
         procs = list(getattr(self.pool, "_pool", None) or [])
         ended = [p for p in (*self.seen, *procs) if p.exitcode is not None]
-        started = getattr(self.pool, "convbench_started", None)
-        replaced = started is not None and started.value > self.pool.convbench_size
+        replaced = _replaced(self.pool)
         if ended or replaced or {p.pid for p in procs} != self.pids:
             code = ended[0].exitcode if ended else None
             how = f"killed by signal {-code}" if code is not None and code < 0 else \
@@ -192,10 +208,14 @@ class _Workers:
             raise ChildDied(f"a worker process {how} (out of memory?); its work is lost")
 
 
+def _replaced(pool: Any) -> bool:
+    """Whether start_pool's pool forked more workers than its size: one died, and was replaced."""
+    return getattr(pool, "convbench_forks", 0) > getattr(pool, "convbench_size", float("inf"))
+
+
 def _lost(pool: Any) -> bool:
     """Whether a worker of ``pool`` (start_pool's) died: ended now, or replaced after it died."""
-    started = getattr(pool, "convbench_started", None)
-    if started is not None and started.value > pool.convbench_size:
+    if _replaced(pool):
         return True
     return any(p.exitcode is not None for p in list(getattr(pool, "_pool", None) or []))
 
