@@ -162,9 +162,10 @@ def start_pool(ctx: Any, processes: int, initializer: Any = None, initargs: tupl
 
 class _CountingPool(mp_pool.Pool):
     """A pool that counts here, in its parent, every worker it forks: more than its size means one died and was
-    replaced, whatever that worker did first. The workers' own count (``_counted``) can fall short: a worker killed
-    while it counted itself holds the count's lock for ever, every later worker waits on it, and a report whose
-    judge was killed so waited without end."""
+    replaced, whatever the replacement then does. The workers' own count (``_counted``) can fall short of a death:
+    a worker killed while it counted itself holds the count's lock for ever, so no later one counts. A report whose
+    judge was killed once waited without end in a CI run, every worker it watched alive and the count not past the
+    pool's size."""
 
     def __init__(self, *args: Any, **kwds: Any) -> None:
         self.convbench_forks = 0
