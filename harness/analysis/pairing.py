@@ -138,24 +138,24 @@ class MachineNights:
         return self.nights[-1]
 
 
-def latest_by_machine(runs: list[dict[str, Any]], fp: Callable[[dict], dict]) -> dict[str, dict[str, Any]]:
-    """Each machine's (``machine_key``) latest run, of ``runs`` oldest first."""
-    return {machine_key(r, fp(r) or {}): r for r in runs}
-
-
 def latest_pairs(base_runs: list[dict[str, Any]], head_runs: list[dict[str, Any]], base_fp: Callable[[dict], dict],
-                 head_fp: Callable[[dict], dict]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+                 head_fp: Callable[[dict], dict]) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], list, list]:
     """(base, head) for each machine (``machine_key``: its GPU on its node) that both sides ran on, the latest run
     of each side (runs oldest first); with one machine a side and none in common, those two (a comparison across
-    hardware); [] where the sides share no machine and are not one each. ``base_fp`` / ``head_fp`` give a run's
-    fingerprint (the two sides may come from two stores)."""
-    b, h = latest_by_machine(base_runs, base_fp), latest_by_machine(head_runs, head_fp)
+    hardware); [] where the sides share no machine and are not one each. Then each side's latest runs that no pair
+    holds (a GPU the other side has no run of). ``base_fp`` / ``head_fp`` give a run's fingerprint (the two sides
+    may come from two stores)."""
+    b = {machine_key(r, base_fp(r) or {}): r for r in base_runs}
+    h = {machine_key(r, head_fp(r) or {}): r for r in head_runs}
     common = sorted(b.keys() & h.keys())
     if common:
-        return [(b[m], h[m]) for m in common]
-    if len(b) == 1 and len(h) == 1:
-        return [(next(iter(b.values())), next(iter(h.values())))]
-    return []
+        pairs = [(b[m], h[m]) for m in common]
+    elif len(b) == 1 and len(h) == 1:
+        pairs = [(next(iter(b.values())), next(iter(h.values())))]
+    else:
+        pairs = []
+    held = {id(r) for pair in pairs for r in pair}
+    return pairs, [r for r in b.values() if id(r) not in held], [r for r in h.values() if id(r) not in held]
 
 
 HISTORY_RUNS = 5  # earlier runs whose spread widens a combination's time threshold (timechange.HISTORY_FACTOR)

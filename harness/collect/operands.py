@@ -56,27 +56,20 @@ def resolve(selector: str, store_path: str, refused: Callable[[str], None] | Non
     return store, runs
 
 
-def pairs(sb: Source, base_runs: list[Run], sh: Source, head_runs: list[Run]) -> list[tuple[Run, Run]]:
+def pairs(sb: Source, base_runs: list[Run], sh: Source, head_runs: list[Run]) -> tuple[list[tuple[Run, Run]], list[str]]:
     """The runs compared: the report's pairing (analysis/pairing.latest_pairs: the latest run of each GPU on its
-    node on both sides; one machine a side and none in common: those two)."""
+    node on both sides; one machine a side and none in common: those two). And a line for each side's latest run
+    that no pair holds: a pass on the GPUs in common says nothing of a GPU the other side has no run of."""
     from ..analysis.pairing import latest_pairs
 
-    matched = latest_pairs(base_runs, head_runs, lambda r: sb.run_json(r["id"])["fingerprint"],
-                           lambda r: sh.run_json(r["id"])["fingerprint"])
+    matched, left_base, left_head = latest_pairs(base_runs, head_runs, lambda r: sb.run_json(r["id"])["fingerprint"],
+                                                 lambda r: sh.run_json(r["id"])["fingerprint"])
     if not matched:
         b, h = sorted({r["machine"] for r in base_runs}), sorted({r["machine"] for r in head_runs})
         raise UserError(f"no machine in common between BASE ({', '.join(b)}) and HEAD ({', '.join(h)})", EXIT_NO_DATA)
-    return matched
-
-
-def unpaired(source: Source, runs: list[Run], matched: list[Run]) -> list[Run]:
-    """Each machine's latest run on one side that no pair holds: a GPU the other side has no run of. compare says
-    so, since a pass on the machines in common says nothing of these."""
-    from ..analysis.pairing import latest_by_machine
-
-    held = {r["id"] for r in matched}
-    latest = latest_by_machine(runs, lambda r: source.run_json(r["id"])["fingerprint"])
-    return [r for r in latest.values() if r["id"] not in held]
+    left_out = [f"not compared: {side}'s {_describe(r)}: {other} has no run of its GPU"
+                for side, other, runs in (("BASE", "HEAD", left_base), ("HEAD", "BASE", left_head)) for r in runs]
+    return matched, left_out
 
 
 def history(source: Source, base: Run, base_fp: dict[str, Any]) -> list[list[Record]]:
@@ -101,16 +94,12 @@ def operands(base: str, head: str, store_path: str, refused: Callable[[str], Non
     """BASE and HEAD resolved and paired; a run against itself (which finds nothing and would pass) refused."""
     sb, base_runs = resolve(base, store_path, refused)
     sh, head_runs = resolve(head, store_path, refused)
-    matched = pairs(sb, base_runs, sh, head_runs)
+    matched, left_out = pairs(sb, base_runs, sh, head_runs)
     same = [rb["run_id"] for rb, rh in matched if same_run(base, head, sb, sh, rb, rh)]
     if same:
         raise UserError(f"BASE and HEAD are the same run ({same[0]}" + (f" and {len(same) - 1} more" if len(same) > 1
                                                                         else "") + "): nothing would be compared; "
                         "give two different runs (e.g. an earlier run id as BASE)")
-    left_out = [f"not compared: {side}'s {_describe(r)}: {other} has no run of its GPU"
-                for side, other, src, runs, held in (("BASE", "HEAD", sb, base_runs, [b for b, _ in matched]),
-                                                     ("HEAD", "BASE", sh, head_runs, [h for _, h in matched]))
-                for r in unpaired(src, runs, held)]
     return Operands(sb, sh, matched, left_out)
 
 
