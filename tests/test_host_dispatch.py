@@ -47,3 +47,24 @@ def test_compare_says_which_runs_it_left_out_and_the_host_ratio(tmp_path, capsys
     assert any(line.startswith("compare: not compared: HEAD's h200-lent-gpu0 [NVIDIA H200]") and
                "20261130T175326Z-native-500cf7302dff-488: BASE has no run of its GPU" in line for line in notes)
     assert any(line.startswith("compare: host dispatch: head/base 0.9") for line in notes)
+
+
+def test_two_gpus_nights_are_compared_though_one_side_holds_its_asv_results(tmp_path, capsys):
+    """A night's tarball holds asv's results beside its run: they are a second view of that run, paired only with
+    asv results, so they neither stop one GPU's night from being compared with another GPU's (one machine a side,
+    none in common) nor pass for a machine of their own."""
+    with tarfile.open(RUNS / "h100-nights-fwd.tar.xz") as tar:
+        tar.extractall(tmp_path / "nights", filter="data")
+    first = sorted((tmp_path / "nights" / "h200-lent-gpu0").iterdir())[0]
+    base = tmp_path / "base" / "h200-lent-gpu0"
+    base.mkdir(parents=True)
+    first.rename(base / first.name)
+    head = RUNS / "h200-fwd-asv-s5.tar.gz"  # an H200's night and asv's results of it
+    with tarfile.open(head) as tar:
+        assert any(m.name.startswith("asv-results/") for m in tar.getmembers())
+    assert main(["compare", str(tmp_path / "base"), str(head)]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("compare: ")]
+    assert any("different machines (" in line and "reported, not gated" in line for line in notes)
+    assert any(line.startswith("compare: not compared: HEAD's ") and line.endswith(
+        "BASE has no asv results of its machine") for line in notes)
+    assert main(["compare", "--across-hardware", str(tmp_path / "base"), str(head)]) == 1  # an H100 is not an H200

@@ -142,20 +142,26 @@ def latest_pairs(base_runs: list[dict[str, Any]], head_runs: list[dict[str, Any]
                  head_fp: Callable[[dict], dict]) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], list, list]:
     """(base, head) for each machine (``machine_key``: its GPU on its node) that both sides ran on, the latest run
     of each side (runs oldest first); with one machine a side and none in common, those two (a comparison across
-    hardware); [] where the sides share no machine and are not one each. Then each side's latest runs that no pair
-    holds (a GPU the other side has no run of). ``base_fp`` / ``head_fp`` give a run's fingerprint (the two sides
-    may come from two stores)."""
-    b = {machine_key(r, base_fp(r) or {}): r for r in base_runs}
-    h = {machine_key(r, head_fp(r) or {}): r for r in head_runs}
-    common = sorted(b.keys() & h.keys())
-    if common:
-        pairs = [(b[m], h[m]) for m in common]
-    elif len(b) == 1 and len(h) == 1:
-        pairs = [(next(iter(b.values())), next(iter(h.values())))]
-    else:
-        pairs = []
+    hardware). Each source is paired on its own: a night's asv results are a second view of its journal's runs, so
+    they neither pair with a journal run nor make a second machine that stops two GPUs' nights from being compared.
+    Then each side's latest runs that no pair holds (a GPU the other side has no run of). ``base_fp`` / ``head_fp``
+    give a run's fingerprint (the two sides may come from two stores)."""
+    b: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    h: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for side, runs, fp in ((b, base_runs, base_fp), (h, head_runs, head_fp)):
+        for r in runs:
+            side[r.get("source", "journal")][machine_key(r, fp(r) or {})] = r
+    pairs = []
+    for source in sorted(b.keys() & h.keys()):
+        bs, hs = b[source], h[source]
+        common = sorted(bs.keys() & hs.keys())
+        if common:
+            pairs += [(bs[m], hs[m]) for m in common]
+        elif len(bs) == 1 and len(hs) == 1:
+            pairs.append((next(iter(bs.values())), next(iter(hs.values()))))
     held = {id(r) for pair in pairs for r in pair}
-    return pairs, [r for r in b.values() if id(r) not in held], [r for r in h.values() if id(r) not in held]
+    return (pairs, [r for s in b.values() for r in s.values() if id(r) not in held],
+            [r for s in h.values() for r in s.values() if id(r) not in held])
 
 
 HISTORY_RUNS = 5  # earlier runs whose spread widens a combination's time threshold (timechange.HISTORY_FACTOR)

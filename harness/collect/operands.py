@@ -58,8 +58,9 @@ def resolve(selector: str, store_path: str, refused: Callable[[str], None] | Non
 
 def pairs(sb: Source, base_runs: list[Run], sh: Source, head_runs: list[Run]) -> tuple[list[tuple[Run, Run]], list[str]]:
     """The runs compared: the report's pairing (analysis/pairing.latest_pairs: the latest run of each GPU on its
-    node on both sides; one machine a side and none in common: those two). And a line for each side's latest run
-    that no pair holds: a pass on the GPUs in common says nothing of a GPU the other side has no run of."""
+    node on both sides, journals and asv results each on their own; one machine a side and none in common: those
+    two). And a line for each side's latest run that no pair holds: a pass on the GPUs in common says nothing of a
+    GPU the other side has no run of."""
     from ..analysis.pairing import latest_pairs
 
     matched, left_base, left_head = latest_pairs(base_runs, head_runs, lambda r: sb.run_json(r["id"])["fingerprint"],
@@ -67,7 +68,8 @@ def pairs(sb: Source, base_runs: list[Run], sh: Source, head_runs: list[Run]) ->
     if not matched:
         b, h = sorted({r["machine"] for r in base_runs}), sorted({r["machine"] for r in head_runs})
         raise UserError(f"no machine in common between BASE ({', '.join(b)}) and HEAD ({', '.join(h)})", EXIT_NO_DATA)
-    left_out = [f"not compared: {side}'s {_describe(r)}: {other} has no run of its GPU"
+    left_out = [f"not compared: {side}'s {_describe(r)}: {other} has no "
+                + ("asv results of its machine" if r.get("source") == "asv" else "run of its GPU")
                 for side, other, runs in (("BASE", "HEAD", left_base), ("HEAD", "BASE", left_head)) for r in runs]
     return matched, left_out
 
