@@ -14,6 +14,7 @@ Prints measured figures and ratios; nothing is hard-coded.
 
     python scripts/bench_fleet.py                       # full: 50 machines x 365 nights x 548 records
     python scripts/bench_fleet.py --machines 5 --nights 30   # a quick look
+    python scripts/bench_fleet.py --morning             # also what one more night costs a fleet's morning
 """
 
 from __future__ import annotations
@@ -339,6 +340,31 @@ def every_page(browser: object, site: Path) -> None:
           f"; median {loads[len(loads) // 2][0] * 1000:.0f} ms; {len(over)} over 0.5 s{': ' + ', '.join(over) if over else ''}")
 
 
+def morning(fleet: Path, work: Path, jobs: int, env: dict) -> None:
+    """A nightly job's morning, beside the cold collect of the whole year that the target is about: the store holds
+    the fleet but its newest night, that night's runs arrive (one a machine), then collect and the report. What a
+    fleet pays each day once its store exists (collect/fresh.py: such a collect writes through the log)."""
+    newest = [max(m.iterdir()) for m in sorted(fleet.iterdir()) if m.is_dir()]
+    aside, store = work / "newest-night", work / "morning.sqlite"
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{store}{suffix}").unlink(missing_ok=True)
+    moved = []
+    try:
+        for run in newest:
+            (aside / run.parent.name).mkdir(parents=True, exist_ok=True)
+            moved.append((run, run.rename(aside / run.parent.name / run.name)))
+        timed(convbench("collect", str(fleet), "--store", str(store), "--jobs", str(jobs), "-q"), env=env)
+    finally:  # the fleet is left as it was found
+        for run, held in moved:
+            held.rename(run)
+    c_wall, c_rss, c_out = timed(convbench("collect", str(fleet), "--store", str(store), "--jobs", str(jobs), "-q"),
+                                 env=env)
+    r_wall, r_rss, _ = timed(convbench("report", "--store", str(store), "--out", str(work / "site-morning")), env=env)
+    print(f"morning (the newest night's {len(newest)} runs into a store of the rest, then the report): collect "
+          f"{c_wall:.1f} s, report {r_wall:.1f} s, {c_wall + r_wall:.1f} s; peak RSS "
+          f"{max(c_rss, r_rss) / 2**30:.2f} GiB -- {c_out.strip()}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--machines", type=int, default=50)
@@ -354,6 +380,8 @@ def main() -> int:
                     "(a page over 0.5 s gets a second try; about a minute more)")
     ap.add_argument("--no-packed", action="store_true", help="generate runs without their packed copies (as "
                     "older hosts wrote them): collect parses every journal line")
+    ap.add_argument("--morning", action="store_true", help="also time a nightly job's morning: the newest night "
+                    "collected into a store of the rest of the fleet, then the report (about a minute more)")
     ap.add_argument("--baseline", default=None, help="another checkout's root (e.g. `git archive OLD harness | tar "
                     "-x -C DIR`): its collect + report run first on the same fleet, for a before/after in one run")
     args = ap.parse_args()
@@ -435,6 +463,8 @@ def main() -> int:
     s_wall, _, s_out = timed(convbench("collect", str(fleet), "--store", str(store), "--jobs", str(args.jobs),
                                        "-q"), env=env)
     print(f"re-collect (nothing new): {s_wall:.1f} s -- {s_out.strip()}")
+    if args.morning:
+        morning(fleet, work, args.jobs, env)
 
     try:
         sys.path.insert(0, str(ROOT / "tests"))  # the browser is a test helper, not part of the package

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 from harness.backends.cudnn_lib import DOCUMENTED_NONDETERMINISTIC
@@ -46,3 +47,17 @@ def test_the_fleet_marks_documented_nondeterminism_as_real_runs_do(tmp_path):
     # most of the bits that vary are documented; a few are not (what the determinism page must stand out)
     assert len(explained) > 0.9 * len(unstable) and len(explained) < len(unstable)
     assert {d["direction"] for d in recs} == {"fwd", "bwd_data", "bwd_filter"}
+
+
+def test_the_morning_collects_only_the_newest_night_and_leaves_the_fleet_as_it_was(tmp_path, capsys):
+    bf = _script()
+    fleet = tmp_path / "fleet"
+    for mi in range(3):
+        bf.gen_machine((mi, 4, 60, str(fleet)))
+    before = sorted(p.relative_to(fleet) for p in fleet.rglob("*"))
+    bf.morning(fleet, tmp_path, 2, {**os.environ, "PYTHONPATH": str(ROOT)})
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("morning (the newest night's 3 runs into a store of the rest, then the report)")
+    assert "3 runs added, 0 updated, 9 unchanged" in line and "0 refused" in line
+    assert sorted(p.relative_to(fleet) for p in fleet.rglob("*")) == before  # every night back where it was
+    assert (tmp_path / "site-morning" / "index.html").is_file()
