@@ -39,8 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                 description="Compare BASE with HEAD record by record. Each is a run directory, tarball or "
                             "results tree (read into memory, nothing written), or, in --store, a run id (or "
                             "unique prefix), 'image:NAME' or 'machine:NAME'. Runs are paired per machine (latest "
-                            "of each side); with one machine on each side and none in common, the two machines "
-                            "are compared. Exit 0: no regression; 1: a regression fails the gate; 4: nothing to "
+                            "of each side; asv's results only with asv's); with one machine on each side and none "
+                            "in common, the two machines are compared. Exit 0: no regression; 1: a regression fails the gate; 4: nothing to "
                             "decide on.",
                 examples=["convbench compare results/m1/RUN_A results/m1/RUN_B",
                           "convbench compare image:cu124-torch25 image:cu126-torch26 --all",
