@@ -67,6 +67,17 @@ def test_mapped_libraries_name_the_copy_in_use(tmp_path):
     assert mixed["mixed"] and [c["path"] for c in mixed["copies"]] == sorted([str(lib), str(other)])
 
 
+def test_a_mapped_file_whose_path_is_not_utf8_does_not_stop_the_fingerprint(tmp_path):
+    """A clean-clone CI run failed to start a sweep: its worker's /proc/self/maps held a path that does not decode
+    as UTF-8 (a 0xc2 byte without its continuation; which file it was is not known)."""
+    lib = _overlay(tmp_path) / "nvidia" / "cudnn" / "lib" / "libcudnn.so.9"
+    maps = tmp_path / "maps"
+    maps.write_bytes(b"7f00-7f01 rw-s 00000000 08:01 9 /tmp/store-\xc2\x28/convbench.sqlite-shm\n"
+                     + f"7f01-7f02 r-xp 00000000 08:01 1 {lib}\n".encode())
+    assert fingerprint.mapped_libraries(str(maps)) == {
+        "libcudnn.so.9": {"path": str(lib), "wheel": "nvidia_cudnn_cu13-9.27.0.42"}}
+
+
 def test_a_real_process_reports_the_copy_it_loaded(tmp_path):
     """A real dlopen in a fresh process: the maps name the overlay's file, not another copy of the soname."""
     import ctypes.util

@@ -113,10 +113,12 @@ def _wheel_version(path: str) -> str | None:
 
 def mapped_libraries(maps: str = "/proc/self/maps") -> dict[str, Any]:
     """Every tracked shared library this process has mapped, by file name: its real path and the wheel it came
-    from. Two copies of one library (e.g. two cuDNNs, one per path) are listed both and flagged ``mixed``."""
+    from. Two copies of one library (e.g. two cuDNNs, one per path) are listed both and flagged ``mixed``. A path
+    is bytes to the kernel: any file a process maps may have a name that does not decode, and that must not stop a
+    run from starting."""
     found: dict[str, set[str]] = {}
     try:
-        with open(maps) as f:
+        with open(maps, encoding="utf-8", errors="replace") as f:
             for line in f:
                 fields = line.split(maxsplit=5)
                 if len(fields) < 6 or not fields[5].startswith("/"):
