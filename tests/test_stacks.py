@@ -110,3 +110,8 @@ def test_the_binding_names_the_cudnn_of_its_own_major(tmp_path):
     assert _mapped_libcudnn(8, str(maps)) == "/tmp/stack-cudnn89/nvidia/cudnn/lib/libcudnn.so.8"
     assert _mapped_libcudnn(9, str(maps)) == "/venv/nvidia/cudnn/lib/libcudnn.so.9"
     assert _mapped_libcudnn(7, str(maps)) is None
+    # a mapped file whose name is not UTF-8 neither stops the search nor bends a path handed back to dlopen
+    odd = b"/tmp/\xc2\x28/libcudnn.so.9"
+    maps.write_bytes(b"7f00-7f01 rw-s 0 00:00 3 /tmp/store-\xff/convbench.sqlite-shm\n7f02-7f03 r-xp 0 00:00 4 "
+                     + odd + b"\n")
+    assert os.fsencode(_mapped_libcudnn(9, str(maps))) == odd

@@ -56,10 +56,11 @@ def decode_version(v: int) -> str:
 
 def _mapped_libcudnn(major: int | None = None, maps: str = "/proc/self/maps") -> str | None:
     """The path of the libcudnn mapped into this process (of that major, when given: a process can hold two, e.g.
-    torch's cuDNN 9 and a cuDNN 8 bound through CONVBENCH_CUDNN)."""
+    torch's cuDNN 9 and a cuDNN 8 bound through CONVBENCH_CUDNN). Paths are read as the kernel's bytes
+    (surrogateescape): another mapped file's name may not be UTF-8, and this one is handed back to dlopen."""
     prefix = "libcudnn.so" if major is None else f"libcudnn.so.{major}"
     try:
-        with open(maps) as f:
+        with open(maps, encoding="utf-8", errors="surrogateescape") as f:
             for line in f:
                 path = line.split()[-1] if line.strip() else ""
                 name = os.path.basename(path)
