@@ -40,8 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                             "results tree (read into memory, nothing written), or, in --store, a run id (or "
                             "unique prefix), 'image:NAME' or 'machine:NAME'. Runs are paired per machine (latest "
                             "of each side; asv's results only with asv's); with one machine on each side and none "
-                            "in common, the two machines are compared. Exit 0: no regression; 1: a regression fails the gate; 4: nothing to "
-                            "decide on.",
+                            "in common, the two machines are compared. Exit 0: no regression; 1: a regression "
+                            "fails the gate; 4: nothing to decide on.",
                 examples=["convbench compare results/m1/RUN_A results/m1/RUN_B",
                           "convbench compare image:cu124-torch25 image:cu126-torch26 --all",
                           "convbench compare 2026-12-01T01 2026-12-02T01 --json | jq '.findings[0]'"])

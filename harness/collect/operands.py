@@ -172,7 +172,7 @@ def judge(ops: Operands, th: Thresholds) -> Judgement:
             f.extra["across_hardware"] = across
             findings.append(f)
     if not in_common:  # nothing to decide on is not a pass: the nightly gate must notice
-        left = f"; {len(ops.left_out)} run(s) not compared, their GPU not on the other side" if ops.left_out else ""
+        left = f"; {len(ops.left_out)} run(s) not compared, their machine not on the other side" if ops.left_out else ""
         raise UserError(f"BASE and HEAD have no combination in common ({len(findings)} finding(s), all of "
                         f"availability{left}): nothing to compare", EXIT_NO_DATA)
     impacts = [{**row, "machine": m} for m, p in pooled.items() for row in workload(p["base"], p["head"], p["gpu"])]
