@@ -4,6 +4,9 @@
 # (scripts/run_breakdown.py --against) and each side's end.json (wall, sweep, asv phase).
 #   scripts/gpu/side_by_side.sh --pack REV      (here: .baseline/ holds REV's code, no fixtures; carry it)
 #   OUT=dir bash scripts/gpu/side_by_side.sh fwd   (on the GPU host, asv on PYTHONPATH)
+#     asv travels as an overlay: `scripts/gpu/pack_stack.sh asv WHEEL_DIR 'virtualenv' 'virtualenv-*'` here
+#     (asv.conf.json's environment is convbench's own plugin, so virtualenv, 5.8 of the 8.2 MB of asv's wheels, is
+#     never imported), then `bash .devwheels/asv/unpack.sh` there and ASV_PATH=/tmp/stack-asv
 #   OUT=dir bash scripts/gpu/side_by_side.sh fidelity   (the two timers' bench_fidelity.py, then both side by side)
 # AGAIN=1 runs this tree's stage a second time (into $OUT/new2): with the first, an A/A pair of the new code on
 # the same GPU, to be compared where the runs come back. SIDES (default "base new") runs one side only.
