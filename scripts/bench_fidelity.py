@@ -9,7 +9,8 @@ times the call once with each of:
     outlasts its flush;
   - do_bench_cudagraph: replays of a captured graph, device time with no host dispatch.
 The rounds are interleaved so that a drift of the GPU's state touches every timer alike; NVML samples the SM clock
-and clock-event reasons during each round. Prints each call and a summary against the targets (suite cold within
+and clock-event reasons during each round. The suite's samples of each round are kept, so that a call whose rounds
+spread can be told apart as spread by its sample counts or by rounds that moved (sampling_p). Prints each call and a summary against the targets (suite cold within
 3 % of do_bench for calls of 50 us or more; spread of the suite's medians over the reruns at most 1 %).
 Needs a CUDA GPU, triton and nvidia-ml-py.
 
@@ -81,11 +82,28 @@ def spread(values: list[float]) -> float:
     return (max(values) - min(values)) / statistics.median(values)
 
 
+def sampling_p(rounds: list[list[float]], draws: int = 4000, seed: int = 0) -> float | None:
+    """How often the medians of samples drawn again from the rounds' samples pooled (so with no shift between the
+    rounds, each round its own count) spread at least as much as the rounds' own medians did. Near 0: the rounds
+    moved apart (the GPU's state, or what a round set up again); not small: the spread is what the rounds' sample
+    counts leave, and more samples a round would narrow it. None without samples in every round."""
+    import numpy as np
+
+    if len(rounds) < 2 or not all(rounds):
+        return None
+    pooled = np.asarray([x for r in rounds for x in r], dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    meds = np.stack([np.median(pooled[rng.integers(0, len(pooled), size=(draws, len(r)))], axis=1) for r in rounds])
+    drawn = (meds.max(axis=0) - meds.min(axis=0)) / np.median(meds, axis=0)
+    return float(np.mean(drawn >= spread([statistics.median(r) for r in rounds]) - 1e-12))
+
+
 def measure_call(torch, fn, args, timers, do_bench, do_bench_cudagraph, sampler) -> dict:
     host_ms = host_dispatch_ms(torch, fn)
     wait_ms = min(5.0, 1.5 * host_ms + 0.02)
     runs: dict[str, list] = {k: [] for k in (*timers, "do_bench", "do_bench_spaced", "cudagraph")}
     samples: dict[str, list] = {k: [] for k in timers}
+    samples_ms: dict[str, list] = {k: [] for k in timers}  # each round's samples, for sampling_p
     timer_clocks: dict[str, list] = {k: [] for k in timers}
     clocks, graph_error = [], None
     for _ in range(args.reruns):
@@ -94,6 +112,7 @@ def measure_call(torch, fn, args, timers, do_bench, do_bench_cudagraph, sampler)
                 t = timer(fn)
                 runs[mode].append(t.median_ms)
                 samples[mode].append(t.n)
+                samples_ms[mode].append(list(t.samples_ms))
                 timer_clocks[mode].append(t.clock)
             runs["do_bench"].append(do_bench(fn, return_mode="median"))
             runs["do_bench_spaced"].append(spaced_do_bench(torch, do_bench, fn, wait_ms))
@@ -105,6 +124,7 @@ def measure_call(torch, fn, args, timers, do_bench, do_bench_cudagraph, sampler)
         clocks.append(sampler.summary())
     med = {k: statistics.median(v) if v else None for k, v in runs.items()}
     return {"host_dispatch_ms": host_ms, "wait_ms": wait_ms, "medians_ms": runs, "samples": samples,
+            "samples_ms": samples_ms, "sampling_p": {k: sampling_p(v) for k, v in samples_ms.items()},
             "clocks": clocks, "timer_clocks": timer_clocks, "cudagraph_error": graph_error,
             "spreads": {k: spread(v) for k, v in runs.items() if v},
             "do_bench_ms": med["do_bench"], "do_bench_spaced_ms": med["do_bench_spaced"],
@@ -153,12 +173,24 @@ def summarize(rows: list[dict], gpu: str) -> dict:
                              for k in big[0]["spreads"]} if big else {},
             "median_cold_spread": statistics.median(r["spreads"]["cold"] for r in big) if big else None,
             "cold_spread_over_1pct": [{"call": f"{r['case']} {r['backend']} {r['math']}",
-                                       "spread": r["spreads"]["cold"], "cause": spread_cause(r)}
+                                       "spread": r["spreads"]["cold"], "cause": spread_cause(r),
+                                       "sampling_p": (r.get("sampling_p") or {}).get("cold")}
                                       for r in big if r["spreads"]["cold"] > 0.01],
+            # of those: spread no wider than the rounds' sample counts leave (p >= 0.05), or wider (the rounds moved)
+            "cold_misses_by_sampling": _by_sampling(big),
             "throttled_batches_discarded": sum(c.get("throttled_batches") or 0 for r in rows
                                                for cs in r["timer_clocks"].values() for c in cs if c),
             "sm_mhz_min": min((c["sm_mhz_min"] for r in rows for c in r["clocks"] if "sm_mhz_min" in c), default=None),
             "slowdowns_seen": sorted({s for r in rows for c in r["clocks"] for s in c.get("slowdowns", [])})}
+
+
+def _by_sampling(big: list[dict]) -> dict | None:
+    """The cold misses (spread over 1 %) by sampling_p: within what the sample counts leave, or beyond it; None for
+    a run whose JSON kept no samples (before they were kept)."""
+    ps = [(r.get("sampling_p") or {}).get("cold") for r in big if r["spreads"]["cold"] > 0.01]
+    if any(p is None for p in ps):
+        return None
+    return {"within_sampling": sum(p >= 0.05 for p in ps), "beyond_sampling": sum(p < 0.05 for p in ps)}
 
 
 BANDS_MS = ((0.05, 0.1), (0.1, 0.2), (0.2, float("inf")))  # the spread misses gather in the shortest band
@@ -188,6 +220,9 @@ def against_lines(base: dict, new: dict) -> list[str]:
         row(label, [f"{sum(r['spreads']['cold'] <= 0.01 for r in b if lo <= r['do_bench_spaced_ms'] < hi)} of "
                     f"{sum(lo <= r['do_bench_spaced_ms'] < hi for r in b)}" for _, b in sides])
     row("median cold spread", [f"{s['median_cold_spread']:.2%}" for s, _ in sides])
+    row("cold misses: sampling / rounds moved", [
+        f"{m['within_sampling']} / {m['beyond_sampling']}" if (m := s["cold_misses_by_sampling"]) else "-"
+        for s, _ in sides])
     row("capped batches discarded", [str(s["throttled_batches_discarded"]) for s, _ in sides])
     row("lowest SM clock (MHz)", [str(s["sm_mhz_min"]) for s, _ in sides])
     return lines

@@ -34,3 +34,23 @@ def test_two_runs_side_by_side_count_the_spread_by_timer_and_call_length():
     assert lines["spread <= 1 %: cudagraph"] == ["50", "of", "51", "53", "of", "59"]
     assert lines["spread <= 1 %: cold, 50-100 us"] == ["21", "of", "22", "12", "of", "30"]
     assert lines["cold within 3 % of do_bench (device-bound)"] == ["44", "of", "44", "47", "of", "49"]
+
+
+def test_sampling_p_tells_a_spread_the_sample_counts_leave_from_rounds_that_moved():
+    import random
+
+    rng = random.Random(1)
+    same = [[rng.gauss(0.100, 0.003) for _ in range(32)] for _ in range(3)]  # one distribution, three rounds of 32
+    moved = [[rng.gauss(0.100 * (1 + 0.03 * i), 0.0005) for _ in range(32)] for i in range(3)]  # 3 % apart, tight
+    assert bench_fidelity.spread([sorted(r)[16] for r in same]) > 0  # they do spread a little
+    assert bench_fidelity.sampling_p(same) > 0.05
+    assert bench_fidelity.spread([sorted(r)[16] for r in moved]) > 0.05
+    assert bench_fidelity.sampling_p(moved) < 0.001
+    assert bench_fidelity.sampling_p([[0.1] * 32, []]) is None  # a round without samples: not judged
+
+
+def test_runs_that_kept_no_samples_say_so_side_by_side():
+    base, new = (bench_fidelity.read_run(ROOT / "docs/evidence" / d / "fidelity.json.xz")
+                 for d in ("2026-12-06-h200", "2026-12-07-h100-aa"))
+    lines = {line[:44].strip(): line[44:].split() for line in bench_fidelity.against_lines(base, new)}
+    assert lines["cold misses: sampling / rounds moved"] == ["-", "-"]
