@@ -1,11 +1,12 @@
 """The three numbers a change to the time gate's `wide` veto must keep, for the rule in force and the candidates
-tried (docs/evidence/2026-12-01-session12-gate.md), on the committed H200 data:
+tried (docs/evidence/2026-12-01-session12-gate.md), on the committed device data:
 
   (a) failing findings in each committed A/A pair (tests/fixtures/runs/*aa*.tar.gz, judged as tests/test_paired.py
       judges them: harness.run.judgement.judge), and the pairs of the two committed eight-night series that fail
       (`compare --store` with five nights of history, as tests/test_gate_history.py);
-  (b) device-injected detection power of both detection-power studies (scripts/gpu/detection_power.py --judge:
-      03:59 UTC without placement medians, 12:20 UTC with them), and the 03:59 study's calls under 50 us with
+  (b) device-injected detection power of the detection-power studies (scripts/gpu/detection_power.py --judge:
+      the H200's of 2026-12-01, 03:59 UTC without placement medians and 12:20 UTC with them, and two of an H100 on
+      2026-12-07), and the 03:59 study's calls under 50 us with
       their placement medians read back from the order of their samples (batches rotate through the placements,
       8 samples a batch for these calls; checked exact on every 12:20 record under 50 us);
   (c) software-injected nightly power on the eight nights of 09:54 (scripts/calibrate_gate.py --nightly-power).
@@ -13,7 +14,9 @@ tried (docs/evidence/2026-12-01-session12-gate.md), on the committed H200 data:
 A candidate replaces timechange.placements_apart, which time_verdict asks only about records whose samples are
 only `wide` and whose placements do not overlap; "current" is the rule in force, "veto" none at all. A "close"
 candidate replaces timechange.placements_close instead, the veto of any change whose sides'
-placements are apart by less than their spread, with the wide rule in force.
+placements are apart by less than their spread, with the wide rule in force. "moved" and "without-moved" keep both
+and ask whether a change that moved every placement past the threshold, placement by placement, lifts the overlap
+and close vetoes (timechange.placements_moved) or not.
 
     python3 scripts/gate_rules.py [RULE ...]
 """
@@ -46,10 +49,12 @@ from harness.measurement.timing import median_rel_stderr  # noqa: E402
 
 RUNS = ROOT / "tests" / "fixtures" / "runs"
 EVIDENCE = ROOT / "docs" / "evidence"
-STUDIES = {"03:59": "2026-12-01-h200-session8", "12:20": "2026-12-01-h200-session11"}
+STUDIES = {"03:59": "2026-12-01-h200-session8", "12:20": "2026-12-01-h200-session11",
+           "H100 07:29": "2026-12-07-h100-bwd/power-1", "H100 07:34": "2026-12-07-h100-bwd/power-2"}
 NIGHTS = ("h200-repeat8-fwd", "h200x2-repeat8-fwd")
 CURRENT = timechange.placements_apart
 CLOSE = timechange.placements_close  # the veto of placements apart by less than their spread (any samples)
+MOVED = timechange.placements_moved  # placement by placement past the threshold: lifts the two vetoes above
 
 
 # --- the candidates: (base, head, slower, alpha) -> (gap, spread, p) to decide, None to veto ---
@@ -136,6 +141,8 @@ def close_within(k):
 # the veto of placements apart by less than their spread, beside the wide rule in force ("current" keeps both)
 CLOSE_RULES = {"without-close": lambda *a: None, "close<=0.5spread": CLOSE,
                "close<=spread": close_within(1.0), "close<=2spread": close_within(2.0)}
+# whether placements moved placement by placement past the threshold lifts the overlap and close vetoes
+MOVED_RULES = {"without-moved": lambda *a: False, "moved": MOVED}
 
 
 # --- the data ---
@@ -216,9 +223,9 @@ def wide_pairs(pairs) -> dict[str, list[int]]:
 
 def main(argv: list[str] | None = None) -> int:
     names = (argv if argv is not None else sys.argv[1:]) or list(RULES)
-    unknown = [n for n in names if n not in RULES and n not in CLOSE_RULES]
+    unknown = [n for n in names if n not in RULES and n not in CLOSE_RULES and n not in MOVED_RULES]
     if unknown:
-        print(f"gate_rules: unknown rule {', '.join(unknown)} (known: {', '.join([*RULES, *CLOSE_RULES])})",
+        print(f"gate_rules: unknown rule {', '.join(unknown)} (known: {', '.join([*RULES, *CLOSE_RULES, *MOVED_RULES])})",
               file=sys.stderr)
         return 2
     aa = aa_pairs()
@@ -240,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         timechange.placements_apart = RULES.get(name, CURRENT)
         timechange.placements_close = CLOSE_RULES.get(name, CLOSE)
+        timechange.placements_moved = MOVED_RULES.get(name, MOVED)
         try:
             failing = {}
             for pair, a, b in aa:
@@ -255,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             nightly = calibrate_gate.nightly_power(nightly_runs, th)
         finally:
             timechange.placements_apart, timechange.placements_close = CURRENT, CLOSE
+            timechange.placements_moved = MOVED
         print(f"\n{name}: A/A failing {sum(failing.values())} "
               f"({', '.join(f'{p} {n}' for p, n in failing.items() if n)})")
         for study, (d10, n10, d5, n5, aa_alarms) in power.items():

@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from harness.analysis.compare import compare_runs
-from harness.analysis.timechange import Thresholds, time_verdict
+from harness.analysis.timechange import Thresholds, placements_moved, time_verdict
 from harness.backends import SweepOptions
 from harness.backends.cudnn import PLACEMENTS, placements
 from harness.core import cases
@@ -216,3 +216,21 @@ def test_a_change_must_clear_half_the_spread_of_either_sides_placements():
     assert v[0] == "ambiguous" and "only 0.8 µs apart where one side's spread 2.8 µs" in v[1]
     head.extra["placement_medians_ms"] = [x + 0.0006 for x in b_places]  # 1.4 us apart, over 2.8 / 2
     assert time_verdict(base, head, th)[0] == "regression"
+
+
+def test_every_placement_moved_past_the_threshold_is_a_change_though_the_placements_overlap():
+    """The A/A finding above moved its placements 1.02-1.07x one by one: not each past the 4 % threshold, so the
+    close veto still holds. The same base with every placement 5 % slower, which leaves the two sides'
+    placements overlapping (as an injected +5 % on a GEMM call whose placements spread 4-5 % does), is decided."""
+    rng = np.random.default_rng(2)
+    th = Thresholds()
+    places = [0.05136, 0.051568, 0.053472, 0.051104, 0.050464]  # 6 % between the fastest and the slowest
+    base, head = _stored([0.051456, 0.05088], rng), _stored([0.053648, 0.053984], rng)
+    base.extra["placement_medians_ms"] = places
+    head.extra["placement_medians_ms"] = [x * 1.05 for x in places]
+    assert min(head.extra["placement_medians_ms"]) <= max(places)  # they overlap
+    assert placements_moved(base, head, True, th.rel(base.median_ms))
+    assert time_verdict(base, head, th)[0] == "regression"
+    head.extra["placement_medians_ms"] = [x * 1.05 for x in places[:3]] + places[3:]  # one process at its own level
+    assert not placements_moved(base, head, True, th.rel(base.median_ms))
+    assert time_verdict(base, head, th)[0] == "ambiguous"

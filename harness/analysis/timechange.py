@@ -9,8 +9,9 @@ multi-modal, too few: timing.sample_flags) is **ambiguous**, with the evidence, 
 that are only ``wide`` are judged on their placements instead, where two processes a side timed them:
 placements_apart); so is a
 change within the gap between two processes of one run (run/replicas.py: the level a fresh process lands on), one
-whose two sides' placements overlap (draws_overlap: where the operands sit moves the call as much), a head
-back at a level an earlier run of the same machine and stack measured (past_level), a head at a level the
+whose two sides' placements overlap (draws_overlap: where the operands sit moves the call as much) or lie close
+(placements_close), unless every placement moved past the threshold, placement by placement (placements_moved),
+a head back at a level an earlier run of the same machine and stack measured (past_level), a head at a level the
 base's run measured the same kernel at under another label (kin_level), and a change whose two levels the head's
 run measured the same kernel at in two processes under another label (kin_both_levels).
 Without samples (asv data) the fallback is the thresholds plus non-overlapping interquartile ranges.
@@ -222,6 +223,18 @@ def placements_close(base: Record, head: Record, slower: bool,
     return (gap, spread) if gap <= share * spread else None
 
 
+def placements_moved(base: Record, head: Record, slower: bool, rel: float) -> bool:
+    """Whether each of the same MIN_PLACEMENTS+ placements (two processes a side) moved by ``rel`` or more in the
+    change's direction, placement by placement. Placement i is made alike in every run (backends/cudnn.py), and the
+    placements of two H100 runs correlated at a median r of 0.87 where they spread (docs/performance.md): where
+    they spread as much as the change (draws_overlap, placements_close), each one past the threshold is the change
+    itself; a process that drew another level moves its own placements only, and the pairs then disagree."""
+    b, h = placement_levels(base), placement_levels(head)
+    if len(b) != len(h) or len(b) < MIN_PLACEMENTS or not (process_levels(base) and process_levels(head)):
+        return False
+    return all((y >= x * (1 + rel)) if slower else (y * (1 + rel) <= x) for x, y in zip(b, h, strict=True))
+
+
 # A head within this of a level an earlier run of the same machine and stack measured (its median or one of its
 # processes') is back at a known level. Some kernels settle per process on one of a few levels: on the H200 (8
 # forward runs, 16 processes; docs/performance.md) resnet50.layer3.0.conv2 GEMM fp16/bf16 NCHW at 412-416, 427-437 or
@@ -328,13 +341,14 @@ def time_verdict(base: Record, head: Record, th: Thresholds, noise: float = 0.0,
         return "ambiguous", (f"{size}, within the {spread:.1%} between two processes of one run "
                              f"({' and '.join(f'{x * 1e3:.1f}' for x in levels)} µs): which level a fresh "
                              "process lands on, not a change"), nums
-    overlap = draws_overlap(base, head, slower)
+    moved = placements_moved(base, head, slower, rel)
+    overlap = None if moved else draws_overlap(base, head, slower)
     if overlap is not None:
         b, h = overlap
         return "ambiguous", (f"{size}, but the two runs' placements overlap (base {min(b) * 1e3:.1f}-"
                              f"{max(b) * 1e3:.1f} µs, head {min(h) * 1e3:.1f}-{max(h) * 1e3:.1f} µs): where the "
                              "operands sit moves this call as much"), nums
-    close = placements_close(base, head, slower)
+    close = None if moved else placements_close(base, head, slower)
     if close is not None:
         gap, spread = close
         return "ambiguous", (f"{size}, but the two runs' placements are only {gap * 1e3:.1f} µs apart where one "
