@@ -10,8 +10,9 @@ times the call once with each of:
   - do_bench_cudagraph: replays of a captured graph, device time with no host dispatch.
 The rounds are interleaved so that a drift of the GPU's state touches every timer alike; NVML samples the SM clock
 and clock-event reasons during each round. The suite's samples of each round are kept, so that a call whose rounds
-spread can be told apart as spread by its sample counts or by rounds that moved (sampling_p). Prints each call and a summary against the targets (suite cold within
-3 % of do_bench for calls of 50 us or more; spread of the suite's medians over the reruns at most 1 %).
+spread can be told apart as spread by its sample counts or by rounds that moved (sampling_p). Prints each call and
+a summary against the targets (suite cold within 3 % of do_bench for calls of 50 us or more; spread of the suite's
+medians over the reruns at most 1 %).
 Needs a CUDA GPU, triton and nvidia-ml-py.
 
     python3 scripts/bench_fidelity.py [--cases default] [--reruns 3] [--json OUT.json]
@@ -82,18 +83,21 @@ def spread(values: list[float]) -> float:
     return (max(values) - min(values)) / statistics.median(values)
 
 
-def sampling_p(rounds: list[list[float]], draws: int = 4000, seed: int = 0) -> float | None:
+def sampling_p(rounds: list[list[float]], counts: list[int] | None = None, draws: int = 4000,
+               seed: int = 0) -> float | None:
     """How often the medians of samples drawn again from the rounds' samples pooled (so with no shift between the
-    rounds, each round its own count) spread at least as much as the rounds' own medians did. Near 0: the rounds
-    moved apart (the GPU's state, or what a round set up again); not small: the spread is what the rounds' sample
-    counts leave, and more samples a round would narrow it. None without samples in every round."""
+    rounds), each round as many as it took (``counts``: the timer's n, which the kept samples may thin; default
+    their number), spread at least as much as the rounds' own medians did. Near 0: the rounds moved apart (the
+    GPU's state, or what a round set up again); not small: the spread is what the rounds' sample counts leave, and
+    more samples a round would narrow it. None without samples in every round."""
     import numpy as np
 
     if len(rounds) < 2 or not all(rounds):
         return None
+    counts = counts or [len(r) for r in rounds]
     pooled = np.asarray([x for r in rounds for x in r], dtype=np.float64)
     rng = np.random.default_rng(seed)
-    meds = np.stack([np.median(pooled[rng.integers(0, len(pooled), size=(draws, len(r)))], axis=1) for r in rounds])
+    meds = np.stack([np.median(pooled[rng.integers(0, len(pooled), size=(draws, n))], axis=1) for n in counts])
     drawn = (meds.max(axis=0) - meds.min(axis=0)) / np.median(meds, axis=0)
     return float(np.mean(drawn >= spread([statistics.median(r) for r in rounds]) - 1e-12))
 
@@ -124,7 +128,7 @@ def measure_call(torch, fn, args, timers, do_bench, do_bench_cudagraph, sampler)
         clocks.append(sampler.summary())
     med = {k: statistics.median(v) if v else None for k, v in runs.items()}
     return {"host_dispatch_ms": host_ms, "wait_ms": wait_ms, "medians_ms": runs, "samples": samples,
-            "samples_ms": samples_ms, "sampling_p": {k: sampling_p(v) for k, v in samples_ms.items()},
+            "samples_ms": samples_ms, "sampling_p": {k: sampling_p(v, samples[k]) for k, v in samples_ms.items()},
             "clocks": clocks, "timer_clocks": timer_clocks, "cudagraph_error": graph_error,
             "spreads": {k: spread(v) for k, v in runs.items() if v},
             "do_bench_ms": med["do_bench"], "do_bench_spaced_ms": med["do_bench_spaced"],

@@ -47,6 +47,9 @@ def test_sampling_p_tells_a_spread_the_sample_counts_leave_from_rounds_that_move
     assert bench_fidelity.spread([sorted(r)[16] for r in moved]) > 0.05
     assert bench_fidelity.sampling_p(moved) < 0.001
     assert bench_fidelity.sampling_p([[0.1] * 32, []]) is None  # a round without samples: not judged
+    # kept samples thinned from many more: judged at the count taken, where the same spread is no longer sampling
+    thinned = [[rng.gauss(0.100 * (1 + 0.004 * i), 0.003) for _ in range(64)] for i in range(3)]
+    assert bench_fidelity.sampling_p(thinned, [400, 400, 400]) < bench_fidelity.sampling_p(thinned)
 
 
 def test_runs_that_kept_no_samples_say_so_side_by_side():
