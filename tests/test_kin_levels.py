@@ -28,7 +28,8 @@ def test_night_over_night_the_kin_rule_fails_less_and_detects_as_much(tmp_path, 
     assert _script().main(pairs) == 0
     last = capsys.readouterr().out.splitlines()[-1]
     assert last.startswith("all 7 pairs: failing 1 without kin / 0 with the base's / 0 with both runs';")
-    assert "+5 % on calls >= 50 us 3159 without kin / 3159 with the base's / 3159 with both runs' of 3507" in last
+    # 3159 before a change that moved every placement past the threshold was decided (timechange.placements_moved)
+    assert "+5 % on calls >= 50 us 3218 without kin / 3218 with the base's / 3218 with both runs' of 3507" in last
     assert "20-50 us 526 without kin / 526 with the base's / 526 with both runs' of 543" in last
 
 
