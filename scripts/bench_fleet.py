@@ -261,6 +261,17 @@ def convbench(*args: str, root: Path = ROOT) -> list[str]:
             *args]
 
 
+def collect_fleet(fleet: Path, store: Path, jobs: int, root: Path = ROOT) -> list[str]:
+    """`convbench collect` of the whole fleet into ``store`` with ``jobs`` parsers, quiet (convbench)."""
+    return convbench("collect", str(fleet), "--store", str(store), "--jobs", str(jobs), "-q", root=root)
+
+
+def remove_store(store: Path) -> None:
+    """The store and its write-ahead log, so that the next collect builds it from nothing."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{store}{suffix}").unlink(missing_ok=True)
+
+
 def asv_tree(fleet: Path, dest: Path, machines: int, nights: int) -> int:
     """The first ``machines`` x ``nights`` of the fleet as an asv project: a git repo with one commit per night,
     results/<machine>/<commit>-<env>.json with one parameterised benchmark, benchmarks.json, asv.conf.json."""
@@ -346,19 +357,17 @@ def morning(fleet: Path, work: Path, jobs: int, env: dict) -> None:
     fleet pays each day once its store exists (collect/fresh.py: such a collect writes through the log)."""
     newest = [max(m.iterdir()) for m in sorted(fleet.iterdir()) if m.is_dir()]
     aside, store = work / "newest-night", work / "morning.sqlite"
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{store}{suffix}").unlink(missing_ok=True)
+    remove_store(store)
     moved = []
     try:
         for run in newest:
             (aside / run.parent.name).mkdir(parents=True, exist_ok=True)
             moved.append((run, run.rename(aside / run.parent.name / run.name)))
-        timed(convbench("collect", str(fleet), "--store", str(store), "--jobs", str(jobs), "-q"), env=env)
+        timed(collect_fleet(fleet, store, jobs), env=env)
     finally:  # the fleet is left as it was found
         for run, held in moved:
             held.rename(run)
-    c_wall, c_rss, c_out = timed(convbench("collect", str(fleet), "--store", str(store), "--jobs", str(jobs), "-q"),
-                                 env=env)
+    c_wall, c_rss, c_out = timed(collect_fleet(fleet, store, jobs), env=env)
     r_wall, r_rss, _ = timed(convbench("report", "--store", str(store), "--out", str(work / "site-morning")), env=env)
     print(f"morning (the newest night's {len(newest)} runs into a store of the rest, then the report): collect "
           f"{c_wall:.1f} s, report {r_wall:.1f} s, {c_wall + r_wall:.1f} s; peak RSS "
@@ -419,15 +428,13 @@ def main() -> int:
     subprocess.run(["sync"], check=False)
 
     store = work / "fleet.sqlite"
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{store}{suffix}").unlink(missing_ok=True)
+    remove_store(store)
     if args.baseline:  # the same fleet, the same machine state, the code before: printed next to the figures below
         base_env = dict(os.environ, PYTHONPATH=str(Path(args.baseline).resolve()))
         print(f"baseline: harness from {args.baseline}, load average "
               f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         base_root = Path(args.baseline).resolve()
-        b_wall, b_rss, _ = timed(convbench("collect", str(fleet), "--store", str(store), "--jobs", str(args.jobs),
-                                           "-q", root=base_root), env=base_env)
+        b_wall, b_rss, _ = timed(collect_fleet(fleet, store, args.jobs, root=base_root), env=base_env)
         b_cpu = CPU_SECONDS["collect"]
         br_wall, br_rss, _ = timed(convbench("report", "--store", str(store), "--out", str(work / "site-base"),
                                              root=base_root), env=base_env)
@@ -435,12 +442,10 @@ def main() -> int:
         print(f"baseline collect: {b_wall:.1f} s, {b_cpu:.1f} CPU-s, peak RSS {b_rss / 2**20:.0f} MiB; report: "
               f"{br_wall:.1f} s, {b_rcpu:.1f} CPU-s, peak RSS {br_rss / 2**20:.0f} MiB; collect + "
               f"report {b_wall + br_wall:.1f} s, {b_cpu + b_rcpu:.1f} CPU-s")
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{store}{suffix}").unlink(missing_ok=True)
+        remove_store(store)
         subprocess.run(["sync"], check=False)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    c_wall, c_rss, c_out = timed(convbench("collect", str(fleet), "--store", str(store), "--jobs", str(args.jobs),
-                                           "-q"), env=env)
+    c_wall, c_rss, c_out = timed(collect_fleet(fleet, store, args.jobs), env=env)
     print(f"collect: {c_wall:.1f} s, {CPU_SECONDS['collect']:.1f} CPU-s, peak RSS {c_rss / 2**20:.0f} MiB (process "
           f"tree) -- {c_out.strip()}")
     r_wall, r_rss, r_out = timed(convbench("report", "--store", str(store), "--out", str(work / "site")), env=env)
@@ -460,8 +465,7 @@ def main() -> int:
         print(f"after / baseline: wall {total / (b_wall + br_wall):.2f} (collect {c_wall / b_wall:.2f}, report "
               f"{r_wall / br_wall:.2f}); CPU {cpu / (b_cpu + b_rcpu):.2f} (collect "
               f"{CPU_SECONDS['collect'] / b_cpu:.2f}, report {CPU_SECONDS['report'] / b_rcpu:.2f})")
-    s_wall, _, s_out = timed(convbench("collect", str(fleet), "--store", str(store), "--jobs", str(args.jobs),
-                                       "-q"), env=env)
+    s_wall, _, s_out = timed(collect_fleet(fleet, store, args.jobs), env=env)
     print(f"re-collect (nothing new): {s_wall:.1f} s -- {s_out.strip()}")
     if args.morning:
         morning(fleet, work, args.jobs, env)
