@@ -111,6 +111,9 @@ def measure_call(torch, fn, args, timers, do_bench, do_bench_cudagraph, sampler)
     timer_clocks: dict[str, list] = {k: [] for k in timers}
     clocks, graph_error = [], None
     for _ in range(args.reruns):
+        if args.settle_ms:  # every round after the same idle GPU, not round 0 alone (see --settle-ms)
+            torch.cuda.synchronize()
+            time.sleep(args.settle_ms / 1e3)
         with sampler:
             for mode, timer in timers.items():
                 t = timer(fn)
@@ -242,6 +245,9 @@ def main() -> int:
     ap.add_argument("--cases", default="default")
     ap.add_argument("--reruns", type=int, default=3)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--settle-ms", type=float, default=0.0,
+                    help="idle the GPU this long before each round: without it round 0 follows the call's host "
+                         "dispatch probe (a near-idle GPU) and rounds 1-2 the timers' own load")
     ap.add_argument("--against", nargs=2, type=Path, metavar=("BASE", "NEW"),
                     help="print two runs' JSON side by side (no GPU needed)")
     args = ap.parse_args()
@@ -294,7 +300,7 @@ def main() -> int:
     summary = summarize(rows, torch.cuda.get_device_name())
     print(json.dumps(summary, indent=1))
     if args.json:
-        args.json.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
+        args.json.write_text(json.dumps({"summary": summary, "settle_ms": args.settle_ms, "rows": rows}, indent=1))
     return 0
 
 
