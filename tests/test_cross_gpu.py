@@ -1,0 +1,47 @@
+"""scripts/cross_gpu.py on real runs: the forward run of one H200 (GPU-0ed08643, docs/evidence/2026-12-07-h200)
+judged as one machine against committed runs of other H200s. Against a run timed on five placements in two
+processes the gate fails nothing; against the one-placement run of 2026-11-30 it fails the layer4.0.conv1 GEMM
+family, whose single draw sat below every placement of the head."""
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HEAD = ROOT / "docs/evidence/2026-12-07-h200/new-fwd-run.tar.xz"
+RUNS = ROOT / "tests/fixtures/runs"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("cross_gpu", ROOT / "scripts/cross_gpu.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _rows(out: str) -> dict[str, int]:
+    """Base run id -> failing findings, from the script's table."""
+    rows = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 8 and parts[1].startswith("2026") and parts[-2].isdigit():
+            rows[parts[1]] = int(parts[-2])
+    return rows
+
+
+def test_placed_runs_of_other_h200s_fail_nothing_and_the_one_placement_run_fails_its_family(capsys):
+    assert _script().main([str(HEAD), str(RUNS / "h200-aa8-fwd.tar.gz"), str(RUNS / "h200-fwd-asv-s5.tar.gz")]) == 0
+    out = capsys.readouterr().out
+    rows = _rows(out)
+    assert len(rows) == 3, out
+    placed = {k: v for k, v in rows.items() if "9e5ccb3" in k}
+    assert len(placed) == 2 and set(placed.values()) == {0}, out
+    (single,) = [v for k, v in rows.items() if "500cf73" in k]
+    assert single == 7, out
+    assert "with placements: 2 base runs, 2 with 0 failing, 0 failing findings in all" in out
+    assert "without placements: 1 base runs, 0 with 0 failing, 7 failing findings in all" in out
+
+
+def test_a_head_that_is_not_one_run_is_one_line_and_exit_2(tmp_path, capsys):
+    assert _script().main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not one" in err
