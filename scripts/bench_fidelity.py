@@ -8,8 +8,9 @@ times the call once with each of:
     call's host dispatch: stock do_bench times host dispatch instead of the device when the call's host side
     outlasts its flush;
   - do_bench_cudagraph: replays of a captured graph, device time with no host dispatch.
-The rounds are interleaved so that a drift of the GPU's state touches every timer alike; NVML samples the SM clock
-and clock-event reasons during each round. The suite's samples of each round are kept, so that a call whose rounds
+The rounds are interleaved so that a drift of the GPU's state touches every timer alike, and each starts after the
+GPU idled SETTLE_MS, so that every round follows the same history; NVML samples the SM clock and clock-event
+reasons during each round. The suite's samples of each round are kept, so that a call whose rounds
 spread can be told apart as spread by its sample counts or by rounds that moved (sampling_p). Prints each call and
 a summary against the targets (suite cold within 3 % of do_bench for calls of 50 us or more; spread of the suite's
 medians over the reruns at most 1 %).
@@ -42,6 +43,11 @@ from harness.measurement.timing import SPACER_CLOCK_HZ, CudaTimer, TimingPolicy 
 
 CALLS = (("cudnn", "IMPLICIT_PRECOMP_GEMM", "DEFAULT"), ("cudnn", "IMPLICIT_GEMM", "FMA"), ("torch", "auto", "-"))
 BIG_MS = 0.05  # the targets hold for calls of 50 us or more
+# Each round starts after the GPU idled this long. Without it round 0 followed the host dispatch probe (a near-idle
+# GPU) and rounds 1-2 the previous round's do_bench and graph replays (about 0.3 s of load): on one H100 in one job
+# the suite's cold reruns were within 1 % on 29 of 59 calls without it and 48 of 59 with it, and its rounds 1-2
+# alone agreed on 50-55 of 59 in every H100 run before (docs/performance.md).
+SETTLE_MS = 200.0
 
 
 def host_dispatch_ms(torch, fn, n: int = 20) -> float:
@@ -215,6 +221,7 @@ def against_lines(base: dict, new: dict) -> list[str]:
     def row(label, values):
         lines.append(f"{label:44s} " + " ".join(f"{v:>12s}" for v in values))
 
+    row("GPU idle before each round (ms)", [f"{run.get('settle_ms', 0):g}" for run in (base, new)])
     row("calls of 50 us or more", [str(len(b)) for _, b in sides])
     row("cold within 3 % of do_bench (device-bound)", [
         f"{s['cold_within_3pct_where_do_bench_device_bound']} of {s['calls_where_do_bench_device_bound']}"
@@ -245,9 +252,9 @@ def main() -> int:
     ap.add_argument("--cases", default="default")
     ap.add_argument("--reruns", type=int, default=3)
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--settle-ms", type=float, default=0.0,
-                    help="idle the GPU this long before each round: without it round 0 follows the call's host "
-                         "dispatch probe (a near-idle GPU) and rounds 1-2 the timers' own load")
+    ap.add_argument("--settle-ms", type=float, default=SETTLE_MS,
+                    help=f"idle the GPU this long before each round (default {SETTLE_MS:g}; 0: round 0 follows "
+                         "the call's host dispatch probe, a near-idle GPU, and rounds 1-2 the timers' own load)")
     ap.add_argument("--against", nargs=2, type=Path, metavar=("BASE", "NEW"),
                     help="print two runs' JSON side by side (no GPU needed)")
     args = ap.parse_args()

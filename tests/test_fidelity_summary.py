@@ -57,3 +57,16 @@ def test_runs_that_kept_no_samples_say_so_side_by_side():
                  for d in ("2026-12-06-h200", "2026-12-07-h100-aa"))
     lines = {line[:44].strip(): line[44:].split() for line in bench_fidelity.against_lines(base, new)}
     assert lines["cold misses: sampling / rounds moved"] == ["-", "-"]
+
+
+def test_rounds_after_the_same_idle_gpu_spread_less_than_a_first_round_after_a_lull():
+    # one H100 (GPU-ba94abd2), one job, 2026-12-07: the old protocol, then every round after 200 ms of idle GPU
+    base, new = (bench_fidelity.read_run(ROOT / "docs/evidence/2026-12-07-h100-settle" / f"fidelity-settle{ms}.json.xz")
+                 for ms in (0, 200))
+    lines = {line[:44].strip(): line[44:].split() for line in bench_fidelity.against_lines(base, new)}
+    assert lines["GPU idle before each round (ms)"] == ["0", "200"]
+    assert lines["spread <= 1 %: cold"] == ["29", "of", "59", "48", "of", "59"]
+    assert lines["spread <= 1 %: cudagraph"] == ["51", "of", "59", "56", "of", "59"]
+    # without the settle, round 0 was the odd one out: rounds 1 and 2 alone agreed on 50 of 59
+    big = [r for r in base["rows"] if r["do_bench_spaced_ms"] >= bench_fidelity.BIG_MS]
+    assert sum(bench_fidelity.spread(r["medians_ms"]["cold"][1:]) <= 0.01 for r in big) == 50
