@@ -140,6 +140,7 @@ def judge(ops: Operands, th: Thresholds) -> Judgement:
     common are not a pass: EXIT_NO_DATA."""
     from ..analysis.compare import compare_runs, fingerprint_diff, fingerprint_field, gate, machine_identity
     from ..analysis.host import dispatch_note
+    from ..analysis.method import method_note
     from ..analysis.workload import workload
 
     sb, sh = ops.base_store, ops.head_store
@@ -148,7 +149,8 @@ def judge(ops: Operands, th: Thresholds) -> Judgement:
     pooled: dict[str, dict[str, Any]] = {}  # per head machine, its runs' records: a night's fwd and bwd runs
     in_common = 0
     for rb, rh in ops.pairs:
-        fb, fh = sb.run_json(rb["id"])["fingerprint"], sh.run_json(rh["id"])["fingerprint"]
+        jb, jh = sb.run_json(rb["id"]), sh.run_json(rh["id"])
+        fb, fh = jb["fingerprint"], jh["fingerprint"]
         across = machine_identity(fb) != machine_identity(fh)
         notes.append(f"{_describe(rb)}  ->  {_describe(rh)}")
         if across:
@@ -159,9 +161,7 @@ def judge(ops: Operands, th: Thresholds) -> Judgement:
         notes.append("fingerprints differ in: " + ("; ".join(f"{k} {_short(a)} -> {_short(b)}" for k, a, b in diff)
                                                   if diff else "nothing but clocks, power and temperature"))
         base_recs, head_recs = sb.records(rb["id"]), sh.records(rh["id"])
-        host = dispatch_note(base_recs, head_recs)
-        if host:
-            notes.append(host)
+        notes.extend(n for n in (dispatch_note(base_recs, head_recs), method_note(jb, jh, base_recs, head_recs)) if n)
         in_common += len({r.identity_key() for r in base_recs} & {r.identity_key() for r in head_recs})
         side = pooled.setdefault(rh["machine"], {"gpu": str(fingerprint_field(fh, "gpu.name") or rh["machine"]),
                                                  "base": {}, "head": {}})
