@@ -70,3 +70,12 @@ def test_rounds_after_the_same_idle_gpu_spread_less_than_a_first_round_after_a_l
     # without the settle, round 0 was the odd one out: rounds 1 and 2 alone agreed on 50 of 59
     big = [r for r in base["rows"] if r["do_bench_spaced_ms"] >= bench_fidelity.BIG_MS]
     assert sum(bench_fidelity.spread(r["medians_ms"]["cold"][1:]) <= 0.01 for r in big) == 50
+
+
+def test_a_second_of_idle_before_each_round_left_no_power_cap_on_a_third_h100():
+    # GPU-3e3cd0d0, 2026-12-07 10:48 UTC, --settle-ms 1000: another GPU than the 200 ms runs (docs/performance.md)
+    run = bench_fidelity.read_run(ROOT / "docs/evidence/2026-12-07-h100-settle/fidelity-settle1000-gpu3e3cd0d0.json.xz")
+    s = bench_fidelity.summarize(run["rows"], run["summary"]["gpu"])
+    assert run["settle_ms"] == 1000
+    assert s["spread_le_1pct"]["cold"] == 56 and s["calls_ge_50us"] == 59
+    assert s["throttled_batches_discarded"] == 0 and s["slowdowns_seen"] == []
