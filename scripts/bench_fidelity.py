@@ -43,11 +43,14 @@ from harness.measurement.timing import SPACER_CLOCK_HZ, CudaTimer, TimingPolicy 
 
 CALLS = (("cudnn", "IMPLICIT_PRECOMP_GEMM", "DEFAULT"), ("cudnn", "IMPLICIT_GEMM", "FMA"), ("torch", "auto", "-"))
 BIG_MS = 0.05  # the targets hold for calls of 50 us or more
-# Each round starts after the GPU idled this long. Without it round 0 followed the host dispatch probe (a near-idle
-# GPU) and rounds 1-2 the previous round's do_bench and graph replays (about 0.3 s of load): on one H100 in one job
-# the suite's cold reruns were within 1 % on 29 of 59 calls without it and 48 of 59 with it, and its rounds 1-2
-# alone agreed on 50-55 of 59 in every H100 run before (docs/performance.md).
-SETTLE_MS = 200.0
+# Each round starts after the GPU idled this long, so that it starts in the state a nightly sweep times in. Without
+# it round 0 followed the host dispatch probe (a near-idle GPU) and rounds 1-2 the previous round's do_bench and
+# graph replays (about 0.3 s of load, which held H100s under their software power cap): on one H100 in one job the
+# suite's cold reruns were within 1 % on 29 of 59 calls without it and 48 of 59 after 200 ms, still under the cap
+# (18-105 capped batches discarded on the two H100s). After 1 s a third H100 saw no cap in any round (56 of 59), as
+# the nightly sweeps never did (no batch discarded in 5,576 H100 and 7,868 H200 forward and backward records of
+# the committed nights). docs/performance.md.
+SETTLE_MS = 1000.0
 
 
 def host_dispatch_ms(torch, fn, n: int = 20) -> float:

@@ -78,7 +78,7 @@ ort)
   t timeout 80 python3 scripts/bench_ort.py --skip-grid > "$OUT/bench_ort.log" 2>&1; tail -10 "$OUT/bench_ort.log"
   ;;
 fidelity)
-  t timeout "${FIDELITY_TIMEOUT:-300}" python3 scripts/bench_fidelity.py ${FIDELITY_ARGS:-} --json "$OUT/fidelity.json" \
+  t timeout "${FIDELITY_TIMEOUT:-480}" python3 scripts/bench_fidelity.py ${FIDELITY_ARGS:-} --json "$OUT/fidelity.json" \
     > "$OUT/fidelity.log" 2>&1; tail -22 "$OUT/fidelity.log"
   ;;
 probe)

@@ -8,6 +8,9 @@
 #     (asv.conf.json's environment is convbench's own plugin, so virtualenv, 5.8 of the 8.2 MB of asv's wheels, is
 #     never imported), then `bash .devwheels/asv/unpack.sh` there and ASV_PATH=/tmp/stack-asv
 #   OUT=dir bash scripts/gpu/side_by_side.sh fidelity   (the two timers' bench_fidelity.py, then both side by side)
+#     each tree runs its own bench_fidelity.py: a baseline from before --settle-ms runs the old protocol (round 0
+#     after a lull, the others after load); this side's spread is comparable to it only as SIDES=new with
+#     FIDELITY_ARGS="--settle-ms 0" (FIDELITY_ARGS reach both sides, and the old benchmark has no such flag)
 # AGAIN=1 runs this tree's stage a second time (into $OUT/new2): with the first, an A/A pair of the new code on
 # the same GPU, to be compared where the runs come back. SIDES (default "base new") runs one side only.
 set -uo pipefail
