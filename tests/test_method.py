@@ -52,3 +52,29 @@ def test_compare_prints_the_line_beside_its_findings(tmp_path, capsys):
 def test_a_run_json_without_options_is_one_process_with_nothing_recorded():
     m = method({}, [])
     assert m["processes"] == 1 and m["placements"] == 1 and m["noise_target"] is None
+
+
+def test_the_changes_page_says_when_the_two_nights_were_timed_differently(tmp_path):
+    import datetime as dt
+    import json
+
+    from _fleet_data import noisy, record, write_run
+
+    from harness.collect.ingest import collect
+    from harness.report import build
+
+    t0 = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
+    nights = []
+    for night, median in enumerate((1.0, 1.3)):  # a change on the second night, so that it has a changes page
+        d = write_run(tmp_path / "r", "h200", "cu13", t0 + dt.timedelta(days=night),
+                      [record("a", median=median, samples=noisy(median, seed=night))])
+        meta = json.loads((d / "run.json").read_text())
+        meta["options"] = {"sweep": {"processes": 2, "timing": {"noise_target": 0.005 if night else 0.002}}}
+        (d / "run.json").write_text(json.dumps(meta))
+        nights.append(d)
+    db = tmp_path / "s.sqlite"
+    assert not collect(db, [tmp_path / "r"]).refused
+    with Store(db) as s:
+        build(s, tmp_path / "site")
+    page = next((tmp_path / "site" / "changes").glob("*.html")).read_text()
+    assert "<b>Timed differently:</b> noise target 0.002 -&gt; 0.005: time findings compare" in page

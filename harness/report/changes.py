@@ -98,7 +98,7 @@ def comparison(c: NightlyComparison, index: int, th: Thresholds) -> dict[str, An
             "head_started": minute(c.comparison.head.runs[-1]["started"]),
             "diff": [(k, "-" if a is None else str(a), "-" if b is None else str(b))
                      for k, a, b in fingerprint_diff(c.base_fp, c.head_fp)],
-            "base_fp": flatten(c.base_fp), "head_fp": flatten(c.head_fp), "rows": rows,
+            "base_fp": flatten(c.base_fp), "head_fp": flatten(c.head_fp), "method": c.method, "rows": rows,
             "n_failing": len(failing),
             "n_findings": sum(len(vs) for _, vs in shown), "groups": rollup.groups(c.findings),
             "scatter": ratio_scatter(c.base_records, c.head_records, c.findings),

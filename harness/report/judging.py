@@ -14,6 +14,7 @@ import numpy as np
 
 from ..analysis import pairing
 from ..analysis.compare import compare_runs
+from ..analysis.method import method_note
 from ..analysis.thresholds import Thresholds
 from ..collect.store import Store
 from ..core import children
@@ -100,6 +101,7 @@ class NightlyComparison:
     head_records: dict[str, Record]
     base_fp: dict[str, Any]
     head_fp: dict[str, Any]
+    method: str | None = None  # how the two nights were timed, where that differs (analysis/method.py)
 
 
 def transition_pairs(machines: list[MachineInfo], latest: dict[tuple[str, str], dict[str, Any]],
@@ -230,9 +232,9 @@ def nightly_comparisons(store: Store, plan: list[tuple[Any, list[tuple]]], info:
                         key=_key(c.base.runs, c.head.runs, earlier, vectors))
             for f in fs:
                 f.machine, f.base_run, f.head_run = m.name, c.base.runs[-1]["run_id"], c.head.runs[-1]["run_id"]
+            jb, jh = info[c.base.runs[-1]["id"]], info[c.head.runs[-1]["id"]]
             done.append(NightlyComparison(m, c, fs, {x.identity_key(): x for x in base},
-                                          {x.identity_key(): x for x in head},
-                                          info[c.base.runs[-1]["id"]]["fingerprint"],
-                                          info[c.head.runs[-1]["id"]]["fingerprint"]))
+                                          {x.identity_key(): x for x in head}, jb["fingerprint"], jh["fingerprint"],
+                                          method_note(jb, jh, base, head)))
         out.append((m, done))
     return out
