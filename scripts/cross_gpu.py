@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.analysis.compare import compare_runs, gate  # noqa: E402
+from harness.analysis.method import placements  # noqa: E402
 from harness.analysis.thresholds import Thresholds  # noqa: E402
 from harness.collect.ingest import read_runs_into  # noqa: E402
 from harness.collect.store import Store  # noqa: E402
@@ -53,10 +54,6 @@ def stack(run: dict) -> tuple:
     return cudnn, (fp.get("software") or {}).get("torch")
 
 
-def placed(records: list) -> bool:
-    return any("placement_medians_ms" in (r.extra or {}) for r in records[:2000])
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("head", type=Path)
@@ -84,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             findings = compare_runs([r for r in records if r.identity_key() in common],
                                     [r for r in head if r.identity_key() in common], th)
             failing = len(gate(findings, th))
-            has = placed(records)
+            has = placements(records) > 1
             totals[has].append(failing)
             print(f"{path.name[:24] + ' ' + run['run_id'][:33]:58s} {b_uuid[:12]:12s} "
                   f"{str(run.get('suite_revision'))[:12]:12s} {'yes' if has else 'no':10s} {len(common):8,d} "
