@@ -1,8 +1,8 @@
 """How each side of a comparison was timed: processes, placements and the sampling policy its run.json and records
 say. A time finding between runs timed two ways compares the two ways as well as the two sides: a median pooled
-over five placements in two processes is not one draw of one placement in one process (a one-placement H200 run
-of 2026-11-30 against the placed runs of 13 other H200s: 4-8 failing findings each, against 0 between placed runs;
-docs/performance.md). compare names the difference beside its findings; it does not change a verdict."""
+over five placements in two processes is not one draw of one placement in one process (an H200's forward run as
+one machine with the committed runs of other H200s: 0 failing findings against each of 40 timed on placements,
+4-8 against each of 6 timed on one; docs/performance.md). compare names the difference beside its findings; it does not change a verdict."""
 
 from __future__ import annotations
 
