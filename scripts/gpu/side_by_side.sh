@@ -8,9 +8,9 @@
 #     (asv.conf.json's environment is convbench's own plugin, so virtualenv, 5.8 of the 8.2 MB of asv's wheels, is
 #     never imported), then `bash .devwheels/asv/unpack.sh` there and ASV_PATH=/tmp/stack-asv
 #   OUT=dir bash scripts/gpu/side_by_side.sh fidelity   (the two timers' bench_fidelity.py, then both side by side)
-#     each tree runs its own bench_fidelity.py: a baseline from before --settle-ms runs the old protocol (round 0
-#     after a lull, the others after load); this side's spread is comparable to it only as SIDES=new with
-#     FIDELITY_ARGS="--settle-ms 0" (FIDELITY_ARGS reach both sides, and the old benchmark has no such flag)
+#     both sides run this tree's bench_fidelity.py, each with its own harness: one protocol for both timers. With
+#     each round after 1 s of idle a side takes about 350 s, so run SIDES=base and SIDES=new in two calls and put
+#     the two JSON side by side here (bench_fidelity.py --against)
 # AGAIN=1 runs this tree's stage a second time (into $OUT/new2): with the first, an A/A pair of the new code on
 # the same GPU, to be compared where the runs come back. SIDES (default "base new") runs one side only.
 set -uo pipefail
@@ -26,6 +26,7 @@ OUT=${OUT:-/tmp/convbench-out}
 [ -f .baseline/REVISION ] || { echo "side_by_side: no .baseline/ (make it with --pack REV and carry it)" >&2; exit 2; }
 here=$PWD
 export CONVBENCH_MACHINE=${CONVBENCH_MACHINE:-h200-lent-gpu0}
+export FIDELITY_TIMEOUT=${FIDELITY_TIMEOUT:-480}  # an older tree's nightly.sh allowed 300 s, before the 1 s idle
 newest() { ls -td /tmp/convbench-results/$CONVBENCH_MACHINE/*/ | head -1; }
 # SIDES="base" then SIDES="new" in two calls on the warm machine: a backward job each, as one call holds only one;
 # each side's run is remembered under /tmp, so the second call puts them side by side.
@@ -33,6 +34,7 @@ for side in ${SIDES:-base new}; do
   mkdir -p "$OUT/$side"
   if [ "$side" = base ]; then
     base_tree=/tmp/convbench-baseline; rm -rf "$base_tree"; cp -r .baseline "$base_tree"
+    [ "$stage" = fidelity ] && cp "$here/scripts/bench_fidelity.py" "$base_tree/scripts/"  # one protocol, two timers
     ( cd "$base_tree" && OUT="$OUT/base" PYTHONPATH="${ASV_PATH:-}:$base_tree" CONVBENCH_REVISION="$(cat REVISION)" \
         bash scripts/gpu/nightly.sh "$stage" )
   else
