@@ -22,8 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.analysis.compare import compare_runs, gate  # noqa: E402
+from harness.analysis.compare import compare_runs, fingerprint_field, gate  # noqa: E402
 from harness.analysis.method import placements  # noqa: E402
+from harness.analysis.pairing import stack_fields  # noqa: E402
 from harness.analysis.thresholds import Thresholds  # noqa: E402
 from harness.collect.ingest import read_runs_into  # noqa: E402
 from harness.collect.store import Store  # noqa: E402
@@ -43,15 +44,15 @@ def runs_of(path: Path) -> list[tuple[dict, list]]:
 
 
 def gpu(run: dict) -> tuple[str, str]:
-    g = (run.get("fingerprint") or {}).get("gpu") or {}
-    return str(g.get("name") or ""), str(g.get("uuid") or "")
+    fp = run.get("fingerprint") or {}
+    return str(fingerprint_field(fp, "gpu.name") or ""), str(fingerprint_field(fp, "gpu.uuid") or "")
 
 
 def stack(run: dict) -> tuple:
-    """The software a run's numbers come from: cuDNN's version and torch's (an A/A pair shares both)."""
-    fp = run.get("fingerprint") or {}
-    cudnn = ((fp.get("libraries") or {}).get("cudnn") or {}).get("version")
-    return cudnn, (fp.get("software") or {}).get("torch")
+    """The software a run's numbers come from: cuDNN's version and torch's, as the report's stacks read them
+    (pairing.stack_fields); the driver, CUDA and onnxruntime may differ between lent hosts."""
+    fields = dict(stack_fields(run.get("fingerprint") or {}))
+    return fields.get("cuDNN"), fields.get("torch")
 
 
 def main(argv: list[str] | None = None) -> int:
