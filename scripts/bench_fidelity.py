@@ -250,12 +250,23 @@ def read_run(path: Path) -> dict:
     return json.loads(lzma.decompress(data) if path.suffix == ".xz" else data)
 
 
+def _milliseconds(text: str) -> float:
+    """--settle-ms: a time to idle, so not negative (time.sleep refuses one mid-run, after the first call)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time of 0 ms or more")
+    return value
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default="default")
     ap.add_argument("--reruns", type=int, default=3)
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--settle-ms", type=float, default=SETTLE_MS,
+    ap.add_argument("--settle-ms", type=_milliseconds, default=SETTLE_MS,
                     help=f"idle the GPU this long before each round (default {SETTLE_MS:g}; 0: round 0 follows "
                          "the call's host dispatch probe, a near-idle GPU, and rounds 1-2 the timers' own load)")
     ap.add_argument("--against", nargs=2, type=Path, metavar=("BASE", "NEW"),

@@ -79,3 +79,14 @@ def test_a_second_of_idle_before_each_round_left_no_power_cap_on_a_third_h100():
     assert run["settle_ms"] == 1000
     assert s["spread_le_1pct"]["cold"] == 56 and s["calls_ge_50us"] == 59
     assert s["throttled_batches_discarded"] == 0 and s["slowdowns_seen"] == []
+
+
+def test_a_negative_or_unreadable_idle_is_refused_in_one_line_before_any_gpu_work():
+    import subprocess
+
+    for value in ("-1", "nan", "soon"):
+        out = subprocess.run([sys.executable, str(ROOT / "scripts/bench_fidelity.py"), "--settle-ms", value],
+                             capture_output=True, text=True)
+        assert out.returncode == 2
+        assert out.stderr.strip().splitlines()[-1] == (
+            f"bench_fidelity.py: error: argument --settle-ms: {value!r} is not a time of 0 ms or more")
