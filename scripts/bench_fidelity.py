@@ -16,7 +16,7 @@ a summary against the targets (suite cold within 3 % of do_bench for calls of 50
 medians over the reruns at most 1 %).
 Needs a CUDA GPU, triton and nvidia-ml-py.
 
-    python3 scripts/bench_fidelity.py [--cases default] [--reruns 3] [--json OUT.json]
+    python3 scripts/bench_fidelity.py [--cases default] [--reruns 3] [--settle-ms 1000] [--json OUT.json]
     python3 scripts/bench_fidelity.py --against BASE.json NEW.json   # two runs' JSON (or .json.xz) side by side
 
 Two timers' spread is only comparable on one GPU in one job (a host's state moves it more than a timer does):
