@@ -45,6 +45,7 @@ IMAGES = ["cu118-cudnn8.9-torch2.1-ort1.17", "cu124-cudnn9.1-torch2.4-ort1.19", 
 from harness.backends.cudnn_lib import DOCUMENTED_NONDETERMINISTIC  # noqa: E402  (after sys.path)
 from harness.collect.packed import write_packed  # noqa: E402
 from harness.core.cases import ALGOS as CUDNN_ALGOS  # noqa: E402
+from harness.run.journal import read_journal  # noqa: E402
 
 ALGOS = list(CUDNN_ALGOS["fwd"])  # onnxruntime's chosen algorithm names (forward)
 # how often a documented non-deterministic record (cuDNN's atomics: backward data ALGO_0, backward filter ALGO_0
@@ -229,7 +230,7 @@ class TreeRSS:
 CPU_SECONDS: dict[str, float] = {}
 # a run's files collect reads: its journal too, whose sha256 a packed copy must match (packed.py); without it in
 # the page cache, the first collect of a --baseline run read 10 GiB of journals from the disk and the second did not
-WARMED = ("run.json", "end.json", "records.packed", "records.jsonl")
+WARMED = ("run.json", "end.json", "records.packed", "records.jsonl", "records.jsonl.gz")
 
 
 def timed(cmd: list[str], **kw) -> tuple[float, int, str]:
@@ -305,7 +306,7 @@ def asv_tree(fleet: Path, dest: Path, machines: int, nights: int) -> int:
                                                                      "ram": "1", "version": 1}))
         for night, rd in enumerate(sorted(md.iterdir())[:nights]):
             keys, vals, samples = [], [], []
-            for line in (rd / "records.jsonl").read_text().splitlines():
+            for line in read_journal(rd).decode().splitlines():
                 r = json.loads(line)
                 keys.append(f"'{r['case']}|{r['backend']}|{r['direction']}|{r['algo']}|{r['math']}|{r['dtype']}|"
                             f"{r['settings'].get('cudnn_conv_algo_search', '')}'")

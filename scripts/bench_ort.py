@@ -40,6 +40,7 @@ from harness.backends.ort import (  # noqa: E402
     models,  # noqa: E402
 )
 from harness.backends.ort.options import provider_options  # noqa: E402
+from harness.run.journal import iter_journal  # noqa: E402
 from harness.run.pool import FreshProcesses  # noqa: E402
 
 AGREEMENT = 0.05
@@ -133,10 +134,10 @@ def grid_time(model_list: str, device: str, api_log: str = "setting") -> bool:
 def cost_lines(out: Path) -> list[str]:
     """Per model: the phases the backend measured, and the drift workers' seconds (sum, longest)."""
     lines = []
-    for journal in sorted(out.glob("*/*/records.jsonl")):
+    for run in sorted(out.glob("*/*/run.json")):
+        journal = run.with_name("records.jsonl")  # read from records.jsonl.gz once the run is finished
         seen = {}
-        for raw in journal.read_text().splitlines():
-            rec = json.loads(raw)
+        for rec in iter_journal(journal):
             cost = (rec.get("extra") or {}).get("cost_s")
             if not cost:
                 continue

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gzip
 import html
 import io
 import re
@@ -82,13 +83,14 @@ def degrade(tarball: Path) -> str:
         name = member.name
         if name.endswith("/records.packed"):
             continue
-        if name.endswith("/records.jsonl") and not changed:
+        if name.endswith(("/records.jsonl", "/records.jsonl.gz")) and not changed:
+            gz = name.endswith(".gz")  # a finished run keeps its journal compressed
             try:
-                text, rec = degraded_journal(data.decode(), backend="torch")
+                text, rec = degraded_journal((gzip.decompress(data) if gz else data).decode(), backend="torch")
             except ValueError as exc:
                 raise SystemExit(f"fleet_night: {tarball}: {exc}") from None
             changed = f"{name}: {rec['case']} {rec['direction']} {rec['dtype']} {rec['layout']}"
-            data = text.encode()
+            data = gzip.compress(text.encode()) if gz else text.encode()
             member.size = len(data)
         out.append((member, data))
     if not changed:

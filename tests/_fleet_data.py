@@ -127,6 +127,21 @@ def write_run(results: Path, machine: str, image: str, started: dt.datetime, rec
     return d
 
 
+def journal_lines(run_dir: Path) -> list[str]:
+    """A run's journal lines, finished (records.jsonl.gz) or not."""
+    from harness.run.journal import read_journal
+
+    return read_journal(run_dir).decode().splitlines()
+
+
+def as_killed(run_dir: Path, text: str) -> None:
+    """A finished run made what a run killed mid-way leaves: ``text`` as its records.jsonl, no end.json, and
+    neither its compressed journal nor its packed copy (both are written only at a run's end)."""
+    for name in ("end.json", "records.jsonl.gz", "records.packed"):
+        (run_dir / name).unlink(missing_ok=True)
+    (run_dir / "records.jsonl").write_text(text)
+
+
 def tar_runs(run_dirs: list[Path], dest: Path) -> Path:
     with tarfile.open(dest, "w:gz") as tar:
         for d in run_dirs:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from _fleet_data import as_killed, journal_lines
 from faulty_backend import autotune_plan
 
 from harness.backends import SweepOptions
@@ -65,13 +66,12 @@ def test_a_crashed_search_and_a_crashed_fresh_process_are_records_and_the_study_
 def test_resume_measures_only_what_the_journal_lacks(tmp_path, faults):
     faults({})
     journal, _, _ = _study(tmp_path)
-    lines = (journal.path / JOURNAL_FILE).read_text().splitlines()
+    lines = journal_lines(journal.path)
     assert len(lines) == N_RECORDS and all(Record.from_dict(json.loads(x)).status == OK for x in lines)
     kept = lines[:4]  # the crosscheck and the first searches; killed while writing the next record
-    (journal.path / JOURNAL_FILE).write_text("\n".join(kept) + "\n" + lines[4][:40])
-    (journal.path / "end.json").unlink()
+    as_killed(journal.path, "\n".join(kept) + "\n" + lines[4][:40])
     _, summary, seen = _study(tmp_path, resume=journal.path)
-    after = (journal.path / JOURNAL_FILE).read_text().splitlines()
+    after = journal_lines(journal.path)
     assert after[:4] == kept and len(after) == N_RECORDS  # nothing journaled twice, nothing lost
     assert len(seen) == N_RECORDS - 4 and {r.key() for r in seen}.isdisjoint(
         Record.from_dict(json.loads(x)).key() for x in kept)
@@ -79,7 +79,7 @@ def test_resume_measures_only_what_the_journal_lacks(tmp_path, faults):
     assert len({(r.kind, r.key()) for r in recs}) == N_RECORDS and all(r.status == OK for r in recs)
     assert summary["k"] == K and (journal.path / "end.json").exists()
     _, _, again = _study(tmp_path, resume=journal.path)  # all done: nothing runs
-    assert again == [] and len((journal.path / JOURNAL_FILE).read_text().splitlines()) == N_RECORDS
+    assert again == [] and len(journal_lines(journal.path)) == N_RECORDS
 
 
 def test_resume_refuses_a_run_of_another_command(tmp_path, faults):

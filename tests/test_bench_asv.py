@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _fleet_data import journal_lines
 
 from harness.core.cases import CATALOGUE
 
@@ -35,7 +36,7 @@ def test_bench_runs_the_asv_suite_on_the_cpu(tmp_path):
     # measured before asv started, in one sweep: asv's setup_cache only read the journal
     assert end["sweep_seconds"] + end["asv_seconds"] == pytest.approx(end["seconds"], abs=0.2)
     assert "cudnn quick.seed" in res.stderr and "torch quick.grouped" in res.stderr
-    torch_ok = [r for r in (json.loads(x) for x in (run_dir / "records.jsonl").read_text().splitlines())
+    torch_ok = [r for r in (json.loads(x) for x in journal_lines(run_dir))
                 if r["backend"] == "torch" and r["status"] == "ok"]
     assert len(torch_ok) == 2 * 3 * 2
     asv_dir = ROOT / ".asv" / "results" / machine
@@ -51,7 +52,7 @@ def test_bench_runs_the_asv_suite_on_the_cpu(tmp_path):
         # catalogue (so that publish shows every run's cases), the ones this run did not measure n/a.
         assert len(values) == len(CATALOGUE) * 3 * 2
         assert len(measured) == 2 * 3 * 2 and all(0 < v < 1 for v in measured)
-        journal = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
+        journal = [json.loads(line) for line in journal_lines(run_dir)]
         # asv's value is the median of the samples it took, which are the samples each record kept (the whole
         # series, or evenly spread over it where it was longer): the record's median of those
         medians = sorted(statistics.median(r["time"]["samples_ms"]) / 1e3 for r in journal
@@ -151,8 +152,8 @@ def test_ort_class_on_a_gpu_host_without_the_cuda_ep_journals_why(tmp_path, monk
     monkeypatch.delenv("CONVBENCH_RUN_DIR", raising=False)
     table = bench_ort.run_grid()
     assert len(table) == 12 * 2 and {row["status"] for row in table.values()} == {"skipped"}
-    (journal,) = tmp_path.rglob(JOURNAL_FILE)
-    recs = list(iter_journal(journal))
+    (run,) = tmp_path.rglob("run.json")
+    recs = list(iter_journal(run.parent / JOURNAL_FILE))
     assert len(recs) == 24 and all("no CUDA EP" in r["reason"] for r in recs)
     with pytest.raises(NotImplementedError, match="skipped: this onnxruntime .* has no CUDA EP"):
         bench_ort.OrtModels().setup(table, "resnet50", bench_ort.SETTINGS[0])

@@ -8,7 +8,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from _fleet_data import record, sweep_cpu_runs, tar_runs, write_run
+from _fleet_data import journal_lines, record, sweep_cpu_runs, tar_runs, write_run
 
 from harness import cli
 from harness.collect.ingest import collect
@@ -40,7 +40,7 @@ def test_real_cpu_sweep_collects_and_recollect_changes_nothing(tmp_path):
     db = tmp_path / "store" / "s.sqlite"
     db.parent.mkdir()
     s1 = collect(db, [tmp_path / "results"])
-    n_lines = sum(len((r / "records.jsonl").read_text().splitlines()) for r in runs)
+    n_lines = sum(len(journal_lines(r)) for r in runs)
     assert s1.added == 2 and s1.records == n_lines and not s1.refused
     dump1 = _dump(db)
     s2 = collect(db, [tmp_path / "results", runs[0]], jobs=2)

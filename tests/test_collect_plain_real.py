@@ -219,7 +219,7 @@ def _raw_runs(paths: list[Path]) -> list[RawRun]:
             runs += [x for x in item.items if isinstance(x, RawRun)]
         elif isinstance(item, tuple):
             runs.append(dir_run(item[1]))
-    return runs
+    return [col.plain(r) for r in runs]  # the lines, where a finished run keeps them compressed
 
 
 def _plain_equals_general(runs: list[RawRun], monkeypatch) -> int:

@@ -36,8 +36,9 @@ def _run_dir(results: Path) -> Path | None:
 def _journal_keys(run_dir: Path) -> list[str]:
     """Keys of the journaled measurements; every complete line must parse, only the last may be torn."""
     from harness.core.records import Record
+    from harness.run.journal import read_journal
 
-    data = (run_dir / JOURNAL_FILE).read_bytes() if (run_dir / JOURNAL_FILE).exists() else b""
+    data = read_journal(run_dir)  # records.jsonl, or records.jsonl.gz once the run is finished
     lines = data.split(b"\n")
     complete, tail = lines[:-1], lines[-1]  # every line before the last ended in \n: it must parse
     keys = []

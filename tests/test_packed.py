@@ -118,13 +118,15 @@ def test_a_real_run_packs_itself_and_collect_reads_the_copy(tmp_path, monkeypatc
     assert again.unchanged == 2 and again.added == again.updated == 0
 
 
-def _run(tmp_path: Path, n: int = 3, machine: str = "m1") -> Path:
+def _run(tmp_path: Path, n: int = 3, machine: str = "m1", compress: bool = False) -> Path:
+    """A finished run and its copy; by default packed beside its plain journal (as hosts before compressed
+    journals wrote them, and as a run reopened after packing has it), the journal the tests below change."""
     recs = [record(f"c{i}", samples=[1.0 + i, 1.5 + i], hash_=f"{i:032x}",
                    clock={"sm_mhz_min": 1980, "sm_mhz_max": 1980, "slowdowns": []}) for i in range(n)]
     for i, r in enumerate(recs):
         r.extra = {"wall_ms": 2.0 + i, "placement_medians_ms": [1.0 + i, 1.1 + i]}
     d = write_run(tmp_path / "results", machine, "img", T0, recs)
-    assert pk.write_packed(d)
+    assert pk.write_packed(d, compress)
     return d
 
 

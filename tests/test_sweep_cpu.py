@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from _fleet_data import as_killed, journal_lines
 
 from harness.backends import SweepOptions
 from harness.core import cases
@@ -49,10 +50,9 @@ def test_cpu_sweep_measures_torch_and_skips_cudnn_with_a_reason(tmp_path):
 
 def test_resume_measures_nothing_twice(tmp_path):
     journal = _run(tmp_path, "quick.seed")
-    lines = (journal.path / JOURNAL_FILE).read_text().splitlines()
+    lines = journal_lines(journal.path)
     keep = lines[: len(lines) // 2]
-    (journal.path / JOURNAL_FILE).write_text("\n".join(keep) + "\n" + lines[len(keep)][:40])  # torn tail
-    (journal.path / "end.json").unlink()
+    as_killed(journal.path, "\n".join(keep) + "\n" + lines[len(keep)][:40])  # torn tail
     resumed = _run(tmp_path, "quick.seed", resume=journal.path)
     assert resumed.path == journal.path
     recs = _records(resumed)

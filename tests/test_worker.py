@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _fleet_data import as_killed, journal_lines
 
 from harness.backends import SweepOptions
 from harness.core import cases
@@ -207,10 +208,8 @@ def test_resume_of_an_isolated_sweep_measures_nothing_twice(tmp_path, faults):
     faults({"quick.seed": "segv"})
     journal = sweep.run(cases.select("quick.seed,quick.grouped"), ["faulty"], SweepOptions(device="cpu"),
                         tmp_path, isolate=True, log=lambda m: None)
-    path = journal.path / JOURNAL_FILE
-    lines = path.read_text().splitlines()
-    path.write_text("\n".join(lines[:3]) + "\n" + lines[3][:25])  # killed mid-write after three records
-    (journal.path / "end.json").unlink()
+    lines = journal_lines(journal.path)
+    as_killed(journal.path, "\n".join(lines[:3]) + "\n" + lines[3][:25])  # killed mid-write after three records
     resumed = sweep.run(cases.select("quick.seed,quick.grouped"), ["faulty"], SweepOptions(device="cpu"),
                         tmp_path, resume=journal.path, isolate=True, log=lambda m: None)
     keys = [r.key() for r in _measurements(resumed)]

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from ..core import intake
-from ..core.rundir import END_FILE, JOURNAL_FILE, PACKED_FILE, RUN_FILE
+from ..core.rundir import END_FILE, JOURNAL_FILE, JOURNAL_GZ_FILE, PACKED_FILE, RUN_FILE
 
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
-_RUN_FILES = (RUN_FILE, JOURNAL_FILE, END_FILE, PACKED_FILE)
+_RUN_FILES = (RUN_FILE, JOURNAL_FILE, JOURNAL_GZ_FILE, END_FILE, PACKED_FILE)
+_JOURNALS = (JOURNAL_FILE, JOURNAL_GZ_FILE, PACKED_FILE)  # members under the journal's size limit
 
 
 class Refused(Exception):
@@ -31,7 +32,9 @@ class Refused(Exception):
 class RawRun:
     """One journal run as bytes (from a directory or a tarball), with its packed copy where there is one
     (packed.py) and why a copy found was not kept (``packed_note``). ``journal_size``: the journal's size on disk
-    where its bytes are not read (``records`` empty: collect's check for a run it holds unchanged)."""
+    where its bytes are not read (``records`` empty: collect's check for a run it holds unchanged). ``gz``:
+    ``records`` holds the finished run's records.jsonl.gz as it is stored, not its lines (journals.plain gives
+    them; a packed copy is checked against these bytes, so a collect that uses the copy never inflates them)."""
 
     origin: str
     run_json: bytes
@@ -40,6 +43,8 @@ class RawRun:
     packed: bytes | None = None
     journal_size: int | None = None
     packed_note: str | None = None
+    gz: bool = False
+    digest: str | None = None  # journals.journal_digest of the run as found, kept when its journal is inflated
 
 
 @dataclass
@@ -69,9 +74,18 @@ def read_optional(path: Path, limit: int = intake.MAX_META_BYTES) -> bytes | Non
     return intake.read_optional(path, limit)  # regular files only: never a symlink, FIFO or device
 
 
+def journal_file(path: Path) -> str:
+    """The name of a run directory's journal: records.jsonl while it is there (a run being written, resumed, or
+    finished before journals were compressed), else records.jsonl.gz."""
+    return JOURNAL_GZ_FILE if not os.path.lexists(path / JOURNAL_FILE) and os.path.lexists(path / JOURNAL_GZ_FILE) \
+        else JOURNAL_FILE
+
+
 def dir_run(path: Path) -> RawRun:
+    name = journal_file(path)
     return RawRun(str(path), intake.read_file(path / RUN_FILE, intake.MAX_META_BYTES),
-                  read_optional(path / JOURNAL_FILE, intake.MAX_JOURNAL_BYTES) or b"", read_optional(path / END_FILE))
+                  read_optional(path / name, intake.MAX_JOURNAL_BYTES) or b"", read_optional(path / END_FILE),
+                  gz=name == JOURNAL_GZ_FILE)
 
 
 def _asv_benchmarks_json(machine_dir: Path) -> bytes | None:
@@ -127,7 +141,7 @@ def _walk_tar(path: Path) -> Iterator[Any]:
                 if n >= intake.MAX_TAR_MEMBERS:
                     raise intake.Hostile(f"more than {intake.MAX_TAR_MEMBERS} members")
                 parent, _, base = member.name.rpartition("/")
-                intake.check_member(member, intake.MAX_JOURNAL_BYTES if base in (JOURNAL_FILE, PACKED_FILE)
+                intake.check_member(member, intake.MAX_JOURNAL_BYTES if base in _JOURNALS
                                     else intake.MAX_META_BYTES)
                 if not member.isfile() or not (base in _RUN_FILES or base.endswith(".json")):
                     continue
@@ -159,13 +173,14 @@ def _walk_tar(path: Path) -> Iterator[Any]:
     except (tarfile.TarError, OSError, EOFError, ValueError) as exc:  # zlib/lzma errors are ValueErrors too
         raise Refused(f"{path}: not a readable tarball: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     for parent, g in groups.items():
-        if RUN_FILE in g and JOURNAL_FILE not in g:
+        if RUN_FILE in g and JOURNAL_FILE not in g and JOURNAL_GZ_FILE not in g:
             raise Refused(f"{path}:{parent}: run.json without records.jsonl (a truncated tarball?); "
                           "the tarball is refused as a whole")
         if RUN_FILE in g:
-            items.append(RawRun(f"{path}:{parent}", g[RUN_FILE], g.get(JOURNAL_FILE, b""), g.get(END_FILE),
-                                g.get(PACKED_FILE), packed_note="the tarball holds it twice" if parent in doubled
-                                else None))
+            gz = JOURNAL_FILE not in g  # the plain journal, where both are there (as in a run directory)
+            items.append(RawRun(f"{path}:{parent}", g[RUN_FILE], g[JOURNAL_GZ_FILE if gz else JOURNAL_FILE],
+                                g.get(END_FILE), g.get(PACKED_FILE), packed_note="the tarball holds it twice"
+                                if parent in doubled else None, gz=gz))
     for name, data in sorted(jsons.items()):
         parent, _, base = name.rpartition("/")
         machine = jsons.get(f"{parent}/machine.json")

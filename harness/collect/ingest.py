@@ -21,11 +21,11 @@ from typing import Any
 from ..core import children, heap, intake
 from ..core.errors import EXIT_ENVIRONMENT, UserError
 from ..core.progress import Progress
-from ..core.rundir import END_FILE, JOURNAL_FILE, RUN_FILE
+from ..core.rundir import END_FILE, JOURNAL_GZ_FILE, RUN_FILE
 from . import fresh
 from .asv_results import parse_asv
-from .discovery import Archive, AsvFile, RawRun, Refused, count, discover, read_optional
-from .journals import journal_digest, journal_identity, parse_journal
+from .discovery import Archive, AsvFile, RawRun, Refused, count, discover, journal_file, read_optional
+from .journals import journal_digest, journal_identity, parse_journal, plain
 from .packed import Unusable, decode, dir_raw
 from .store import DEFAULT_STORE, Checkpointer, ParsedRun, Store, StoreError, UnpackableRecord
 
@@ -72,19 +72,21 @@ def _dir_head(path: Path) -> tuple[RawRun, tuple] | None:
     reads, checks and refuses as usual."""
     try:
         run_json = intake.read_file(path / RUN_FILE, intake.MAX_META_BYTES)
-        st = os.lstat(path / JOURNAL_FILE) if os.path.lexists(path / JOURNAL_FILE) else None
+        name = journal_file(path)
+        st = os.lstat(path / name) if os.path.lexists(path / name) else None
         if st is not None and not stat.S_ISREG(st.st_mode):
             return None
         head = RawRun(str(path), run_json, b"", read_optional(path / END_FILE),
-                      journal_size=st.st_size if st is not None else 0)
+                      journal_size=st.st_size if st is not None else 0, gz=name == JOURNAL_GZ_FILE)
         return head, journal_identity(head)
     except (OSError, intake.Hostile, Refused):
         return None
 
 
-def _parse(store: Store | None, item: Any) -> tuple[ParsedRun | None, str | None]:
+def _parse(store: Store | None, item: Any, room: list[int] | None = None) -> tuple[ParsedRun | None, str | None]:
     """One discovered run parsed for the store (None when the store already holds it unchanged; without a store,
-    always parsed), and how it was read: PACKED, why its packed copy was passed over, or None."""
+    always parsed), and how it was read: PACKED, why its packed copy was passed over, or None. ``room``: what is
+    left of an archive's budget of bytes in memory (intake.MAX_ARCHIVE_BYTES), which a journal inflated spends."""
     identity = None
     if isinstance(item, tuple) and item[0] == "dir":
         head = _dir_head(item[1])
@@ -107,6 +109,10 @@ def _parse(store: Store | None, item: Any) -> tuple[ParsedRun | None, str | None
                 return decode(item, meta), PACKED
             except Unusable as exc:
                 note = f"{item.origin}: packed copy passed over, its journal read ({exc})"
+        if item.gz and room is not None:  # an archive's runs are held together, so their lines count against it
+            lines = plain(item, max(0, min(intake.MAX_JOURNAL_BYTES, room[0])))
+            room[0] -= len(lines.records) - len(item.records)
+            item = lines
         return parse_journal(item, meta), note
     if isinstance(item, AsvFile):
         parsed = parse_asv(item)
@@ -129,10 +135,12 @@ class Prepared:
 def parse_item(store: Store | None, item: Any) -> Prepared:
     """The parsing half of ingest_item (no lock needed): Refused with one line where the item is refused."""
     members = item.items if isinstance(item, Archive) else [item]
+    room = [intake.MAX_ARCHIVE_BYTES - sum(len(m.records) + len(m.packed or b"") for m in members
+                                           if isinstance(m, RawRun))] if isinstance(item, Archive) else None
     parsed = []
     for member in members:
         try:
-            parsed.append(_parse(store, member))
+            parsed.append(_parse(store, member, room))
         except Refused as exc:
             if isinstance(item, Archive):
                 raise Refused(f"{exc} (the tarball {item.origin} is refused as a whole)") from None

@@ -94,8 +94,24 @@ def _text_or_none(value: Any) -> Any:
 
 
 def journal_digest(raw: RawRun) -> str:
+    """What tells a run the store holds unchanged without reading its journal: its run.json, end.json and the size
+    of its journal's file (plain or gzip, marked apart), as it was found."""
+    if raw.digest is not None:
+        return raw.digest
     size = len(raw.records) if raw.journal_size is None else raw.journal_size
-    return f"j:{sha1_16(raw.run_json)}:{size}:{sha1_16(raw.end_json)}"
+    return f"{'jz' if raw.gz else 'j'}:{sha1_16(raw.run_json)}:{size}:{sha1_16(raw.end_json)}"
+
+
+def plain(raw: RawRun, limit: int | None = None) -> RawRun:
+    """``raw`` with its journal's lines: a finished run's records.jsonl.gz inflated (at most ``limit`` bytes), where
+    its packed copy was not used; Refused in one line where the stream is damaged, cut short or a bomb."""
+    if not raw.gz:
+        return raw
+    try:
+        lines = intake.gunzip(raw.records, "records.jsonl.gz", limit)
+    except intake.Hostile as exc:
+        raise Refused(f"{raw.origin}: {exc}") from None
+    return dataclasses.replace(raw, records=lines, gz=False, journal_size=None, digest=journal_digest(raw))
 
 
 def journal_identity(raw: RawRun) -> tuple[dict[str, Any], str, str]:
@@ -160,6 +176,7 @@ def parse_journal(raw: RawRun, meta: dict[str, Any] | None = None) -> ParsedRun:
     schema.check_record on every line, which gives the refusal its first bad line and its words."""
     if meta is None:
         meta = journal_identity(raw)[0]
+    raw = plain(raw)
     try:
         return _parse_journal(raw, meta, False)
     except (_NotPlain, Refused):

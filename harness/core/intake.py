@@ -15,6 +15,7 @@ import math
 import os
 import stat
 import tarfile
+import zlib
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -76,6 +77,31 @@ def read_file(path: Path, limit: int) -> bytes:
 def read_optional(path: Path, limit: int) -> bytes | None:
     """As read_file, or None when nothing (not even a dangling link) is there."""
     return read_file(path, limit) if os.path.lexists(path) else None
+
+
+def gunzip(data: bytes, what: str, limit: int | None = None) -> bytes:
+    """The bytes of one whole gzip stream (a finished run's journal), at most ``limit`` of them (by default
+    MAX_JOURNAL_BYTES): a bomb, a cut or damaged stream, or anything after its end is Hostile in one line, found
+    before more than ``limit`` is held."""
+    limit = MAX_JOURNAL_BYTES if limit is None else limit
+    inflate = zlib.decompressobj(wbits=31)
+    try:
+        plain = inflate.decompress(data, limit + 1)
+    except zlib.error as exc:
+        raise Hostile(f"{what} is not a whole gzip stream ({exc})") from None
+    if len(plain) > limit or inflate.unconsumed_tail:
+        bound = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit:,} bytes"
+        raise Hostile(f"{what} inflates to more than {bound} (a decompression bomb?)")
+    if not inflate.eof or inflate.unused_data:
+        raise Hostile(f"{what} is not one whole gzip stream (cut short, or more after its end)")
+    return plain
+
+
+def gzip_bytes(plain: bytes) -> bytes:
+    """``plain`` as one gzip stream at zlib's fastest level: a fleet journal 7.4x smaller in 2.5 ms, a real
+    night's 10x (docs/performance.md)."""
+    deflate = zlib.compressobj(1, zlib.DEFLATED, 31)
+    return deflate.compress(plain) + deflate.flush()
 
 
 def _kind(mode: int) -> str:

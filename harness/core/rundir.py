@@ -2,13 +2,35 @@
 
     <results>/<machine>/<run_id>/run.json        who/where/what: fingerprint, options, suite revision
     <results>/<machine>/<run_id>/records.jsonl   one record or ranking per line, appended as made, fsynced by each writer
+    <results>/<machine>/<run_id>/records.jsonl.gz  the same lines once the run is finished and packed: gzip, 7-10x
+                                                 smaller, so a fleet's collect reads and hashes far fewer bytes;
+                                                 where both are there, records.jsonl is the journal
     <results>/<machine>/<run_id>/end.json        written at the end; absent if interrupted
     <results>/<machine>/<run_id>/records.packed  the finished journal as the store keeps it (collect/packed.py)
 """
 
 from __future__ import annotations
 
+import os
+import stat
+from pathlib import Path
+
 RUN_FILE = "run.json"
 JOURNAL_FILE = "records.jsonl"
+JOURNAL_GZ_FILE = "records.jsonl.gz"
 END_FILE = "end.json"
 PACKED_FILE = "records.packed"
+
+
+def write_whole(path: Path, data: bytes) -> None:
+    """``data`` as the file ``path``, appearing whole: written beside it, synced, renamed over it (a link at
+    ``path`` itself is replaced, never followed). OSError where it cannot be, with ``path`` untouched."""
+    tmp = path.with_name(f"{path.name}.tmp")
+    if os.path.lexists(tmp) and not stat.S_ISREG(os.lstat(tmp).st_mode):
+        raise OSError(f"{tmp} is a symbolic link or not a file; nothing was written")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

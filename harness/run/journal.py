@@ -6,6 +6,7 @@ Layout (the unit that ``collect`` ingests, alone or tarred):
     <results>/<machine>/<run_id>/records.jsonl  one record or ranking per line, appended as made, fsynced by each writer
     <results>/<machine>/<run_id>/end.json       written at the end: clocks after, counts; absent if interrupted
     <results>/<machine>/<run_id>/records.packed the finished journal packed for collect (collect/packed.py)
+    <results>/<machine>/<run_id>/records.jsonl.gz  the finished journal, compressed where it was packed
     <results>/<machine>/<run_id>/slices.jsonl   where each slice's time went (harness/slicetime.py; not ingested)
 
 A run is identified by (machine, image, start time, suite revision) and its directory is created with
@@ -27,7 +28,14 @@ from typing import Any
 from ..core import intake
 from ..core.errors import EXIT_ENVIRONMENT, UserError
 from ..core.records import SCHEMA_VERSION, Ranking, Record, RecordKind, dumps
-from ..core.rundir import END_FILE, JOURNAL_FILE, PACKED_FILE, RUN_FILE  # noqa: F401 (the run's files, named here too)
+from ..core.rundir import (  # noqa: F401 (the run's files, named here too)
+    END_FILE,
+    JOURNAL_FILE,
+    JOURNAL_GZ_FILE,
+    PACKED_FILE,
+    RUN_FILE,
+    write_whole,
+)
 from ..core.schema import SchemaError, check_name, check_night, check_record, check_run_header
 from ..measurement import fingerprint as fpmod
 
@@ -58,16 +66,14 @@ def open_append(path: Path) -> int:
     return fd
 
 
-def _write_atomic(path: Path, data: dict[str, Any]) -> None:
+def _write_atomic(path: Path, data: dict[str, Any] | bytes) -> None:
+    """A run file (a JSON object, or bytes) appearing whole (rundir.write_whole)."""
     tmp = path.with_name(path.name + ".tmp")
     if os.path.islink(tmp) or (os.path.lexists(tmp) and not os.path.isfile(tmp)):
         raise JournalError(f"{tmp} is a symbolic link or not a file; nothing was written")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True, allow_nan=False)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)  # replaces a link at ``path`` itself, never its target
+    if isinstance(data, dict):
+        data = json.dumps(data, indent=1, sort_keys=True, allow_nan=False).encode()
+    write_whole(path, data)
 
 
 def _run_dir(path: Path) -> Path:
@@ -167,12 +173,28 @@ class Journal:
                 keys.add(identity(Record.from_dict(rec)))
         return keys
 
+    def _reopen(self) -> None:
+        """A finished run written again (resumed, or a driver's records added): its compressed journal made
+        records.jsonl again, and its packed copy, which no longer matches, taken away; finish packs it again."""
+        plain, gz = self.path / JOURNAL_FILE, self.path / JOURNAL_GZ_FILE
+        if os.path.lexists(plain) or not os.path.lexists(gz):
+            return
+        try:
+            lines = intake.gunzip(intake.read_file(gz, intake.MAX_JOURNAL_BYTES), JOURNAL_GZ_FILE)
+        except intake.Hostile as exc:
+            raise JournalError(f"{self.path}/{exc}; nothing was written") from None
+        _write_atomic(plain, lines)
+        for stale in (self.path / PACKED_FILE, gz):
+            if os.path.lexists(stale):
+                os.unlink(stale)
+
     def append(self, rec: Record | Ranking) -> None:
         """Write ``rec``'s line through to the file: once this returns, a writer killed at any point (the worker a
         fault ends) has lost nothing. It reaches the disk at ``close``, a slice's end: an fsync a record cost the
         GPU's critical path 2.9 s of a forward night (docs/performance.md), and a host that crashes loses at
         most the slice it was in, which --resume measures again."""
         if self._file is None:
+            self._reopen()
             _drop_torn_tail(self.path / JOURNAL_FILE)
             self._file = os.fdopen(open_append(self.path / JOURNAL_FILE), "a")
         self._file.write(dumps(rec) + "\n")
@@ -192,6 +214,7 @@ class Journal:
         """Close, drop a last line torn by a writer that was killed mid-write, and return where the complete
         lines end (the offset a reader of new records starts from)."""
         self.close()
+        self._reopen()
         path = self.path / JOURNAL_FILE
         _drop_torn_tail(path)
         return path.stat().st_size if path.exists() else 0
@@ -233,17 +256,30 @@ def _drop_torn_tail(path: Path) -> None:
         os.close(fd)
 
 
-def iter_journal(path: Path):
-    """Parsed lines of a JSON-lines file (journal, slices); stops at a torn (unterminated) last line rather than
-    failing. Read as collect reads: a regular file only (no link, FIFO or device), bounded, strict JSON."""
-    path = Path(path)
-    if not os.path.lexists(path):
-        return
-    try:
-        data = intake.read_file(path, intake.MAX_JOURNAL_BYTES)
+def read_journal(run_dir: Path) -> bytes:
+    """A run's journal lines as bytes, whether it is being written (records.jsonl) or finished and kept compressed
+    (records.jsonl.gz); b"" where it has none. Read as collect reads: a regular file only, bounded."""
+    return _read_lines(Path(run_dir) / JOURNAL_FILE)
+
+
+def _read_lines(path: Path) -> bytes:
+    gz = path.with_name(JOURNAL_GZ_FILE)
+    compressed = path.name == JOURNAL_FILE and not os.path.lexists(path) and os.path.lexists(gz)
+    if not compressed and not os.path.lexists(path):
+        return b""
+    try:  # a finished run's journal is kept compressed (collect/packed.py): the same lines
+        return intake.gunzip(intake.read_file(gz, intake.MAX_JOURNAL_BYTES), JOURNAL_GZ_FILE) if compressed \
+            else intake.read_file(path, intake.MAX_JOURNAL_BYTES)
     except intake.Hostile as exc:
         raise JournalError(f"{path.parent}/{exc}") from None
-    lines = data.split(b"\n")
+
+
+def iter_journal(path: Path):
+    """Parsed lines of a JSON-lines file (journal, slices); stops at a torn (unterminated) last line rather than
+    failing. Read as collect reads: a regular file only (no link, FIFO or device), bounded, strict JSON. A run's
+    records.jsonl is read from records.jsonl.gz where the run is finished and keeps it compressed."""
+    path = Path(path)
+    lines = _read_lines(path).split(b"\n")
     for lineno, raw in enumerate(lines[:-1], 1):  # the last piece is empty, or a torn line
         try:
             yield intake.loads(raw, "the line")

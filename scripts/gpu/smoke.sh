@@ -22,10 +22,11 @@ tar czf "$OUT/smoke-results.tgz" -C /tmp res res-asv .asv 2>/dev/null || tar czf
 cp -r .asv/results "$OUT/asv-results" 2>/dev/null
 python3 - <<'PY'
 import json, glob, collections
-for f in glob.glob('/tmp/res/*/*/records.jsonl'):
+from harness.run.journal import iter_journal
+for f in glob.glob('/tmp/res/*/*/run.json'):
+    f = f.replace('run.json', 'records.jsonl')  # read from records.jsonl.gz once the run is finished
     st = collections.Counter(); cls = collections.Counter()
-    for l in open(f):
-        d = json.loads(l)
+    for d in iter_journal(f):
         if d.get('kind') != 'measurement': continue
         st[(d['backend'], d['direction'], d['status'])] += 1
         if d['accuracy']: cls[(d['backend'], d['direction'], d['dtype'], d['math'], d['accuracy']['precision_class'])] += 1
