@@ -25,6 +25,7 @@ import stat
 import sys
 import tarfile
 import time
+import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,13 +72,15 @@ class Corpus:
         return p
 
     def run_dir(self, category: str, why: str, run_json: bytes | None = GOOD_META,
-                records: bytes | None = None, end: bytes | None = GOOD_END) -> Path:
-        """A results tree <item>/<machine>/<run> with the given files (None: leave the file out)."""
+                records: bytes | None = None, end: bytes | None = GOOD_END, gz: bytes | None = None) -> Path:
+        """A results tree <item>/<machine>/<run> with the given files (None: leave the file out); ``gz``: the
+        journal as a finished run keeps it (records.jsonl.gz), in place of records.jsonl."""
         item = self._slot(category)
         d = item / "hostile-host" / "run1"
         d.mkdir(parents=True)
-        for name, data in (("run.json", run_json), ("records.jsonl", records if records is not None
-                                                     else b"".join(GOOD_LINES)), ("end.json", end)):
+        journal = ("records.jsonl.gz", gz) if gz is not None else \
+            ("records.jsonl", records if records is not None else b"".join(GOOD_LINES))
+        for name, data in (("run.json", run_json), journal, ("end.json", end)):
             if data is not None:
                 (d / name).write_bytes(data)
         self.items.append({"path": item.name, "category": category, "why": why})
@@ -443,6 +446,34 @@ def journal_items(c: Corpus) -> None:
                       ("a blank line between records", GOOD_LINES[0] + b"\n" + GOOD_LINES[1]),
                       ("records after 1 MiB of spaces", b" " * (1 << 20) + b"\n" + GOOD_LINES[0])):
         c.run_dir("journal-empty", f"records.jsonl: {why}", records=data)
+
+
+def _gzip_of_zeros(size: int) -> bytes:
+    """One gzip stream of ``size`` zero bytes (about 1 MiB a GiB), made a chunk at a time."""
+    deflate, chunk = zlib.compressobj(9, zlib.DEFLATED, 31), b"\x00" * (64 << 20)
+    return b"".join(deflate.compress(chunk) for _ in range(size // len(chunk))) + deflate.flush()
+
+
+def gz_journal_items(c: Corpus) -> None:
+    """A finished run's compressed journal (records.jsonl.gz) that is damaged, a bomb or not gzip at all."""
+    good = gzip.compress(b"".join(GOOD_LINES), mtime=0)
+    flipped = bytearray(good)
+    flipped[len(good) // 2] ^= 0x40
+    bad_crc = bytearray(good)
+    bad_crc[-6] ^= 0x01  # the stream's crc32 of what it inflates to
+    for why, data in (("1 GiB of zeros in one stream (a bomb)", _gzip_of_zeros(1 << 30)),
+                      ("cut short", good[:-7]), ("a flipped byte", bytes(flipped)), ("a wrong crc32", bytes(bad_crc)),
+                      ("bytes after the stream", good + b"{}\n"), ("two streams back to back", good + good),
+                      ("not gzip (the plain lines)", b"".join(GOOD_LINES)), ("empty", b""),
+                      ("a gzip header alone", good[:10]), ("gzip of nothing", gzip.compress(b"", mtime=0)),
+                      ("gzip of garbage bytes", gzip.compress(b"\xff\xfe\x00garbage\n", mtime=0)),
+                      ("gzip of a malformed line", gzip.compress(GOOD_LINES[0] + b"{\n", mtime=0))):
+        c.run_dir("journal-gz", f"records.jsonl.gz: {why}", gz=data)
+    info = tarfile.TarInfo("hostile-host/run1/records.jsonl.gz")
+    bomb = _gzip_of_zeros(1 << 30)
+    info.size = len(bomb)
+    c.tarball("journal-gz", "a tarball whose records.jsonl.gz inflates to 1 GiB",
+              [run_members()[0], (info, bomb), run_members()[2]])
 
 
 def _tar(members: list[tuple], mode: str) -> bytes:
@@ -1003,6 +1034,7 @@ def main(argv: list[str] | None = None) -> int:
     asv_items(c)
     typed_items(c, rng)
     journal_items(c)
+    gz_journal_items(c)
     archive_items(c)
     archive_bombs(c)
     asv_hostile_items(c)

@@ -167,7 +167,7 @@ def test_every_hostile_run_is_refused_on_the_plain_path_in_the_general_paths_wor
 
     def outcome(raw, full):
         try:
-            p = col._parse_journal(raw, meta, True) if full else col.parse_journal(raw, meta)
+            p = col._parse_journal(col.plain(raw), meta, True) if full else col.parse_journal(raw, meta)
         except Refused as exc:
             return str(exc)
         return p.run, p.combos, p.records, p.rankings
