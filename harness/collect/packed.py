@@ -117,17 +117,26 @@ def write_packed(run_dir: Path, compress: bool = True) -> bool:
             write_whole(run_dir / JOURNAL_GZ_FILE, gz)
         write_whole(target, data)
         if gz is not None and not raw.gz:
+            _sync_dir(run_dir)  # both renames on the disk before the plain journal goes
             os.unlink(run_dir / JOURNAL_FILE)  # its lines are in the gzip file, synced: one journal again
         return True
     except (OSError, intake.Hostile, Refused, ValueError):
-        for name in (PACKED_FILE, JOURNAL_GZ_FILE):
+        for name in (PACKED_FILE, JOURNAL_GZ_FILE):  # an older copy would be stale; a gzip file, a half-made one
             try:
                 if name == PACKED_FILE or os.path.lexists(run_dir / JOURNAL_FILE):  # never the only journal
                     if os.path.lexists(run_dir / name):
-                        os.unlink(run_dir / name)  # an older copy would be stale
+                        os.unlink(run_dir / name)
             except OSError:
                 pass
         return False
+
+
+def _sync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 # --- reading (collect) ---
