@@ -7,6 +7,8 @@ import json
 import os
 from pathlib import Path
 
+from _fleet_data import journal_lines
+
 from harness.backends.cudnn_lib import DOCUMENTED_NONDETERMINISTIC
 from harness.core.explain import nondeterminism_cause
 from harness.core.records import Record
@@ -26,7 +28,7 @@ def test_the_fleet_marks_documented_nondeterminism_as_real_runs_do(tmp_path):
     bf = _script()
     n = sum(bf.gen_machine((mi, 6, 548, str(tmp_path))) for mi in range(5))
     assert n == 5 * 6 * 548
-    recs = [json.loads(line) for f in sorted(tmp_path.glob("*/*/records.jsonl")) for line in f.open()]
+    recs = [json.loads(line) for f in sorted(tmp_path.glob("*/*/run.json")) for line in journal_lines(f.parent)]
     assert len(recs) == n
     for d in recs[:2000]:
         check_record(d)

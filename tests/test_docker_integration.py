@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from _docker_build import build_cpu_image
-from _fleet_data import degraded_journal
+from _fleet_data import degraded_journal, journal_lines
 
 from harness.cli import main
 from harness.deploy import baseimage, hostrun, imagematrix, images, placement, wheels
@@ -105,7 +105,7 @@ def test_run_the_suite_in_the_image_then_collect(client, cpu_image, tmp_path, ca
     assert meta["fingerprint"]["image_id"] == cpu_image.id
     assert meta["suite_revision"] == revision
     assert meta["fingerprint"]["software"]["torch"] == "2.13.0+cpu"
-    records = [json.loads(ln) for ln in (run / "records.jsonl").read_text().splitlines()]
+    records = [json.loads(ln) for ln in journal_lines(run)]
     assert any(r.get("backend") == "torch" and r.get("status") == "ok" for r in records)
     ort_ok = [r for r in records if r.get("backend") == "ort" and r.get("status") == "ok"]
     assert ort_ok and {r["settings"]["provider"] for r in ort_ok} == {"CPUExecutionProvider"}
@@ -191,8 +191,9 @@ def test_gpu_request_on_an_engine_without_nvidia_runtime_says_what_to_install(cl
 def _degrade_one_record(run: Path) -> dict:
     """Raise one ok record's accuracy error 1000x in a run's journal (the injected regression), and drop the
     run's packed copy so the journal is what is read. Returns the record."""
-    text, rec = degraded_journal((run / "records.jsonl").read_text())
-    (run / "records.jsonl").write_text(text)
+    text, rec = degraded_journal("".join(ln + "\n" for ln in journal_lines(run)))
+    (run / "records.jsonl").write_text(text)  # the journal where both are there; the stale copies go
+    (run / "records.jsonl.gz").unlink(missing_ok=True)
     (run / "records.packed").unlink(missing_ok=True)
     return rec
 
@@ -254,7 +255,7 @@ def test_two_plain_docker_run_nights_as_the_docs_write_them(client, cpu_image, t
         fp = json.loads((r / "run.json").read_text())["fingerprint"]
         assert fp["node"]["source"] == "CONVBENCH_NODE" and fp["node"]["name"] == os.uname().nodename
         assert fp["image"] == "convbench:cpu" and fp["image_id"] == cpu_image.id
-        assert os.stat(r / "records.jsonl").st_uid == os.getuid()
+        assert os.stat(r / "records.jsonl.gz").st_uid == os.getuid()
     _degrade_one_record(runs[1])
     code, out = _gate(runs[0], runs[1], capsys)
     assert code == 1 and "different machines" not in out, out

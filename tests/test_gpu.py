@@ -3,6 +3,7 @@
 from dataclasses import replace
 
 import pytest
+from _fleet_data import journal_lines
 
 from harness.backends import SweepOptions
 from harness.core import cases
@@ -56,7 +57,6 @@ def test_the_autotune_study_runs_every_stage_in_the_worker_pool(tmp_path):
     """`convbench autotune` without the command line: the crosscheck, the cudnnFind searches and K fresh
     cudnn.benchmark processes, each through the pool; resuming a finished study measures nothing again."""
     from harness.run import autotune_study
-    from harness.run.journal import JOURNAL_FILE
 
     seen = []
     journal, summary = autotune_study.run([cases.get("seed.c8")], 2, ("NCHW",), tmp_path, on_record=seen.append,
@@ -66,7 +66,7 @@ def test_the_autotune_study_runs_every_stage_in_the_worker_pool(tmp_path):
     assert all(r.status == OK for r in seen) and summary["k"] == 2 and "worker_failures" not in summary
     assert all(len(r.extra["trials"]) == 2 for r in seen if r.kind == "autotune")
     _, again = autotune_study.run([], 2, ("NCHW",), tmp_path, resume=journal.path, on_record=seen.append)
-    assert len(seen) == 5 and len((journal.path / JOURNAL_FILE).read_text().splitlines()) == 5
+    assert len(seen) == 5 and len(journal_lines(journal.path)) == 5
 
 
 class CappedClock:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _fleet_data import journal_lines
 
 from harness.cli import main
 from harness.core.errors import UserError
@@ -154,7 +155,7 @@ def test_native_cpu_worker_measures_and_files_its_run(tmp_path, capsys):
     meta = json.loads((run / "run.json").read_text())
     assert meta["machine"] == "ci-cpu"
     assert (run / "end.json").exists()
-    records = [json.loads(ln) for ln in (run / "records.jsonl").read_text().splitlines()]
+    records = [json.loads(ln) for ln in journal_lines(run)]
     assert any(r.get("status") == "ok" and r.get("backend") == "torch" for r in records)
 
 

@@ -318,7 +318,7 @@ def test_grid_command_writes_a_run_journal(tmp_path, capsys, monkeypatch):
     assert rc == 0
     out = capsys.readouterr().out
     assert "model.mobilenetv2" in out and "CPU EP" in out
-    journal = next((tmp_path / "res").glob(f"*/*/{JOURNAL_FILE}"))
+    journal = next((tmp_path / "res").glob("*/*/run.json")).with_name(JOURNAL_FILE)  # read from its .gz
     recs = [Record.from_dict(d) for d in iter_journal(journal)]
     assert len(recs) == 2 and all(r.status == OK for r in recs)
     assert json.loads((journal.parent / "end.json").read_text())["records"] == 2
@@ -339,7 +339,7 @@ def test_grid_command_fails_when_every_record_of_a_model_failed(tmp_path, capsys
     err = capsys.readouterr().err
     assert rc == 1
     assert "every record of model.mobilenetv2 failed" in err and "scikit-image is needed" in err
-    recs = [Record.from_dict(d) for d in iter_journal(next((tmp_path / "res").glob(f"*/*/{JOURNAL_FILE}")))]
+    recs = [Record.from_dict(d) for d in iter_journal(next((tmp_path / "res").glob("*/*/run.json")).with_name(JOURNAL_FILE))]
     assert recs and all(r.status == ERROR for r in recs)  # what was recorded is kept
 
 

@@ -23,6 +23,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
+from _fleet_data import as_killed, journal_lines  # noqa: E402
 from faulty_backend import ORT_SESSION  # noqa: E402
 
 from harness.backends.ort import ModelOptions  # noqa: E402
@@ -65,7 +66,7 @@ def test_grid_worker_crash_becomes_a_record_and_the_rest_runs_in_a_fresh_worker(
     os.kill(_pool_child(proc.pid), signal.SIGKILL)
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-2000:]
-    journal = next((tmp_path / "res").glob(f"*/*/{JOURNAL_FILE}"))
+    journal = next((tmp_path / "res").glob("*/*/run.json")).with_name(JOURNAL_FILE)
     recs = [Record.from_dict(d) for d in iter_journal(journal)]
     assert len(recs) == 2 and len({r.key() for r in recs}) == 2
     crashed = [r for r in recs if r.status == CRASHED]
@@ -78,14 +79,13 @@ def test_grid_resume_measures_only_what_the_journal_lacks(tmp_path):
     proc = _grid("--out", str(tmp_path / "res"), tmp_path=tmp_path)
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-2000:]
-    journal = next((tmp_path / "res").glob(f"*/*/{JOURNAL_FILE}"))
-    first, second = journal.read_text().splitlines()
-    journal.write_text(first + "\n" + second[:40])  # killed while writing the second record
-    (journal.parent / "end.json").unlink()
+    journal = next((tmp_path / "res").glob("*/*/run.json")).with_name(JOURNAL_FILE)
+    first, second = journal_lines(journal.parent)
+    as_killed(journal.parent, first + "\n" + second[:40])  # killed while writing the second record
     proc = _grid("--resume", str(journal.parent), tmp_path=tmp_path)
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-2000:]
-    lines = journal.read_text().splitlines()
+    lines = journal_lines(journal.parent)
     assert lines[0] == first and len(lines) == 2  # the torn line dropped, the first record not measured again
     recs = [Record.from_dict(json.loads(line)) for line in lines]
     assert len({r.key() for r in recs}) == 2 and all(r.status == OK for r in recs)
@@ -107,7 +107,7 @@ def _faulty_grid(monkeypatch, tmp_path, *args: str) -> tuple[int, Path]:
     monkeypatch.setattr(ort_grid, "ModelOptions", functools.partial(ModelOptions, session_function=ORT_SESSION,
                                                                     worker_timeout_s=8.0))
     rc = cli_main(["ort-grid", *GRID, *args])
-    return rc, next((tmp_path / "res").glob(f"*/*/{JOURNAL_FILE}"))
+    return rc, next((tmp_path / "res").glob("*/*/run.json")).with_name(JOURNAL_FILE)
 
 
 @pytest.mark.parametrize("fault", ["hang", "raise_oom"])
@@ -133,13 +133,12 @@ def test_a_crashed_session_process_is_a_record_and_resume_measures_only_what_the
     recs = [Record.from_dict(d) for d in iter_journal(journal)]
     assert len(recs) == 2 and {r.status for r in recs} == {CRASHED}
     assert all("SIGSEGV" in r.reason and "drift-00-p0" in r.reason and r.explanation for r in recs)
-    first, second = journal.read_text().splitlines()
-    journal.write_text(first + "\n" + second[:40])  # killed while writing the second record
-    (journal.parent / "end.json").unlink()
+    first, second = journal_lines(journal.parent)
+    as_killed(journal.parent, first + "\n" + second[:40])  # killed while writing the second record
     faults({})  # the fault is gone: what --resume measures is ok
     rc, _ = _faulty_grid(monkeypatch, tmp_path, "--resume", str(journal.parent), "--isolate")
     assert rc == 0
-    lines = journal.read_text().splitlines()
+    lines = journal_lines(journal.parent)
     assert lines[0] == first and len(lines) == 2  # the crashed record kept, not measured again
     recs = [Record.from_dict(json.loads(line)) for line in lines]
     assert [r.status for r in recs] == [CRASHED, OK] and len({r.key() for r in recs}) == 2

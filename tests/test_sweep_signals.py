@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.run.journal import read_journal
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
            CONVBENCH_TEST_BACKENDS="1", CONVBENCH_FAULTS="quick.seed=hang")
@@ -87,11 +89,12 @@ def _alive(pid: int) -> bool:
 
 
 def _journals(results: Path) -> list[Path]:
-    return sorted(results.glob("*/*/records.jsonl"))
+    """Each run's records.jsonl (read from records.jsonl.gz once the run is finished: _lines)."""
+    return sorted(p.with_name("records.jsonl") for p in results.glob("*/*/run.json"))
 
 
 def _lines(path: Path) -> list[bytes]:
-    return path.read_bytes().splitlines(keepends=True)
+    return read_journal(path.parent).splitlines(keepends=True)
 
 
 def _wait_for(cond, what: str, proc: subprocess.Popen, timeout: float = 90) -> None:
