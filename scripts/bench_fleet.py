@@ -3,8 +3,8 @@
 <= 1 GiB peak RSS on 2 cores; index page <= 5 MB rendering in <= 1 s in headless Chromium), with `asv publish`
 on the same data (a subset it can finish) measured side by side in the same run.
 
-The fleet is synthetic by design (a year of 50 machines does not exist on this host): run directories in the
-journal format with realistic shapes (5 GPU models, 4 images a year, CUDA 13 images not on Pascal, 2% night noise,
+The fleet is synthetic by design (a year of 50 machines does not exist on this host): run directories as a
+finished run leaves them (the journal compressed beside its packed copy) with realistic shapes (5 GPU models, 4 images a year, CUDA 13 images not on Pascal, 2% night noise,
 a few image regressions and nightly steps; forward and both backward passes, the records of cuDNN's documented
 non-deterministic algorithms marked as real runs mark them and giving other bits on about half their nights, and an
 undocumented surprise on about one machine in five; each line with the wall time, clock, flags, host time and

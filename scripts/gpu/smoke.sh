@@ -21,10 +21,10 @@ echo "asv seconds: $(( $(date +%s) - t0 ))"
 tar czf "$OUT/smoke-results.tgz" -C /tmp res res-asv .asv 2>/dev/null || tar czf "$OUT/smoke-results.tgz" -C /tmp res
 cp -r .asv/results "$OUT/asv-results" 2>/dev/null
 python3 - <<'PY'
-import json, glob, collections
+import json, glob, collections, os
 from harness.run.journal import iter_journal
 for f in glob.glob('/tmp/res/*/*/run.json'):
-    f = f.replace('run.json', 'records.jsonl')  # read from records.jsonl.gz once the run is finished
+    f = os.path.join(os.path.dirname(f), 'records.jsonl')  # read from records.jsonl.gz once the run is finished
     st = collections.Counter(); cls = collections.Counter()
     for d in iter_journal(f):
         if d.get('kind') != 'measurement': continue
