@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import intake
-from ..core.rundir import END_FILE, JOURNAL_FILE, JOURNAL_GZ_FILE, PACKED_FILE, RUN_FILE
+from ..core.rundir import END_FILE, JOURNAL_FILE, JOURNAL_GZ_FILE, PACKED_FILE, RUN_FILE, journal_file
 
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
 _RUN_FILES = (RUN_FILE, JOURNAL_FILE, JOURNAL_GZ_FILE, END_FILE, PACKED_FILE)
@@ -72,13 +72,6 @@ def sha1_16(data: bytes | None) -> str:
 
 def read_optional(path: Path, limit: int = intake.MAX_META_BYTES) -> bytes | None:
     return intake.read_optional(path, limit)  # regular files only: never a symlink, FIFO or device
-
-
-def journal_file(path: Path) -> str:
-    """The name of a run directory's journal: records.jsonl while it is there (a run being written, resumed, or
-    finished before journals were compressed), else records.jsonl.gz."""
-    return JOURNAL_GZ_FILE if not os.path.lexists(path / JOURNAL_FILE) and os.path.lexists(path / JOURNAL_GZ_FILE) \
-        else JOURNAL_FILE
 
 
 def dir_run(path: Path) -> RawRun:

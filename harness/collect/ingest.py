@@ -21,10 +21,10 @@ from typing import Any
 from ..core import children, heap, intake
 from ..core.errors import EXIT_ENVIRONMENT, UserError
 from ..core.progress import Progress
-from ..core.rundir import END_FILE, JOURNAL_GZ_FILE, RUN_FILE
+from ..core.rundir import END_FILE, JOURNAL_GZ_FILE, RUN_FILE, journal_file
 from . import fresh
 from .asv_results import parse_asv
-from .discovery import Archive, AsvFile, RawRun, Refused, count, discover, journal_file, read_optional
+from .discovery import Archive, AsvFile, RawRun, Refused, count, discover, read_optional
 from .journals import journal_digest, journal_identity, parse_journal, plain
 from .packed import Unusable, decode, dir_raw
 from .store import DEFAULT_STORE, Checkpointer, ParsedRun, Store, StoreError, UnpackableRecord

@@ -40,10 +40,18 @@ import numpy as np
 
 from ..core import intake
 from ..core.records import SCHEMA_VERSION, Accuracy, Determinism, Ranking, Record, RecordKind, Timing
-from ..core.rundir import END_FILE, JOURNAL_FILE, JOURNAL_GZ_FILE, PACKED_FILE, RUN_FILE, write_whole
+from ..core.rundir import (
+    END_FILE,
+    JOURNAL_FILE,
+    JOURNAL_GZ_FILE,
+    PACKED_FILE,
+    RUN_FILE,
+    journal_file,
+    write_whole,
+)
 from ..core.schema import MAX_INT, MAX_SAMPLES, SchemaError, check_record
 from . import columns as column_checks
-from .discovery import RawRun, Refused, dir_run, journal_file
+from .discovery import RawRun, Refused, dir_run
 from .packed_extras import Unusable, check_extras
 from .rows import combo_row
 from .store_packing import (

@@ -22,6 +22,13 @@ END_FILE = "end.json"
 PACKED_FILE = "records.packed"
 
 
+def journal_file(run_dir: Path) -> str:
+    """The name of a run directory's journal: records.jsonl while it is there (a run being written, resumed, or
+    finished before journals were compressed), else records.jsonl.gz."""
+    return JOURNAL_GZ_FILE if not os.path.lexists(run_dir / JOURNAL_FILE) and \
+        os.path.lexists(run_dir / JOURNAL_GZ_FILE) else JOURNAL_FILE
+
+
 def write_whole(path: Path, data: bytes) -> None:
     """``data`` as the file ``path``, appearing whole: written beside it, synced, renamed over it (a link at
     ``path`` itself is replaced, never followed). OSError where it cannot be, with ``path`` untouched."""

@@ -34,6 +34,7 @@ from ..core.rundir import (  # noqa: F401 (the run's files, named here too)
     JOURNAL_GZ_FILE,
     PACKED_FILE,
     RUN_FILE,
+    journal_file,
     write_whole,
 )
 from ..core.schema import SchemaError, check_name, check_night, check_record, check_run_header
@@ -176,15 +177,10 @@ class Journal:
     def _reopen(self) -> None:
         """A finished run written again (resumed, or a driver's records added): its compressed journal made
         records.jsonl again, and its packed copy, which no longer matches, taken away; finish packs it again."""
-        plain, gz = self.path / JOURNAL_FILE, self.path / JOURNAL_GZ_FILE
-        if os.path.lexists(plain) or not os.path.lexists(gz):
+        if journal_file(self.path) == JOURNAL_FILE:
             return
-        try:
-            lines = intake.gunzip(intake.read_file(gz, intake.MAX_JOURNAL_BYTES), JOURNAL_GZ_FILE)
-        except intake.Hostile as exc:
-            raise JournalError(f"{self.path}/{exc}; nothing was written") from None
-        _write_atomic(plain, lines)
-        for stale in (self.path / PACKED_FILE, gz):
+        _write_atomic(self.path / JOURNAL_FILE, read_journal(self.path))
+        for stale in (self.path / PACKED_FILE, self.path / JOURNAL_GZ_FILE):
             if os.path.lexists(stale):
                 os.unlink(stale)
 
@@ -263,13 +259,13 @@ def read_journal(run_dir: Path) -> bytes:
 
 
 def _read_lines(path: Path) -> bytes:
-    gz = path.with_name(JOURNAL_GZ_FILE)
-    compressed = path.name == JOURNAL_FILE and not os.path.lexists(path) and os.path.lexists(gz)
-    if not compressed and not os.path.lexists(path):
+    if path.name == JOURNAL_FILE:  # a finished run's journal is kept compressed (collect/packed.py): the same lines
+        path = path.with_name(journal_file(path.parent))
+    if not os.path.lexists(path):
         return b""
-    try:  # a finished run's journal is kept compressed (collect/packed.py): the same lines
-        return intake.gunzip(intake.read_file(gz, intake.MAX_JOURNAL_BYTES), JOURNAL_GZ_FILE) if compressed \
-            else intake.read_file(path, intake.MAX_JOURNAL_BYTES)
+    try:
+        data = intake.read_file(path, intake.MAX_JOURNAL_BYTES)
+        return intake.gunzip(data, JOURNAL_GZ_FILE) if path.name == JOURNAL_GZ_FILE else data
     except intake.Hostile as exc:
         raise JournalError(f"{path.parent}/{exc}") from None
 
