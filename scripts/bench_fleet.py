@@ -15,11 +15,14 @@ Prints measured figures and ratios; nothing is hard-coded.
     python scripts/bench_fleet.py                       # full: 50 machines x 365 nights x 548 records
     python scripts/bench_fleet.py --machines 5 --nights 30   # a quick look
     python scripts/bench_fleet.py --morning             # also what one more night costs a fleet's morning
+    python scripts/bench_fleet.py --reuse --workdir W --baseline DIR --rounds 3   # against another checkout:
+        # ABBA rounds, each side's median and the ratio round by round (a shared VM drifts 10 % between runs)
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import multiprocessing as mp
@@ -28,6 +31,7 @@ import platform
 import random
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -273,6 +277,35 @@ def remove_store(store: Path) -> None:
         Path(f"{store}{suffix}").unlink(missing_ok=True)
 
 
+@dataclasses.dataclass
+class Side:
+    """One code measured on the fleet: its harness, environment, store and site."""
+
+    label: str
+    root: Path
+    env: dict[str, str]
+    store: Path
+    site: Path
+
+
+def run_side(side: Side, fleet: Path, jobs: int, round_no: int) -> dict[str, float]:
+    """One collect of the whole fleet into a new store, then the report of it, by ``side``'s code; printed."""
+    remove_store(side.store)
+    subprocess.run(["sync"], check=False)
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    c_wall, c_rss, c_out = timed(collect_fleet(fleet, side.store, jobs, root=side.root), env=side.env)
+    c_cpu = CPU_SECONDS["collect"]
+    r_wall, r_rss, r_out = timed(convbench("report", "--store", str(side.store), "--out", str(side.site),
+                                           root=side.root), env=side.env)
+    r_cpu = CPU_SECONDS["report"]
+    print(f"round {round_no}, {side.label} (load {load}): collect {c_wall:.1f} s, {c_cpu:.1f} CPU-s, peak RSS "
+          f"{c_rss / 2**20:.0f} MiB -- {c_out.strip()}")
+    print(f"round {round_no}, {side.label}: report {r_wall:.1f} s, {r_cpu:.1f} CPU-s, peak RSS {r_rss / 2**20:.0f} "
+          f"MiB -- {r_out.strip()}; collect + report {c_wall + r_wall:.1f} s, {c_cpu + r_cpu:.1f} CPU-s")
+    return {"c_wall": c_wall, "r_wall": r_wall, "wall": c_wall + r_wall, "cpu": c_cpu + r_cpu,
+            "c_cpu": c_cpu, "r_cpu": r_cpu, "rss": max(c_rss, r_rss)}
+
+
 def asv_tree(fleet: Path, dest: Path, machines: int, nights: int) -> int:
     """The first ``machines`` x ``nights`` of the fleet as an asv project: a git repo with one commit per night,
     results/<machine>/<commit>-<env>.json with one parameterised benchmark, benchmarks.json, asv.conf.json."""
@@ -392,9 +425,13 @@ def main() -> int:
                     "older hosts wrote them): collect parses every journal line")
     ap.add_argument("--morning", action="store_true", help="also time a nightly job's morning: the newest night "
                     "collected into a store of the rest of the fleet, then the report (about a minute more)")
+    ap.add_argument("--rounds", type=int, default=1, help="collect + report this many times on each side, "
+                    "alternating with --baseline (ABBA): figures are each side's median, ratios round by round")
     ap.add_argument("--baseline", default=None, help="another checkout's root (e.g. `git archive OLD harness | tar "
                     "-x -C DIR`): its collect + report run first on the same fleet, for a before/after in one run")
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error("--rounds must be 1 or more")
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="convbench-fleet-"))
     fleet = work / "fleet"
@@ -429,43 +466,36 @@ def main() -> int:
     subprocess.run(["sync"], check=False)
 
     store = work / "fleet.sqlite"
-    remove_store(store)
-    if args.baseline:  # the same fleet, the same machine state, the code before: printed next to the figures below
-        base_env = dict(os.environ, PYTHONPATH=str(Path(args.baseline).resolve()))
-        print(f"baseline: harness from {args.baseline}, load average "
-              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-        base_root = Path(args.baseline).resolve()
-        b_wall, b_rss, _ = timed(collect_fleet(fleet, store, args.jobs, root=base_root), env=base_env)
-        b_cpu = CPU_SECONDS["collect"]
-        br_wall, br_rss, _ = timed(convbench("report", "--store", str(store), "--out", str(work / "site-base"),
-                                             root=base_root), env=base_env)
-        b_rcpu = CPU_SECONDS["report"]
-        print(f"baseline collect: {b_wall:.1f} s, {b_cpu:.1f} CPU-s, peak RSS {b_rss / 2**20:.0f} MiB; report: "
-              f"{br_wall:.1f} s, {b_rcpu:.1f} CPU-s, peak RSS {br_rss / 2**20:.0f} MiB; collect + "
-              f"report {b_wall + br_wall:.1f} s, {b_cpu + b_rcpu:.1f} CPU-s")
-        remove_store(store)
-        subprocess.run(["sync"], check=False)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    c_wall, c_rss, c_out = timed(collect_fleet(fleet, store, args.jobs), env=env)
-    print(f"collect: {c_wall:.1f} s, {CPU_SECONDS['collect']:.1f} CPU-s, peak RSS {c_rss / 2**20:.0f} MiB (process "
-          f"tree) -- {c_out.strip()}")
-    r_wall, r_rss, r_out = timed(convbench("report", "--store", str(store), "--out", str(work / "site")), env=env)
-    print(f"report:  {r_wall:.1f} s, {CPU_SECONDS['report']:.1f} CPU-s, peak RSS {r_rss / 2**20:.0f} MiB -- "
-          f"{r_out.strip()}")
-    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (other users of this machine)")
-    total = c_wall + r_wall
+    sides = [Side("this", ROOT, env, store, work / "site")]
+    if args.baseline:  # the same fleet, the same machine state, the code before: printed next to the figures below
+        base_root = Path(args.baseline).resolve()
+        sides.insert(0, Side("baseline", base_root, dict(os.environ, PYTHONPATH=str(base_root)),
+                             work / "fleet-base.sqlite", work / "site-base"))
+        print(f"baseline: harness from {args.baseline}")
+    runs: dict[str, list[dict[str, float]]] = {side.label: [] for side in sides}
+    for k in range(args.rounds):  # ABBA...: a drift of this VM's speed over the rounds falls on both sides alike
+        for side in (sides if k % 2 == 0 else sides[::-1]):
+            runs[side.label].append(run_side(side, fleet, args.jobs, k + 1))
+    for side in sides[:-1]:
+        remove_store(side.store)
+    this = {key: statistics.median(r[key] for r in runs["this"]) for key in runs["this"][0]}
+    this["rss"] = max(r["rss"] for r in runs["this"])  # the peak of every round
+    total = this["wall"]
     index = work / "site" / "index.html"
     site_size = sum(f.stat().st_size for f in (work / "site").rglob("*.html"))
     print(f"store: {store.stat().st_size / 2**30:.2f} GiB; site: {site_size / 2**20:.1f} MiB; "
           f"index.html: {index.stat().st_size / 2**20:.3f} MiB")
-    print(f"collect + report: {total:.1f} s = {total / 30:.2f} x the 30 s target; peak RSS "
-          f"{max(c_rss, r_rss) / 2**30:.2f} GiB = {max(c_rss, r_rss) / 2**30:.2f} x the 1 GiB target; index "
+    of = f" (median of {args.rounds} rounds)" if args.rounds > 1 else ""
+    print(f"collect + report: {total:.1f} s{of} = {total / 30:.2f} x the 30 s target; peak RSS "
+          f"{this['rss'] / 2**30:.2f} GiB = {this['rss'] / 2**30:.2f} x the 1 GiB target; index "
           f"{index.stat().st_size / 5e6:.3f} x the 5 MB target")
     if args.baseline:
-        cpu = CPU_SECONDS["collect"] + CPU_SECONDS["report"]
-        print(f"after / baseline: wall {total / (b_wall + br_wall):.2f} (collect {c_wall / b_wall:.2f}, report "
-              f"{r_wall / br_wall:.2f}); CPU {cpu / (b_cpu + b_rcpu):.2f} (collect "
-              f"{CPU_SECONDS['collect'] / b_cpu:.2f}, report {CPU_SECONDS['report'] / b_rcpu:.2f})")
+        ratios = {what: sorted(a[w] / b[w] for a, b in zip(runs["this"], runs["baseline"], strict=True))
+                  for what, w in (("wall", "wall"), ("CPU", "cpu"), ("collect", "c_wall"), ("report", "r_wall"))}
+        print("after / baseline, round by round: " + "; ".join(
+            f"{what} {statistics.median(v):.2f} ({v[0]:.2f}-{v[-1]:.2f})" if len(v) > 1 else f"{what} {v[0]:.2f}"
+            for what, v in ratios.items()))
     s_wall, _, s_out = timed(collect_fleet(fleet, store, args.jobs), env=env)
     print(f"re-collect (nothing new): {s_wall:.1f} s -- {s_out.strip()}")
     if args.morning:
