@@ -25,6 +25,19 @@ stop_started() {
   rm -rf "$started"
 }
 trap stop_started EXIT
+# The full suite writes about 8 GB at its peak (stores, fleets, image layers and build contexts; df sampled beside
+# a clean clone's run) and removes it by the end: with less room, dozens of tests fail with "No space left on
+# device" far from its cause. Said once here instead.
+need_gib=10
+if [ "$quick" = 0 ]; then
+  for dir in . "${TMPDIR:-/tmp}"; do
+    free_gib=$(df -Pk "$dir" | awk 'NR == 2 {print int($4 / 1048576)}')
+    if [ "$free_gib" -lt "$need_gib" ]; then
+      echo "test.sh: $free_gib GiB free on $(df -P "$dir" | awk 'NR == 2 {print $6}') (holding $dir); the full suite needs about $need_gib GiB while it runs: free some, or run scripts/test.sh --quick" >&2
+      exit 1
+    fi
+  done
+fi
 # Host services for the integration tests (Docker engine, headless Chromium); each script says what it did.
 if [ "$quick" = 0 ]; then
   for s in scripts/host-*.sh; do [ -e "$s" ] && CONVBENCH_STARTED_DIR="$started" bash "$s"; done
