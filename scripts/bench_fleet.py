@@ -22,7 +22,6 @@ Prints measured figures and ratios; nothing is hard-coded.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime as dt
 import json
 import multiprocessing as mp
@@ -38,6 +37,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -277,8 +277,7 @@ def remove_store(store: Path) -> None:
         Path(f"{store}{suffix}").unlink(missing_ok=True)
 
 
-@dataclasses.dataclass
-class Side:
+class Side(NamedTuple):
     """One code measured on the fleet: its harness, environment, store and site."""
 
     label: str
