@@ -427,7 +427,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=1, help="collect + report this many times on each side, "
                     "alternating with --baseline (ABBA): figures are each side's median, ratios round by round")
     ap.add_argument("--baseline", default=None, help="another checkout's root (e.g. `git archive OLD harness | tar "
-                    "-x -C DIR`): its collect + report run first on the same fleet, for a before/after in one run")
+                    "-x -C DIR`): its collect + report run on the same fleet first, then in turn with this code's (--rounds), for a "
+                    "before/after in one run")
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error("--rounds must be 1 or more")
