@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..core import children
+from ..core.rundir import sync_dir
 from .store_schema import StoreError, error_line
 
 
@@ -161,8 +162,4 @@ def _seal(hidden: str) -> None:
 def _sync_folder(folder: Path) -> None:
     """The new name on disk too (a folder that cannot be opened or synced, on some filesystems, is let be)."""
     with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        sync_dir(folder)

@@ -47,6 +47,7 @@ from ..core.rundir import (
     PACKED_FILE,
     RUN_FILE,
     journal_file,
+    sync_dir,
     write_whole,
 )
 from ..core.schema import MAX_INT, MAX_SAMPLES, SchemaError, check_record
@@ -125,7 +126,7 @@ def write_packed(run_dir: Path, compress: bool = True) -> bool:
             write_whole(run_dir / JOURNAL_GZ_FILE, gz)
         write_whole(target, data)
         if gz is not None and not raw.gz:
-            _sync_dir(run_dir)  # both renames on the disk before the plain journal goes
+            sync_dir(run_dir)  # both renames on the disk before the plain journal goes
             os.unlink(run_dir / JOURNAL_FILE)  # its lines are in the gzip file, synced: one journal again
         return True
     except (OSError, intake.Hostile, Refused, ValueError):
@@ -137,14 +138,6 @@ def write_packed(run_dir: Path, compress: bool = True) -> bool:
             except OSError:
                 pass
         return False
-
-
-def _sync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # --- reading (collect) ---

@@ -29,15 +29,30 @@ def journal_file(run_dir: Path) -> str:
         os.path.lexists(run_dir / JOURNAL_GZ_FILE) else JOURNAL_FILE
 
 
+class UnsafeTarget(OSError):
+    """The temporary file a run file is written through is a link or not a file: nothing was written."""
+
+
 def write_whole(path: Path, data: bytes) -> None:
     """``data`` as the file ``path``, appearing whole: written beside it, synced, renamed over it (a link at
-    ``path`` itself is replaced, never followed). OSError where it cannot be, with ``path`` untouched."""
+    ``path`` itself is replaced, never followed). OSError where it cannot be (UnsafeTarget where the file beside
+    it is a link or not a file), with ``path`` untouched."""
     tmp = path.with_name(f"{path.name}.tmp")
     if os.path.lexists(tmp) and not stat.S_ISREG(os.lstat(tmp).st_mode):
-        raise OSError(f"{tmp} is a symbolic link or not a file; nothing was written")
+        raise UnsafeTarget(f"{tmp} is a symbolic link or not a file; nothing was written")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def sync_dir(path: Path) -> None:
+    """A directory's entries (a rename, an unlink) on the disk, not only its files' bytes; OSError where it cannot
+    be opened or synced."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

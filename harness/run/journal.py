@@ -34,6 +34,7 @@ from ..core.rundir import (  # noqa: F401 (the run's files, named here too)
     JOURNAL_GZ_FILE,
     PACKED_FILE,
     RUN_FILE,
+    UnsafeTarget,
     journal_file,
     write_whole,
 )
@@ -69,12 +70,12 @@ def open_append(path: Path) -> int:
 
 def _write_atomic(path: Path, data: dict[str, Any] | bytes) -> None:
     """A run file (a JSON object, or bytes) appearing whole (rundir.write_whole)."""
-    tmp = path.with_name(path.name + ".tmp")
-    if os.path.islink(tmp) or (os.path.lexists(tmp) and not os.path.isfile(tmp)):
-        raise JournalError(f"{tmp} is a symbolic link or not a file; nothing was written")
     if isinstance(data, dict):
         data = json.dumps(data, indent=1, sort_keys=True, allow_nan=False).encode()
-    write_whole(path, data)
+    try:
+        write_whole(path, data)
+    except UnsafeTarget as exc:
+        raise JournalError(str(exc)) from None
 
 
 def _run_dir(path: Path) -> Path:
