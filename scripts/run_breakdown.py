@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness.run import slicetime  # noqa: E402
-from harness.run.journal import JOURNAL_FILE, JOURNAL_GZ_FILE, iter_journal  # noqa: E402
+from harness.run.journal import JOURNAL_FILE, iter_journal, journal_file  # noqa: E402
 from harness.run.suite import param_key  # noqa: E402
 
 # Call lengths, by which the sampling rules differ: host-bound short calls, and long calls whose warm-up and
@@ -68,7 +68,7 @@ def against(run: Path, other: Path) -> None:
 def main(run_dir: str, other: str | None = None) -> int:
     run = Path(run_dir)
     for d in (run, Path(other)) if other else (run,):
-        if not (d / JOURNAL_FILE).is_file() and not (d / JOURNAL_GZ_FILE).is_file():
+        if not (d / journal_file(d)).is_file():
             print(f"run_breakdown: {d} is not a run directory (no {JOURNAL_FILE})", file=sys.stderr)
             return 2
     end = json.loads((run / "end.json").read_text()) if (run / "end.json").exists() else {}
