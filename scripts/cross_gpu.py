@@ -11,6 +11,7 @@ records) are listed apart: a one-placement median is one draw of what five place
 quantity (docs/performance.md).
 
     python3 scripts/cross_gpu.py HEAD [BASE ...]   # default BASEs: tests/fixtures/runs/*.tar.*, docs/evidence/*/*.tar.*
+    python3 scripts/cross_gpu.py --failing HEAD    # each failing finding on a line of its own, under its base run
 """
 
 from __future__ import annotations
@@ -55,10 +56,15 @@ def stack(run: dict) -> tuple:
     return fields.get("cuDNN"), fields.get("torch")
 
 
+def _settings(settings: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted((settings or {}).items()) if v is not None)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("head", type=Path)
     ap.add_argument("bases", nargs="*", type=Path)
+    ap.add_argument("--failing", action="store_true", help="list each failing finding under its base run")
     args = ap.parse_args(argv)
     heads = runs_of(args.head)
     if len(heads) != 1:
@@ -81,12 +87,16 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             findings = compare_runs([r for r in records if r.identity_key() in common],
                                     [r for r in head if r.identity_key() in common], th)
-            failing = len(gate(findings, th))
+            failed = gate(findings, th)
+            failing = len(failed)
             has = placements(records) > 1
             totals[has].append(failing)
             print(f"{path.name[:24] + ' ' + run['run_id'][:33]:58s} {b_uuid[:12]:12s} "
                   f"{str(run.get('suite_revision'))[:12]:12s} {'yes' if has else 'no':10s} {len(common):8,d} "
                   f"{failing:7d} {len(findings):8d}")
+            for f in failed if args.failing else ():
+                print(f"    {f.kind} {f.case} {f.backend} {f.direction} {f.algo} {f.math} {f.dtype} {f.layout} "
+                      f"{_settings(f.settings)}: {f.base} -> {f.head}; {f.evidence[:160]}")
     for has, fails in totals.items():
         if fails:
             print(f"{'with' if has else 'without'} placements: {len(fails)} base runs, {sum(f == 0 for f in fails)} "

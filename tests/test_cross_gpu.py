@@ -45,3 +45,13 @@ def test_a_head_that_is_not_one_run_is_one_line_and_exit_2(tmp_path, capsys):
     assert _script().main([str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not one" in err
+
+
+def test_failing_lists_each_failing_finding_under_its_base_run(capsys):
+    assert _script().main(["--failing", str(HEAD), str(RUNS / "h200-fwd-asv-s5.tar.gz")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    (row,) = [i for i, line in enumerate(lines) if "500cf73" in line]
+    listed = [line for line in lines[row + 1:] if line.startswith("    ")]
+    assert len(listed) == 7 == _rows("\n".join(lines))[lines[row].split()[1]], lines
+    assert all(line.split()[0] == "time" and " -> " in line and "slower" in line for line in listed), listed
+    assert sum("resnet50.layer4.0.conv1.n32 cudnn fwd GEMM" in line for line in listed) >= 6, listed
