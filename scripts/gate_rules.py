@@ -5,8 +5,8 @@ tried (docs/evidence/2026-12-01-session12-gate.md), on the committed device data
       judges them: harness.run.judgement.judge), and the pairs of the two committed eight-night series that fail
       (`compare --store` with five nights of history, as tests/test_gate_history.py);
   (b) device-injected detection power of the detection-power studies (scripts/gpu/detection_power.py --judge:
-      the H200's of 2026-12-01, 03:59 UTC without placement medians and 12:20 UTC with them, and two of an H100 on
-      2026-12-07), and the 03:59 study's calls under 50 us with
+      the H200's of 2026-12-01, 03:59 UTC without placement medians and 12:20 UTC with them, two of an H100 on
+      2026-12-07 and one of another H200 that evening), and the 03:59 study's calls under 50 us with
       their placement medians read back from the order of their samples (batches rotate through the placements,
       8 samples a batch for these calls; checked exact on every 12:20 record under 50 us);
   (c) software-injected nightly power on the eight nights of 09:54 (scripts/calibrate_gate.py --nightly-power).
@@ -16,13 +16,16 @@ only `wide` and whose placements do not overlap; "current" is the rule in force,
 candidate replaces timechange.placements_close instead, the veto of any change whose sides'
 placements are apart by less than their spread, with the wide rule in force. "moved" and "without-moved" keep both
 and ask whether a change that moved every placement past the threshold, placement by placement, lifts the overlap
-and close vetoes (timechange.placements_moved) or not.
+and close vetoes (timechange.placements_moved) or not. `floor=US` judges everything with another absolute floor
+(thresholds.ABS_FLOOR_US, the default of every Thresholds the judgements make), for each rule named.
 
-    python3 scripts/gate_rules.py [RULE ...]
+    python3 scripts/gate_rules.py [RULE ...] [floor=US ...]
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import itertools
 import json
 import lzma
@@ -42,6 +45,7 @@ import detection_power  # noqa: E402
 from harness.analysis import paired_judgement as judgement  # noqa: E402
 from harness.analysis import timechange  # noqa: E402
 from harness.analysis.compare import compare_runs, gate  # noqa: E402
+from harness.analysis.thresholds import ABS_FLOOR_US  # noqa: E402
 from harness.analysis.timechange import Thresholds  # noqa: E402
 from harness.collect.ingest import read_runs_into  # noqa: E402
 from harness.collect.store import Store  # noqa: E402
@@ -50,7 +54,8 @@ from harness.measurement.timing import median_rel_stderr  # noqa: E402
 RUNS = ROOT / "tests" / "fixtures" / "runs"
 EVIDENCE = ROOT / "docs" / "evidence"
 STUDIES = {"03:59": "2026-12-01-h200-session8", "12:20": "2026-12-01-h200-session11",
-           "H100 07:29": "2026-12-07-h100-bwd/power-1", "H100 07:34": "2026-12-07-h100-bwd/power-2"}
+           "H100 07:29": "2026-12-07-h100-bwd/power-1", "H100 07:34": "2026-12-07-h100-bwd/power-2",
+           "H200 17:40": "2026-12-07-h200-158103a5"}
 NIGHTS = ("h200-repeat8-fwd", "h200x2-repeat8-fwd")
 CURRENT = timechange.placements_apart
 CLOSE = timechange.placements_close  # the veto of placements apart by less than their spread (any samples)
@@ -221,8 +226,22 @@ def wide_pairs(pairs) -> dict[str, list[int]]:
     return out
 
 
+@contextlib.contextmanager
+def floor_of(us: float):
+    """Every Thresholds() made inside judged with an absolute floor of ``us`` (the judgements make their own)."""
+    at = [f.name for f in dataclasses.fields(Thresholds)].index("abs_us")
+    saved = Thresholds.__init__.__defaults__
+    Thresholds.__init__.__defaults__ = (*saved[:at], us, *saved[at + 1:])
+    try:
+        yield
+    finally:
+        Thresholds.__init__.__defaults__ = saved
+
+
 def main(argv: list[str] | None = None) -> int:
-    names = (argv if argv is not None else sys.argv[1:]) or list(RULES)
+    args = argv if argv is not None else sys.argv[1:]
+    floors = [float(a.split("=", 1)[1]) for a in args if a.startswith("floor=")] or [ABS_FLOOR_US]
+    names = [a for a in args if not a.startswith("floor=")] or list(RULES)
     unknown = [n for n in names if n not in RULES and n not in CLOSE_RULES and n not in MOVED_RULES]
     if unknown:
         print(f"gate_rules: unknown rule {', '.join(unknown)} (known: {', '.join([*RULES, *CLOSE_RULES, *MOVED_RULES])})",
@@ -238,33 +257,35 @@ def main(argv: list[str] | None = None) -> int:
         read_runs_into(store, [RUNS / f"{name}.tar.gz"])
         nights[name] = [store.records(r["id"]) for r in sorted(store.runs(), key=lambda r: r["started"])]
     nightly_runs = sorted(calibrate_gate.load([str(RUNS / "h200x2-repeat8-fwd.tar.gz")]))
-    th = Thresholds()
     nights_pairs = [(r[i], r[j]) for r in nights.values() for i, j in itertools.combinations(range(len(r)), 2)]
     for processes, (n, apart, apart_over, beyond, beyond_over) in wide_pairs(
             [(a, b) for _, a, b in aa] + nights_pairs).items():
         print(f"only-wide A/A record pairs, {processes} a side: {n}; placements apart {apart} ({apart_over} beyond "
               f"the thresholds); apart by more than their spread {beyond} ({beyond_over} beyond the thresholds)")
-    for name in names:
+    for name, floor in itertools.product(names, floors):
         timechange.placements_apart = RULES.get(name, CURRENT)
         timechange.placements_close = CLOSE_RULES.get(name, CLOSE)
         timechange.placements_moved = MOVED_RULES.get(name, MOVED)
-        try:
-            failing = {}
-            for pair, a, b in aa:
-                failing[pair] = sum(f.verdict in ("regression", "improvement") for f in judgement.judge(a, b)["findings"])
-            power = {}
-            for study, ps in studies.items():
-                s = detection_power.judge(ps)["summary"]
-                power[study] = (s["20-50us +10%"]["detected"], s["20-50us +10%"]["calls"],
-                                s["50-infus +5%"]["detected"], s["50-infus +5%"]["calls"],
-                                s["aa_false_alarms"]["regressions"] + s["aa_false_alarms"]["improvements"])
-            night_pairs = {n: sum(bool(gate(compare_runs(r[i], r[j], th, r[max(0, i - 5):i]), th))
-                                  for i, j in itertools.combinations(range(len(r)), 2)) for n, r in nights.items()}
-            nightly = calibrate_gate.nightly_power(nightly_runs, th)
-        finally:
-            timechange.placements_apart, timechange.placements_close = CURRENT, CLOSE
-            timechange.placements_moved = MOVED
-        print(f"\n{name}: A/A failing {sum(failing.values())} "
+        with floor_of(floor):
+            th = Thresholds()
+            assert th.abs_us == floor
+            try:
+                failing = {}
+                for pair, a, b in aa:
+                    failing[pair] = sum(f.verdict in ("regression", "improvement") for f in judgement.judge(a, b)["findings"])
+                power = {}
+                for study, ps in studies.items():
+                    s = detection_power.judge(ps)["summary"]
+                    power[study] = (s["20-50us +10%"]["detected"], s["20-50us +10%"]["calls"],
+                                    s["50-infus +5%"]["detected"], s["50-infus +5%"]["calls"],
+                                    s["aa_false_alarms"]["regressions"] + s["aa_false_alarms"]["improvements"])
+                night_pairs = {n: sum(bool(gate(compare_runs(r[i], r[j], th, r[max(0, i - 5):i]), th))
+                                      for i, j in itertools.combinations(range(len(r)), 2)) for n, r in nights.items()}
+                nightly = calibrate_gate.nightly_power(nightly_runs, th)
+            finally:
+                timechange.placements_apart, timechange.placements_close = CURRENT, CLOSE
+                timechange.placements_moved = MOVED
+        print(f"\n{name}, floor {floor:g} us: A/A failing {sum(failing.values())} "
               f"({', '.join(f'{p} {n}' for p, n in failing.items() if n)})")
         for study, (d10, n10, d5, n5, aa_alarms) in power.items():
             print(f"  {study}: +10 % on 20-50 us {d10}/{n10} ({d10 / n10:.1%}), +5 % on >= 50 us {d5}/{n5} "
