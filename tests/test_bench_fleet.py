@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
 
 from _fleet_data import journal_lines
+from _scripts import load
 
 from harness.backends.cudnn_lib import DOCUMENTED_NONDETERMINISTIC
 from harness.core.explain import nondeterminism_cause
@@ -18,10 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("bench_fleet", ROOT / "scripts" / "bench_fleet.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("bench_fleet")
 
 
 def test_the_fleet_marks_documented_nondeterminism_as_real_runs_do(tmp_path):

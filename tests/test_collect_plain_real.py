@@ -7,7 +7,6 @@ in check_record's words."""
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import json
 import tarfile
 from pathlib import Path
@@ -16,6 +15,7 @@ import numpy as np
 import pytest
 from _fleet_data import fixture_tarballs, record, write_run
 from _plain_checks import assert_refused_in_its_words
+from _scripts import load
 
 from harness.collect import journals as col
 from harness.collect.discovery import Archive, RawRun, dir_run, discover
@@ -26,7 +26,6 @@ from harness.core.schema import check_record
 T0 = dt.datetime(2026, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
 N = 300  # more than 256 distinct values in the text columns: their joined-text path is taken
 RANKING = 7  # every RANKING-th line is a ranking line
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _real_line(i: int) -> dict:
@@ -256,9 +255,7 @@ def test_every_committed_fixture_run_is_plain_and_stores_what_the_general_path_s
 
 
 def test_the_fleet_generators_runs_are_plain_and_store_what_the_general_path_stores(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("bench_fleet", ROOT / "scripts" / "bench_fleet.py")
-    fleet = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fleet)
+    fleet = load("bench_fleet")
     for mi in range(2):
         fleet.gen_machine((mi, 3, 548, str(tmp_path / "fleet")))
     runs = _raw_runs([tmp_path / "fleet"])

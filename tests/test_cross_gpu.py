@@ -3,8 +3,9 @@ judged as one machine against committed runs of other H200s. Against a run timed
 processes the gate fails nothing; against the one-placement run of 2026-11-30 it fails the layer4.0.conv1 GEMM
 family, whose single draw sat below every placement of the head."""
 
-import importlib.util
 from pathlib import Path
+
+from _scripts import load
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAD = ROOT / "docs/evidence/2026-12-07-h200/new-fwd-run.tar.xz"
@@ -12,10 +13,7 @@ RUNS = ROOT / "tests/fixtures/runs"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("cross_gpu", ROOT / "scripts/cross_gpu.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("cross_gpu")
 
 
 def _rows(out: str) -> dict[str, int]:

@@ -5,7 +5,6 @@ nothing is written outside the store (checked by snapshotting the sandbox the co
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -15,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _scripts import load
 
 from harness.collect import journals as col
 from harness.collect.discovery import Archive, RawRun, Refused, dir_run, discover
@@ -25,10 +25,7 @@ ESCAPE = Path("/tmp/convbench-escape")  # where the traversal members of the cor
 
 
 def _corpus_module():
-    spec = importlib.util.spec_from_file_location("make_hostile_corpus", ROOT / "scripts" / "make_hostile_corpus.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("make_hostile_corpus")
 
 
 @pytest.fixture(scope="module")

@@ -2,20 +2,17 @@
 each night against the one before, with no history: the kin rules take the one failing pair's finding out and
 detect every software-injected slowdown the gate detected without them."""
 
-import importlib.util
 import tarfile
 from pathlib import Path
 
 import pytest
+from _scripts import load
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("kin_levels", ROOT / "scripts/kin_levels.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("kin_levels")
 
 
 @pytest.mark.slow  # fourteen runs read: about 13 s

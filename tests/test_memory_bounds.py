@@ -4,17 +4,13 @@ bytes.splitlines splits it. The full-size figures are in docs/reliability.md."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from _scripts import load
 from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from harness.collect import journals
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @hsettings(max_examples=300, deadline=None, database=None)
@@ -26,10 +22,7 @@ def test_the_journal_is_split_as_splitlines_splits_it(data, chunk, torn):
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("measure_memory", ROOT / "scripts" / "measure_memory.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("measure_memory")
 
 
 @pytest.mark.slow

@@ -2,9 +2,10 @@
 backward jobs of one H100 by the timer that warms every placement and by a trial one that sampled long calls'
 placements on their first call (tests/fixtures/runs/h100-first-calls.tar.xz)."""
 
-import importlib.util
 import tarfile
 from pathlib import Path
+
+from _scripts import load
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ROOT / "tests/fixtures/runs/h100-first-calls.tar.xz"
@@ -12,11 +13,7 @@ BASE, TRIAL = "20261206T160419Z-native-ad83781-2090", "20261206T160103Z-native-7
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("placement_warmup_effect",
-                                                  ROOT / "scripts/placement_warmup_effect.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("placement_warmup_effect")
 
 
 def test_a_placements_first_call_is_what_the_warm_up_keeps_out_of_the_samples(tmp_path, capsys):

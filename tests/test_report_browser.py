@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from _fleet_data import EVIL_NAME, copy_run, named_runs
+from _scripts import load
 from browser import Browser, BrowserUnavailable
 
 from harness.collect.ingest import collect
@@ -516,12 +517,7 @@ def test_a_fleet_regressions_page_groups_per_machine_and_answers_on_its_first_sc
     screen at 1440 x 900), then each machine with its newest transition's worst regressions open and the rest
     folded; the counts are kept; a permalink into a fold opens it; the page is less than a third as tall as with
     every fold open. Every page is clean, under 0.5 s, and every link resolves."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_fleet", Path(__file__).resolve().parents[1] / "scripts"
-                                                  / "bench_fleet.py")
-    bf = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bf)
+    bf = load("bench_fleet")
     fleet = tmp_path / "fleet"
     for mi in range(12):
         bf.gen_machine((mi, 8, 300, str(fleet)))
