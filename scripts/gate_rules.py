@@ -17,15 +17,13 @@ candidate replaces timechange.placements_close instead, the veto of any change w
 placements are apart by less than their spread, with the wide rule in force. "moved" and "without-moved" keep both
 and ask whether a change that moved every placement past the threshold, placement by placement, lifts the overlap
 and close vetoes (timechange.placements_moved) or not. `floor=US` judges everything with another absolute floor
-(thresholds.ABS_FLOOR_US, the default of every Thresholds the judgements make), for each rule named.
+than thresholds.ABS_FLOOR_US, for each rule named.
 
     python3 scripts/gate_rules.py [RULE ...] [floor=US ...]
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import itertools
 import json
 import lzma
@@ -226,18 +224,6 @@ def wide_pairs(pairs) -> dict[str, list[int]]:
     return out
 
 
-@contextlib.contextmanager
-def floor_of(us: float):
-    """Every Thresholds() made inside judged with an absolute floor of ``us`` (the judgements make their own)."""
-    at = [f.name for f in dataclasses.fields(Thresholds)].index("abs_us")
-    saved = Thresholds.__init__.__defaults__
-    Thresholds.__init__.__defaults__ = (*saved[:at], us, *saved[at + 1:])
-    try:
-        yield
-    finally:
-        Thresholds.__init__.__defaults__ = saved
-
-
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
     floors = [float(a.split("=", 1)[1]) for a in args if a.startswith("floor=")] or [ABS_FLOOR_US]
@@ -266,25 +252,24 @@ def main(argv: list[str] | None = None) -> int:
         timechange.placements_apart = RULES.get(name, CURRENT)
         timechange.placements_close = CLOSE_RULES.get(name, CLOSE)
         timechange.placements_moved = MOVED_RULES.get(name, MOVED)
-        with floor_of(floor):
-            th = Thresholds()
-            assert th.abs_us == floor
-            try:
-                failing = {}
-                for pair, a, b in aa:
-                    failing[pair] = sum(f.verdict in ("regression", "improvement") for f in judgement.judge(a, b)["findings"])
-                power = {}
-                for study, ps in studies.items():
-                    s = detection_power.judge(ps)["summary"]
-                    power[study] = (s["20-50us +10%"]["detected"], s["20-50us +10%"]["calls"],
-                                    s["50-infus +5%"]["detected"], s["50-infus +5%"]["calls"],
-                                    s["aa_false_alarms"]["regressions"] + s["aa_false_alarms"]["improvements"])
-                night_pairs = {n: sum(bool(gate(compare_runs(r[i], r[j], th, r[max(0, i - 5):i]), th))
-                                      for i, j in itertools.combinations(range(len(r)), 2)) for n, r in nights.items()}
-                nightly = calibrate_gate.nightly_power(nightly_runs, th)
-            finally:
-                timechange.placements_apart, timechange.placements_close = CURRENT, CLOSE
-                timechange.placements_moved = MOVED
+        th = Thresholds(abs_us=floor)
+        try:
+            failing = {}
+            for pair, a, b in aa:
+                failing[pair] = sum(f.verdict in ("regression", "improvement")
+                                    for f in judgement.judge(a, b, th)["findings"])
+            power = {}
+            for study, ps in studies.items():
+                s = detection_power.judge(ps, th=th)["summary"]
+                power[study] = (s["20-50us +10%"]["detected"], s["20-50us +10%"]["calls"],
+                                s["50-infus +5%"]["detected"], s["50-infus +5%"]["calls"],
+                                s["aa_false_alarms"]["regressions"] + s["aa_false_alarms"]["improvements"])
+            night_pairs = {n: sum(bool(gate(compare_runs(r[i], r[j], th, r[max(0, i - 5):i]), th))
+                                  for i, j in itertools.combinations(range(len(r)), 2)) for n, r in nights.items()}
+            nightly = calibrate_gate.nightly_power(nightly_runs, th)
+        finally:
+            timechange.placements_apart, timechange.placements_close = CURRENT, CLOSE
+            timechange.placements_moved = MOVED
         print(f"\n{name}, floor {floor:g} us: A/A failing {sum(failing.values())} "
               f"({', '.join(f'{p} {n}' for p, n in failing.items() if n)})")
         for study, (d10, n10, d5, n5, aa_alarms) in power.items():

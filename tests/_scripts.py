@@ -8,8 +8,9 @@ SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 
 
 def load(name: str) -> ModuleType:
-    """scripts/<name>.py, executed afresh as module ``name``."""
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    """scripts/<name>.py (``name`` may hold a folder: "gpu/detection_power"), executed afresh as a module of its
+    file's name."""
+    spec = importlib.util.spec_from_file_location(Path(name).name, SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

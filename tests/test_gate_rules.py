@@ -1,18 +1,25 @@
-"""scripts/gate_rules.py's floor candidates: a floor tried there is the one every judgement's own Thresholds() gets,
-and the gate's floor is back as it was afterwards, also when the judging raises."""
+"""scripts/gate_rules.py's floor candidates: the gate's settings it tries reach the detection-power judgement, whose
+default stays the calibrated one (the evening H200 study of 2026-12-07, docs/evidence/2026-12-07-h200-158103a5)."""
 
-import pytest
+import json
+import lzma
+from pathlib import Path
+
 from _scripts import load
 
-from harness.analysis.thresholds import ABS_FLOOR_US, Thresholds
+from harness.analysis.thresholds import Thresholds
+
+ROOT = Path(__file__).resolve().parent.parent
+STUDY = ROOT / "docs/evidence/2026-12-07-h200-158103a5"
 
 
-def test_a_floor_tried_is_every_default_thresholds_floor_and_is_undone():
-    floor_of = load("gate_rules").floor_of
-    with floor_of(2.5):
-        assert Thresholds().abs_us == 2.5 and Thresholds().alpha == 0.01
-        assert Thresholds(abs_us=0.5).abs_us == 0.5
-    assert Thresholds().abs_us == ABS_FLOOR_US
-    with pytest.raises(RuntimeError), floor_of(3.0):
-        raise RuntimeError("a judgement that fails")
-    assert Thresholds().abs_us == ABS_FLOOR_US
+def test_detection_power_is_judged_with_the_settings_it_is_given():
+    parts = [json.loads(lzma.decompress((STUDY / f"power-gpu0-part{i}.json.xz").read_bytes())) for i in (1, 2)]
+    judge = load("gpu/detection_power").judge
+    default = judge(parts)["summary"]
+    assert (default["50-infus +5%"]["detected"], default["50-infus +5%"]["calls"]) == (304, 316)  # as on the GPU
+    assert (default["20-50us +10%"]["detected"], default["20-50us +10%"]["calls"]) == (42, 43)
+    assert judge(parts, th=Thresholds())["summary"] == default
+    floored = judge(parts, th=Thresholds(abs_us=100.0))["summary"]  # no +10 % of a 20-50 us call reaches 100 us
+    assert floored["20-50us +10%"]["detected"] == 0 and floored["20-50us +10%"]["calls"] == 43
+    assert floored["50-infus +5%"]["detected"] < default["50-infus +5%"]["detected"]

@@ -136,10 +136,11 @@ def run_hashes(run: Path) -> dict[tuple, Determinism]:
             if r.kind == "measurement" and r.backend == "cudnn" and r.direction == "fwd" and r.determinism}
 
 
-def judge(parts: list[dict], hashes: dict[tuple, Determinism] | None = None) -> dict:
-    """Each call's passes pooled over the parts (processes) and judged: base against +5 %, +10 % and base2,
-    with each pass's records of the same kernel as kin where ``hashes`` (run_hashes) name the kernels."""
-    th = Thresholds()
+def judge(parts: list[dict], hashes: dict[tuple, Determinism] | None = None, th: Thresholds | None = None) -> dict:
+    """Each call's passes pooled over the parts (processes) and judged with the gate's settings ``th`` (default:
+    the calibrated ones): base against +5 %, +10 % and base2, with each pass's records of the same kernel as kin
+    where ``hashes`` (run_hashes) name the kernels."""
+    th = th or Thresholds()
     hashes = hashes or {}
     calls = parts[0]["calls"]
     if any(p["calls"] != calls for p in parts):
