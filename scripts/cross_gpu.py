@@ -29,6 +29,7 @@ from harness.analysis.pairing import stack_fields  # noqa: E402
 from harness.analysis.thresholds import Thresholds  # noqa: E402
 from harness.collect.ingest import read_runs_into  # noqa: E402
 from harness.collect.store import Store  # noqa: E402
+from harness.core.records import settings_key  # noqa: E402
 
 DEFAULT_BASES = ("tests/fixtures/runs/*.tar.*", "docs/evidence/*/*.tar.*")
 
@@ -54,10 +55,6 @@ def stack(run: dict) -> tuple:
     (pairing.stack_fields); the driver, CUDA and onnxruntime may differ between lent hosts."""
     fields = dict(stack_fields(run.get("fingerprint") or {}))
     return fields.get("cuDNN"), fields.get("torch")
-
-
-def _settings(settings: dict) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted((settings or {}).items()) if v is not None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{str(run.get('suite_revision'))[:12]:12s} {'yes' if has else 'no':10s} {len(common):8,d} "
                   f"{failing:7d} {len(findings):8d}")
             for f in failed if args.failing else ():
-                print(f"    {f.kind} {f.case} {f.backend} {f.direction} {f.algo} {f.math} {f.dtype} {f.layout} "
-                      f"{_settings(f.settings)}: {f.base} -> {f.head}; {f.evidence[:160]}")
+                call = (f.kind, f.case, f.backend, f.direction, f.algo, f.math, f.dtype, f.layout,
+                        settings_key(f.settings or {}))
+                print(f"    {' '.join(filter(None, call))}: {f.base} -> {f.head}; {f.evidence[:160]}")
     for has, fails in totals.items():
         if fails:
             print(f"{'with' if has else 'without'} placements: {len(fails)} base runs, {sum(f == 0 for f in fails)} "
