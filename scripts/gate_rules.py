@@ -41,12 +41,12 @@ import calibrate_gate  # noqa: E402
 import detection_power  # noqa: E402
 
 from harness.analysis import paired_judgement as judgement  # noqa: E402
-from harness.analysis import timechange  # noqa: E402
+from harness.analysis import thresholds, timechange  # noqa: E402
 from harness.analysis.compare import compare_runs, gate  # noqa: E402
-from harness.analysis.thresholds import ABS_FLOOR_US  # noqa: E402
 from harness.analysis.timechange import Thresholds  # noqa: E402
 from harness.collect.ingest import read_runs_into  # noqa: E402
 from harness.collect.store import Store  # noqa: E402
+from harness.core.errors import UserError  # noqa: E402
 from harness.measurement.timing import median_rel_stderr  # noqa: E402
 
 RUNS = ROOT / "tests" / "fixtures" / "runs"
@@ -226,7 +226,13 @@ def wide_pairs(pairs) -> dict[str, list[int]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
-    floors = [float(a.split("=", 1)[1]) for a in args if a.startswith("floor=")] or [ABS_FLOOR_US]
+    try:
+        floors = [float(a.split("=", 1)[1]) for a in args if a.startswith("floor=")] or [thresholds.ABS_FLOOR_US]
+        for floor in floors:
+            thresholds.checked(Thresholds(abs_us=floor))
+    except (ValueError, UserError) as exc:
+        print(f"gate_rules: floor=US takes microseconds the gate accepts ({exc})", file=sys.stderr)
+        return 2
     names = [a for a in args if not a.startswith("floor=")] or list(RULES)
     unknown = [n for n in names if n not in RULES and n not in CLOSE_RULES and n not in MOVED_RULES]
     if unknown:

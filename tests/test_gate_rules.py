@@ -23,3 +23,11 @@ def test_detection_power_is_judged_with_the_settings_it_is_given():
     floored = judge(parts, th=Thresholds(abs_us=100.0))["summary"]  # no +10 % of a 20-50 us call reaches 100 us
     assert floored["20-50us +10%"]["detected"] == 0 and floored["20-50us +10%"]["calls"] == 43
     assert floored["50-infus +5%"]["detected"] < default["50-infus +5%"]["detected"]
+
+
+def test_a_floor_the_gate_would_refuse_is_one_line_and_exit_2(capsys):
+    main = load("gate_rules").main
+    for arg, words in (("floor=abc", "could not convert"), ("floor=-1", "outside [0, 10000]")):
+        assert main(["current", arg]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("gate_rules: floor=US") and words in err, err
