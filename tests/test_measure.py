@@ -1,6 +1,14 @@
 """The timer's stopping rule: a noise target, a sample cap and a device-time budget."""
 
-from harness.measurement.timing import FLOOR_SAMPLES, TimingPolicy, _enough, median_rel_stderr, sample_flags
+from harness.measurement.timing import (
+    FLOOR_SAMPLES,
+    NOISE_FLOOR_US,
+    TimingPolicy,
+    _enough,
+    median_rel_stderr,
+    median_stderr,
+    sample_flags,
+)
 
 POLICY = TimingPolicy()
 
@@ -41,3 +49,25 @@ def test_sample_flags_name_what_makes_a_median_flip():
     assert sample_flags(device_bound, host_bound=True) == ["host_bound"]
     wide = [0.05, 0.05, 0.05, 0.05, 0.12, 0.12, 0.12, 0.12]  # IQR/median 1.4 with median/min 1.7
     assert "multimodal" in sample_flags(wide)
+
+
+def test_a_short_call_stops_once_its_median_is_finer_than_the_gate_can_use():
+    # 10 us with 10 % spread: the median's relative error at 32 samples is above 0.5 % but its absolute error is
+    # under an eighth of the gate's floor, so sampling stops; the same spread at 100 us keeps sampling.
+    short = [0.010 * (1 + 0.10 * ((i * 7) % 11) / 10) for i in range(32)]
+    assert median_rel_stderr(short) > POLICY.noise_target
+    assert _enough(short, spent_ms=sum(short), policy=POLICY)
+    longer = [10 * s for s in short]
+    assert not _enough(longer, spent_ms=sum(longer), policy=POLICY)
+
+
+def test_both_targets_are_an_eighth_of_what_the_gate_can_fail():
+    from harness.analysis.thresholds import ABS_FLOOR_US, TIME_BANDS
+    assert NOISE_FLOOR_US == ABS_FLOOR_US / 8
+    assert POLICY.noise_target <= TIME_BANDS[-1][1] / 8
+
+
+def test_a_shared_policy_loosens_the_floor_like_the_relative_target():
+    half = POLICY.share(2)
+    assert abs(half.noise_floor_us - POLICY.noise_floor_us * 2 ** 0.5) < 1e-12
+    assert abs(median_stderr([1.0, 2.0, 3.0, 4.0, 5.0])[0] - 3.0) < 1e-12

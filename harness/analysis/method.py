@@ -13,7 +13,8 @@ from typing import Any
 from ..core.records import OK, Record
 
 # The sampling policy's fields that decide what a median is (TimingPolicy): the others bound its cost only.
-POLICY_FIELDS = ("min_samples", "max_samples", "budget_ms", "noise_target", "floor_samples", "warmup_ms", "cold")
+POLICY_FIELDS = ("min_samples", "max_samples", "budget_ms", "noise_target", "noise_floor_us", "floor_samples",
+                 "warmup_ms", "cold")
 
 
 def placements(records: Iterable[Record]) -> int:

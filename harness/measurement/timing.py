@@ -30,6 +30,10 @@ from .clocks import DeviceClock, during
 # Below this many samples a rank test is not worth running (the normal approximation of Mann-Whitney's U
 # needs about 7 a side): the budget never stops sampling before it, and compare calls such records ambiguous.
 FLOOR_SAMPLES = 8
+# A median known to an eighth of the gate's absolute floor (analysis/thresholds.py ABS_FLOOR_US, 1.5 us) is known
+# finer than any verdict needs: the gate cannot fail a change below the floor. Under 37.5 us this stops sampling
+# before the relative target would; above, 0.5 % is already the finer of the two.
+NOISE_FLOOR_US = 1.5 / 8
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,7 @@ class TimingPolicy:
     # calls under 50 us took four to six times the samples, each costing a spacer of 1.5 host dispatches. Side by
     # side on one H200 the forward job took 159.8 s at 0.2 % and 123.9 s at 0.5 %, at the same device medians.
     noise_target: float = 0.005
+    noise_floor_us: float = NOISE_FLOOR_US  # ... or the median's absolute standard error is below this
     batch: int = 8
     cold: bool = False  # flush L2 before each repetition (outside the timed region)
     keep_samples: int = 64  # samples stored in the record (evenly thinned); the summary uses all
@@ -61,19 +66,23 @@ class TimingPolicy:
         floor = -(-self.floor_samples // k)
         most = max(floor, self.max_samples // k)
         return replace(self, budget_ms=self.budget_ms / k, min_samples=max(floor, -(-self.min_samples // k)),
-                       max_samples=most, noise_target=self.noise_target * math.sqrt(k), keep_samples=most,
-                       floor_samples=floor)
+                       max_samples=most, noise_target=self.noise_target * math.sqrt(k),
+                       noise_floor_us=self.noise_floor_us * math.sqrt(k), keep_samples=most, floor_samples=floor)
+
+
+def median_stderr(samples: list[float]) -> tuple[float, float]:
+    """The median and its standard error, from a robust sigma (IQR / 1.349) and 1.2533 sigma/sqrt(n), in one
+    pass of the quartiles (the middle one is the median); an infinite error under 4 samples."""
+    if len(samples) < 4:
+        return (statistics.median(samples) if samples else math.nan), math.inf
+    q1, med, q3 = statistics.quantiles(samples, n=4)
+    return med, 1.2533 * (q3 - q1) / 1.349 / len(samples) ** 0.5
 
 
 def median_rel_stderr(samples: list[float]) -> float:
-    """Relative standard error of the median, from a robust sigma (IQR / 1.349) and 1.2533 sigma/sqrt(n)."""
-    if len(samples) < 4:
-        return float("inf")
-    q1, _, q3 = statistics.quantiles(samples, n=4)
-    med = statistics.median(samples)
-    if med <= 0:
-        return float("inf")
-    return 1.2533 * (q3 - q1) / 1.349 / len(samples) ** 0.5 / med
+    """Relative standard error of the median (median_stderr over the median)."""
+    med, err = median_stderr(samples)
+    return err / med if med > 0 else math.inf
 
 
 def summarize(samples: list[float], mode: str, timer: str, keep: int, clock: dict | None = None,
@@ -145,7 +154,10 @@ def _enough(samples: list[float], spent_ms: float, policy: TimingPolicy) -> bool
         return True
     if spent_ms >= 4 * policy.budget_ms and n >= 3:  # very long calls: a bounded cost, flagged few_samples
         return True
-    return n >= policy.min_samples and median_rel_stderr(samples) <= policy.noise_target
+    if n < policy.min_samples:
+        return False
+    med, err = median_stderr(samples)
+    return med > 0 and err <= max(policy.noise_target * med, policy.noise_floor_us / 1e3)
 
 
 # A batch after which NVML reports the SM clock held below its maximum by a slowdown reason (clocks.throttled)
