@@ -11,8 +11,11 @@
 #     both sides run this tree's bench_fidelity.py, each with its own harness: one protocol for both timers. With
 #     each round after 1 s of idle a side takes about 350 s, so run SIDES=base and SIDES=new in two calls and put
 #     the two JSON side by side here (bench_fidelity.py --against)
-# AGAIN=1 runs this tree's stage a second time (into $OUT/new2): with the first, an A/A pair of the new code on
+# AGAIN=1 runs this tree's stage a second time (side new2): with the first, an A/A pair of the new code on
 # the same GPU, to be compared where the runs come back. SIDES (default "base new") runs one side only.
+# The device returns at most 8 files from $OUT: each side's stage writes under /tmp/convbench-sbs/SIDE, and $OUT
+# gets SIDE-STAGE-run.tgz and SIDE-STAGE.log (its console, breakdown included) a side, against.txt and
+# side-by-side.txt: 8 files with AGAIN=1 (fidelity: SIDE-fidelity.json and its log).
 set -uo pipefail
 if [ "${1:-}" = "--pack" ]; then
   rev=${2:?REV}; rm -rf .baseline && mkdir .baseline
@@ -30,27 +33,33 @@ export FIDELITY_TIMEOUT=${FIDELITY_TIMEOUT:-480}  # an older tree's nightly.sh a
 newest() { ls -td /tmp/convbench-results/$CONVBENCH_MACHINE/*/ | head -1; }
 # SIDES="base" then SIDES="new" in two calls on the warm machine: a backward job each, as one call holds only one;
 # each side's run is remembered under /tmp, so the second call puts them side by side.
+SCRATCH=/tmp/convbench-sbs
+# one side's stage: its console to $OUT/SIDE-STAGE.log (and here), its tarball or JSON copied to $OUT
+run_side() {
+  local side=$1 tree=$2; local out=$SCRATCH/$side
+  rm -rf "$out"; mkdir -p "$out"
+  ( cd "$tree" && OUT="$out" PYTHONPATH="${ASV_PATH:-}:$tree" bash scripts/gpu/nightly.sh "$stage" ) 2>&1 \
+    | tee "$OUT/$side-$stage.log"
+  for f in "$stage-run.tgz" fidelity.json; do [ -f "$out/$f" ] && cp "$out/$f" "$OUT/$side-$f"; done
+  [ "$stage" = fidelity ] || newest > "/tmp/convbench-side-$stage-$side"
+}
+mkdir -p "$OUT"
 for side in ${SIDES:-base new}; do
-  mkdir -p "$OUT/$side"
   if [ "$side" = base ]; then
     base_tree=/tmp/convbench-baseline; rm -rf "$base_tree"; cp -r .baseline "$base_tree"
     [ "$stage" = fidelity ] && cp "$here/scripts/bench_fidelity.py" "$base_tree/scripts/"  # one protocol, two timers
-    ( cd "$base_tree" && OUT="$OUT/base" PYTHONPATH="${ASV_PATH:-}:$base_tree" CONVBENCH_REVISION="$(cat REVISION)" \
-        bash scripts/gpu/nightly.sh "$stage" )
+    CONVBENCH_REVISION="$(cat "$base_tree/REVISION")" run_side base "$base_tree"
   else
-    ( cd "$here" && OUT="$OUT/$side" PYTHONPATH="${ASV_PATH:-}:$here" bash scripts/gpu/nightly.sh "$stage" )
+    run_side "$side" "$here"
   fi
-  [ "$stage" = fidelity ] || newest > "/tmp/convbench-side-$stage-$side"
 done
 if [ "$stage" = fidelity ]; then  # no run directory: the two benchmarks' JSON side by side
-  [ -f "$OUT/base/fidelity.json" ] && [ -f "$OUT/new/fidelity.json" ] || exit 0
-  python3 scripts/bench_fidelity.py --against "$OUT/base/fidelity.json" "$OUT/new/fidelity.json" | tee "$OUT/against.txt"
+  [ -f "$SCRATCH/base/fidelity.json" ] && [ -f "$SCRATCH/new/fidelity.json" ] || exit 0
+  python3 scripts/bench_fidelity.py --against "$SCRATCH/base/fidelity.json" "$SCRATCH/new/fidelity.json" \
+    | tee "$OUT/against.txt"
   exit 0
 fi
-if [ "${AGAIN:-0}" = 1 ]; then
-  mkdir -p "$OUT/new2"
-  ( cd "$here" && OUT="$OUT/new2" PYTHONPATH="${ASV_PATH:-}:$here" bash scripts/gpu/nightly.sh "$stage" )
-fi
+[ "${AGAIN:-0}" = 1 ] && run_side new2 "$here"
 [ -f "/tmp/convbench-side-$stage-base" ] && [ -f "/tmp/convbench-side-$stage-new" ] || exit 0
 base_run=$(cat "/tmp/convbench-side-$stage-base"); new_run=$(cat "/tmp/convbench-side-$stage-new")
 python3 scripts/run_breakdown.py "$new_run" --against "$base_run" | tee "$OUT/against.txt"
