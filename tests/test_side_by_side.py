@@ -43,7 +43,8 @@ def tree(tmp_path):
 def test_a_side_by_side_with_a_repeat_leaves_at_most_eight_files(tree, tmp_path):
     out = tmp_path / "out"
     machine = f"test-sbs-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "OUT": str(out), "AGAIN": "1", "CONVBENCH_MACHINE": machine}
+    work = tmp_path / "work"  # the script's baseline copy, scratch and remembered runs, away from /tmp's
+    env = {**os.environ, "OUT": str(out), "AGAIN": "1", "CONVBENCH_MACHINE": machine, "SBS_WORK": str(work)}
     try:
         proc = subprocess.run(["bash", "scripts/gpu/side_by_side.sh", "fwd"], cwd=tree, env=env,
                               capture_output=True, text=True, timeout=60)
@@ -55,7 +56,7 @@ def test_a_side_by_side_with_a_repeat_leaves_at_most_eight_files(tree, tmp_path)
                      "new2-fwd-run.tgz", "new2-fwd.log", "side-by-side.txt"]
     assert len(files) <= DEVICE_MAX_FILES
     # the base side ran the baseline's copy under its own revision; the others this tree
-    assert "revision=abc1234 tree=/tmp/convbench-baseline" in (out / "base-fwd.log").read_text()
+    assert f"revision=abc1234 tree={work}/convbench-baseline" in (out / "base-fwd.log").read_text()
     assert f"revision=this tree tree={tree}" in (out / "new2-fwd.log").read_text()
     assert (out / "against.txt").read_text().startswith("breakdown /tmp/convbench-results/")
     assert "new_run {'seconds': 1.0" in (out / "side-by-side.txt").read_text()

@@ -13,7 +13,7 @@
 #     the two JSON side by side here (bench_fidelity.py --against)
 # AGAIN=1 runs this tree's stage a second time (side new2): with the first, an A/A pair of the new code on
 # the same GPU, to be compared where the runs come back. SIDES (default "base new") runs one side only.
-# The device returns at most 8 files from $OUT: each side's stage writes under /tmp/convbench-sbs/SIDE, and $OUT
+# The device returns at most 8 files from $OUT: each side's stage writes under $SBS_WORK/convbench-sbs/SIDE, and $OUT
 # gets SIDE-STAGE-run.tgz and SIDE-STAGE.log (its console, breakdown included) a side, against.txt and
 # side-by-side.txt: 8 files with AGAIN=1 (fidelity: SIDE-fidelity.json and its log).
 set -uo pipefail
@@ -26,14 +26,16 @@ if [ "${1:-}" = "--pack" ]; then
 fi
 stage=${1:?stage: fwd or bwd}
 OUT=${OUT:-/tmp/convbench-out}
+WORK=${SBS_WORK:-/tmp}  # the baseline's copy, each side's scratch and its run's path, kept between calls
+mkdir -p "$WORK"
 [ -f .baseline/REVISION ] || { echo "side_by_side: no .baseline/ (make it with --pack REV and carry it)" >&2; exit 2; }
 here=$PWD
 export CONVBENCH_MACHINE=${CONVBENCH_MACHINE:-h200-lent-gpu0}
 export FIDELITY_TIMEOUT=${FIDELITY_TIMEOUT:-480}  # an older tree's nightly.sh allowed 300 s, before the 1 s idle
 newest() { ls -td /tmp/convbench-results/$CONVBENCH_MACHINE/*/ | head -1; }
 # SIDES="base" then SIDES="new" in two calls on the warm machine: a backward job each, as one call holds only one;
-# each side's run is remembered under /tmp, so the second call puts them side by side.
-SCRATCH=/tmp/convbench-sbs
+# each side's run is remembered under $WORK, so the second call puts them side by side.
+SCRATCH=$WORK/convbench-sbs
 # one side's stage: its console to $OUT/SIDE-STAGE.log (and here), its tarball or JSON copied to $OUT
 run_side() {
   local side=$1 tree=$2; local out=$SCRATCH/$side
@@ -41,12 +43,12 @@ run_side() {
   ( cd "$tree" && OUT="$out" PYTHONPATH="${ASV_PATH:-}:$tree" bash scripts/gpu/nightly.sh "$stage" ) 2>&1 \
     | tee "$OUT/$side-$stage.log"
   for f in "$stage-run.tgz" fidelity.json; do [ -f "$out/$f" ] && cp "$out/$f" "$OUT/$side-$f"; done
-  [ "$stage" = fidelity ] || newest > "/tmp/convbench-side-$stage-$side"
+  [ "$stage" = fidelity ] || newest > "$WORK/convbench-side-$stage-$side"
 }
 mkdir -p "$OUT"
 for side in ${SIDES:-base new}; do
   if [ "$side" = base ]; then
-    base_tree=/tmp/convbench-baseline; rm -rf "$base_tree"; cp -r .baseline "$base_tree"
+    base_tree=$WORK/convbench-baseline; rm -rf "$base_tree"; cp -r .baseline "$base_tree"
     [ "$stage" = fidelity ] && cp "$here/scripts/bench_fidelity.py" "$base_tree/scripts/"  # one protocol, two timers
     CONVBENCH_REVISION="$(cat "$base_tree/REVISION")" run_side base "$base_tree"
   else
@@ -60,8 +62,8 @@ if [ "$stage" = fidelity ]; then  # no run directory: the two benchmarks' JSON s
   exit 0
 fi
 [ "${AGAIN:-0}" = 1 ] && run_side new2 "$here"
-[ -f "/tmp/convbench-side-$stage-base" ] && [ -f "/tmp/convbench-side-$stage-new" ] || exit 0
-base_run=$(cat "/tmp/convbench-side-$stage-base"); new_run=$(cat "/tmp/convbench-side-$stage-new")
+[ -f "$WORK/convbench-side-$stage-base" ] && [ -f "$WORK/convbench-side-$stage-new" ] || exit 0
+base_run=$(cat "$WORK/convbench-side-$stage-base"); new_run=$(cat "$WORK/convbench-side-$stage-new")
 python3 scripts/run_breakdown.py "$new_run" --against "$base_run" | tee "$OUT/against.txt"
 for side in base_run new_run; do
   echo "$side $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print({k: d.get(k) for k in ('seconds','sweep_seconds','asv_seconds','ok')})" "${!side}end.json")"
