@@ -24,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from harness.analysis.timechange import kernel_key  # noqa: E402
 from harness.collect.runread import RunsRead  # noqa: E402
 from harness.core.records import OK, Record, settings_key  # noqa: E402
 
@@ -31,10 +32,9 @@ EQUAL, DIFFERS = "stable in both, hash equal", "stable in both, hash differs"
 
 
 def one_output(rec: Record) -> bool:
-    """Whether the record names one output: the same bits on every repeat, a fresh handle and the replica."""
-    d = rec.determinism
-    return (d is not None and bool(d.hash) and d.repeat_equal is not False and d.fresh_handle_equal is not False
-            and (d.distinct_outputs or 1) == 1 and (rec.extra or {}).get("fresh_process_equal") is not False)
+    """Whether the record names one output: bits that name its kernel (timechange.kernel_key: one distinct output,
+    every repeat and the replica's process alike), a fresh handle giving them too."""
+    return kernel_key(rec) is not None and rec.determinism.fresh_handle_equal is not False
 
 
 class Unreadable(Exception):
