@@ -432,31 +432,6 @@ def test_a_hostile_copy_is_passed_over_for_the_journal(tmp_path, what):
     assert _dump(tmp_path / "h.sqlite") == _dump(tmp_path / "c.sqlite")
 
 
-@pytest.mark.parametrize("what", sorted(w for w in HOSTILE if w.endswith(", binary")))
-def test_a_bad_number_in_extras_laid_out_as_a_checked_copys_is_found(tmp_path, monkeypatch, what):
-    """A copy whose extras are laid out as those of a copy checked before (a machine's next night) has only its
-    binary numbers checked again (packed_extras._Plan): a good one decodes as a first look decodes it, and a bad
-    number there is still refused."""
-    from harness.collect import packed_extras
-
-    d = _run(tmp_path / "r")
-    raw = pk.dir_raw(d)
-    meta = journal_identity(raw)[0]
-    first = pk.decode(raw, meta)
-
-    def no_first_look(*a):
-        raise AssertionError("extras laid out as checked before were checked whole again")
-
-    monkeypatch.setattr(packed_extras, "_check_whole", no_first_look)
-    again = pk.decode(raw, meta)
-    assert again.packed == first.packed and again.run == first.run
-    head, parts = _sections(raw.packed)
-    HOSTILE[what](head, parts)
-    (d / PACKED_FILE).write_bytes(_assemble(head, parts))
-    with pytest.raises(pk.Unusable, match="do not pass the record schema"):
-        pk.decode(pk.dir_raw(d), meta)
-
-
 @pytest.mark.parametrize("version", [b"CBPACK1\n", b"CBPACK2\n", b"CBPACK3\n", b"CBPACK4\n", b"CBPACK5\n"])
 def test_a_copy_of_an_older_version_is_passed_over_and_named(tmp_path, version):
     """Versions before 6 named their journal by its size alone (a flipped bit or another journal of that size was

@@ -15,7 +15,7 @@ import numpy as np
 from ..core.records import Record
 from ..core.schema import MAX_ITEMS, SchemaError, value_check
 from . import columns as column_checks
-from .store_packing import NUMBER_KINDS, decode_values, dumps_texts, numbers_at, reference
+from .store_packing import NUMBER_KINDS, decode_values, numbers_at, reference
 
 _TIME_EXTRAS = frozenset(("clock", "flags", "host_ms"))  # the time's parts the store keeps in extra
 _PLAIN_EXTRA = frozenset(column_checks.PLAIN_EXTRA) | _TIME_EXTRAS
@@ -26,77 +26,12 @@ class Unusable(ValueError):
     """A packed copy collect does not use (stale, damaged or hostile); the journal is read instead."""
 
 
-# A machine's nights keep their extras alike: the same key sets, encodings and references, only the binary numbers
-# differ. Extras seen before (their JSON, byte for byte) -> what is left to check of the next copy: its numbers.
-_PLANS: dict[bytes, _Plan] = {}
-_MAX_PLANS = 256
-
-
 def check_extras(shape: list, extras: list, n: int, area: Any = b"") -> None:
     """Each record's stored extra (journals._stored_extra: an object or null, by key set as pack_texts writes
     it) checked as check_record checks an extra. The keys real runs write are checked per key, a column at once
     (a fleet has ten million extras), their numbers' lists, clocks and binary numbers (``area``, the texts'
     binary part, which their references must cover exactly) as encode_values keeps them; a key set with any other
-    key is made into its objects and walked whole. Where the same extras (shape, key sets, values and references
-    alike, and a binary part of the same length) passed before, only the binary numbers are checked again: all
-    else is the same input to the same checks."""
-    key = dumps_texts([n, len(area), shape, extras])
-    plan = _PLANS.get(key)
-    if plan is not None:
-        plan.check(area)
-        return
-    plan = _check_whole(shape, extras, n, area)
-    if plan is not None:
-        if len(_PLANS) >= _MAX_PLANS:
-            _PLANS.pop(next(iter(_PLANS)))
-        _PLANS[key] = plan
-
-
-class _Plan:
-    """The checks of one layout of extras that read the binary part: ``optional`` as optional_pass takes it, its
-    values from the JSON emptied (they passed, and are the same in every copy of this layout), and ``slots`` the
-    places of its arrays, each (list, index, reference, width or None), filled from a copy's binary part."""
-
-    def __init__(self, optional: dict[str, Any], slots: list[tuple[list, int, dict, int | None]]):
-        self.optional = {k: _emptied(v) for k, v in optional.items()}
-        self.slots = slots
-        self._clear()
-
-    def check(self, area: Any) -> None:
-        try:
-            for lst, i, ref, width in self.slots:
-                lst[i] = numbers_at(ref, area) if width is None else (width, numbers_at(ref, area))
-            ok = column_checks.optional_pass(self.optional)
-        finally:
-            self._clear()
-        if not ok:
-            raise Unusable("an extra's values do not pass the record schema")
-
-    def _clear(self) -> None:
-        """No copy's binary part is kept between checks."""
-        for lst, i, _, width in self.slots:
-            lst[i] = _NO_NUMBERS if width is None else (width, _NO_NUMBERS)
-
-
-_NO_NUMBERS = np.zeros(0)
-
-
-def _emptied(values: Any) -> Any:
-    """A key's values with what came from the JSON left out; its arrays' lists (the slots' places) kept."""
-    if values.__class__ is column_checks.Arrays:
-        return column_checks.Arrays(_emptied(values.values), values.arrays)
-    if values.__class__ is column_checks.Flat:
-        flats = values.flats
-        for j, (width, items) in enumerate(flats):
-            if items.__class__ is list:
-                flats[j] = (width, [])
-        return column_checks.Flat([], flats)
-    return []
-
-
-def _check_whole(shape: list, extras: list, n: int, area: Any) -> _Plan | None:
-    """check_extras of extras not seen before: the plan of their next copies' checks, or None where some of their
-    binary numbers were read other than as arrays (a key set walked whole, a clock kept as objects)."""
+    key is made into its objects and walked whole."""
     if type(shape) is not list or len(shape) != n or type(extras) is not list:
         raise Unusable(f"extras are not {n} shapes and their key sets")
     if shape and (set(map(type, shape)) != {int} or min(shape) < -1 or max(shape) >= len(extras)):
@@ -128,16 +63,14 @@ def _check_whole(shape: list, extras: list, n: int, area: Any) -> _Plan | None:
                     full(dict(zip(keys, row, strict=True)), "extra")
         except (SchemaError, RecursionError):
             raise Unusable("an extra does not pass the record schema") from None
-    optional: dict[str, Any] = {}
-    slots: list[tuple[list, int, dict, int | None]] = []
+    optional: dict[str, list] = {}
     for k, parts in by_key.items():
         if k == "clock":
-            _clock_columns(parts, optional, area, slots)
+            _clock_columns(parts, optional, area)
         else:
-            optional[k] = _plain_values(k, parts, area, slots)
+            optional[k] = _plain_values(k, parts, area)
     if not column_checks.optional_pass(optional):
         raise Unusable("an extra's values do not pass the record schema")
-    return _Plan(optional, slots) if not walk and len(slots) == len(refs) else None
 
 
 class _Encoded:
@@ -190,11 +123,10 @@ def _tiled(refs: list[list[int]], items: int) -> bool:
     return at == items
 
 
-def _plain_values(key: str, parts: list, area: Any, slots: list) -> Any:
+def _plain_values(key: str, parts: list, area: Any) -> Any:
     """A plain key's values over its key sets, for optional_pass: binary numbers as their arrays
     (column_checks.Arrays), a list of numbers' lists kept flat where the key holds such lists
-    (column_checks.Flat), anything else encoded made into its values. Each array's place is appended to
-    ``slots`` (_Plan)."""
+    (column_checks.Flat), anything else encoded made into its values."""
     plain = [p for p in parts if p.__class__ is list]
     encoded = [p for p in parts if p.__class__ is _Encoded]
     refs = [p for p in encoded if p.encoded.keys() <= NUMBER_KINDS.keys()]
@@ -206,24 +138,18 @@ def _plain_values(key: str, parts: list, area: Any, slots: list) -> Any:
     plain += [decode_values(p.encoded, p.count, area) for p in encoded]
     values: Any = list(itertools.chain.from_iterable(plain)) if len(plain) != 1 else plain[0]
     if flat:
-        flats: list = []
-        for p in flat:
-            width, items = p.encoded["width"], p.encoded["flat"]
-            if items.__class__ is not list:
-                slots.append((flats, len(flats), items, width))
-                items = numbers_at(items, area)
-            flats.append((width, items))
-        values = column_checks.Flat(values, flats)
+        values = column_checks.Flat(values, [(p.encoded["width"], _items(p.encoded["flat"], area)) for p in flat])
     if refs:
-        arrays: list = []
-        for p in refs:
-            slots.append((arrays, len(arrays), p.encoded, None))
-            arrays.append(numbers_at(p.encoded, area))
-        values = column_checks.Arrays(values, arrays)
+        values = column_checks.Arrays(values, [numbers_at(p.encoded, area) for p in refs])
     return values
 
 
-def _clock_columns(parts: list, optional: dict[str, list], area: Any, slots: list) -> None:
+def _items(flat: Any, area: Any) -> Any:
+    """A flat list's items: the list, or the array its reference names."""
+    return flat if flat.__class__ is list else numbers_at(flat, area)
+
+
+def _clock_columns(parts: list, optional: dict[str, list], area: Any) -> None:
     """The clocks' values by clock key into ``optional``: from clocks kept as objects (or null), and from
     clocks kept by key (encode_values)."""
     subparts: dict[str, list] = {}
@@ -243,7 +169,7 @@ def _clock_columns(parts: list, optional: dict[str, list], area: Any, slots: lis
         for k in _CLOCK_KEYS:
             subparts.setdefault(k, []).append(_column(clocks, k))
     for k in _CLOCK_KEYS:
-        optional[k] = _plain_values(k, subparts.get(k, []), area, slots)
+        optional[k] = _plain_values(k, subparts.get(k, []), area)
 
 
 def _key_sets(extras: list) -> list[tuple]:
