@@ -46,6 +46,14 @@ def test_the_fleet_marks_documented_nondeterminism_as_real_runs_do(tmp_path):
     # most of the bits that vary are documented; a few are not (what the determinism page must stand out)
     assert len(explained) > 0.9 * len(unstable) and len(explained) < len(unstable)
     assert {d["direction"] for d in recs} == {"fwd", "bwd_data", "bwd_filter"}
+    # about one timed line in twenty flagged "wide", as on a real night, and other lines on other nights: a run's
+    # key sets of extras change from night to night as a real machine's do
+    assert all(d["time"]["flags"] in ([], ["wide"]) for d in timed)
+    assert 0.03 < sum(d["time"]["flags"] == ["wide"] for d in timed) / len(timed) < 0.07
+    nights = [{(d["case"], d["backend"], d["direction"], d["algo"], d["math"], d["dtype"], str(d["settings"]))
+               for d in map(json.loads, journal_lines(f.parent)) if d["status"] == "ok" and d["time"]["flags"]}
+              for f in sorted(tmp_path.glob("*/*/run.json"))[:6]]  # the first machine's six nights
+    assert all(nights) and len({frozenset(n) for n in nights}) == 6
 
 
 def test_the_morning_collects_only_the_newest_night_and_leaves_the_fleet_as_it_was(tmp_path, capsys):
