@@ -100,8 +100,8 @@ WIDE_EVERY = 20
 
 
 def _timer_extras(med: float) -> str:
-    """A timed line's clock, flags and host time; flagged "wide" where the median's digits say so (derived, not
-    drawn: the fleet's random stream stays as it was)."""
+    """A timed line's clock, flags and host time; flagged "wide" where the crc32 of its median's text falls on one
+    in WIDE_EVERY (derived, not drawn: the fleet's random stream stays as it was)."""
     flags = '["wide"]' if zlib.crc32(f"{med:.6g}".encode()) % WIDE_EVERY == 0 else "[]"
     return f'{_CLOCK}"flags": {flags}, "host_ms": 0.021, '
 
